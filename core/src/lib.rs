@@ -1,0 +1,1 @@
+//! Spillway core: record model, config, converters, transforms, connector traits.

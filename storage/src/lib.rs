@@ -1,0 +1,1 @@
+//! Durable worker state (`StateStore` on sled). Not built yet: see the issue "Durable state".
