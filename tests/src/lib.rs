@@ -1,1 +1,16 @@
-//! Test kit.
+//! Spillway's test kit: the dev broker (librdkafka's mock cluster behind `tools/devbroker.py`),
+//! a bulk test-data producer, the reference share consumer, and loss/duplicate checks.
+//!
+//! Everything here sets itself up: the launcher's Python venv is created on first use, brokers
+//! listen on free ports, and every child process is killed when its handle is dropped.
+
+pub mod checker;
+pub mod dev_broker;
+pub mod produce;
+pub mod python;
+pub mod reference;
+
+pub use checker::{Coordinates, DeliveryReport};
+pub use dev_broker::{DevBroker, DevBrokerError};
+pub use produce::{numbered_records, produce, Produced, TestRecord};
+pub use reference::{ReferenceOptions, ReferenceRecord, ReferenceShareConsumer, ReferenceSummary};

@@ -1,0 +1,118 @@
+//! Test data: an rdkafka producer that writes records in large batches (the dev broker's share
+//! path slows with the number of batches per partition, so tests produce few, big batches).
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+/// One record to produce. `partition: None` lets the producer's partitioner choose.
+#[derive(Clone, Debug, Default)]
+pub struct TestRecord {
+    pub partition: Option<i32>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub timestamp: Option<i64>,
+}
+
+impl TestRecord {
+    /// A record with a key and a value of `size` bytes that starts with the key text, so that
+    /// a consumer can tell which record it received from the value alone.
+    pub fn numbered(n: u64, size: usize) -> TestRecord {
+        let key = format!("k{n}");
+        let mut value = format!("v{n}:").into_bytes();
+        value.resize(size.max(value.len()), b'.');
+        TestRecord {
+            key: Some(key.into_bytes()),
+            value: Some(value),
+            ..TestRecord::default()
+        }
+    }
+}
+
+/// Where the broker stored a produced record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Produced {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Produces `records` to `topic` with `compression` (none, gzip, snappy, lz4, zstd) and returns
+/// where each landed, in input order. Panics on a delivery failure: a test cannot go on without
+/// its data.
+pub async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    records: Vec<TestRecord>,
+    compression: &str,
+) -> Vec<Produced> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.type", compression)
+        .set("linger.ms", "50")
+        .set("batch.num.messages", "10000")
+        .set("batch.size", "4000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .unwrap_or_else(|e| panic!("cannot create the test producer for {bootstrap}: {e}"));
+    let mut pending = Vec::with_capacity(records.len());
+    for record in &records {
+        let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic);
+        if let Some(p) = record.partition {
+            future_record = future_record.partition(p);
+        }
+        if let Some(k) = &record.key {
+            future_record = future_record.key(k.as_slice());
+        }
+        if let Some(v) = &record.value {
+            future_record = future_record.payload(v.as_slice());
+        }
+        if let Some(ts) = record.timestamp {
+            future_record = future_record.timestamp(ts);
+        }
+        if !record.headers.is_empty() {
+            let mut headers = OwnedHeaders::new();
+            for (name, value) in &record.headers {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: value.as_deref(),
+                });
+            }
+            future_record = future_record.headers(headers);
+        }
+        let delivery = producer
+            .send_result(future_record)
+            .unwrap_or_else(|(e, _)| panic!("cannot enqueue a test record for {topic}: {e}"));
+        pending.push(delivery);
+    }
+    let mut produced = Vec::with_capacity(pending.len());
+    for delivery in pending {
+        match delivery.await {
+            Ok(Ok(d)) => produced.push(Produced {
+                topic: topic.to_string(),
+                partition: d.partition,
+                offset: d.offset,
+            }),
+            Ok(Err((e, _))) => panic!("a test record for {topic} was not delivered: {e}"),
+            Err(_) => panic!("the test producer for {topic} was dropped before delivery"),
+        }
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("flushing the test producer failed: {e}"));
+    produced
+}
+
+/// `n` numbered records of `size` bytes spread round-robin over `partitions` partitions.
+pub fn numbered_records(n: u64, size: usize, partitions: i32) -> Vec<TestRecord> {
+    (0..n)
+        .map(|i| TestRecord {
+            partition: Some((i % partitions as u64) as i32),
+            ..TestRecord::numbered(i, size)
+        })
+        .collect()
+}
