@@ -1,1 +1,30 @@
-//! Spillway core: record model, config, converters, transforms, connector traits.
+//! Spillway core: the record and data model, acknowledgement handles, configuration
+//! (declaration, validation, group-protocol resolution, `.properties`), converters,
+//! transforms (SMTs) and predicates, and the `SinkConnector` / `SinkTask` traits.
+//!
+//! This crate knows nothing of Kafka clients, actix or sled: the runtime crates feed it raw
+//! records and take acknowledgements back.
+
+pub mod ack;
+pub mod config;
+pub mod connector;
+pub mod convert;
+pub mod data;
+pub mod dead_letter;
+pub mod error;
+pub mod pipeline;
+pub mod record;
+pub mod schema;
+pub mod transforms;
+
+pub use ack::{Ack, AckCollector, AckHandle, AckSink, Disposition};
+pub use config::ConfigMap;
+pub use connector::{Assignment, PutOutcome, SinkConnector, SinkTask};
+pub use data::{Struct, Value};
+pub use dead_letter::{dead_letter_record, DeadLetterRecord, ErrorContext};
+pub use error::{
+    ConfigError, ConnectError, ConvertError, RecordPart, SinkError, Stage, TransformError,
+};
+pub use pipeline::{Processed, RecordPipeline};
+pub use record::{Header, RawRecord, RecordCoordinates, SinkRecord, TimestampType, TopicPartition};
+pub use schema::{Field, Schema, SchemaType};

@@ -1,0 +1,145 @@
+//! A key converter and a value converter applied together: raw records in, sink records out,
+//! and back for sinks that write Kafka records.
+
+use crate::config::ConfigMap;
+use crate::convert::{header_from_connect, headers_to_connect, resolve_converter, Converter};
+use crate::error::{ConfigError, ConvertError, RecordPart};
+use crate::record::{RawRecord, SinkRecord};
+
+#[derive(Debug)]
+pub struct RecordConverter {
+    key: Box<dyn Converter>,
+    value: Box<dyn Converter>,
+}
+
+impl RecordConverter {
+    pub fn new(key: Box<dyn Converter>, value: Box<dyn Converter>) -> Self {
+        RecordConverter { key, value }
+    }
+
+    /// Both converters as the connector and worker configure them.
+    pub fn from_config(connector: &ConfigMap, worker: &ConfigMap) -> Result<Self, ConfigError> {
+        Ok(RecordConverter::new(
+            resolve_converter(RecordPart::Key, connector, worker)?,
+            resolve_converter(RecordPart::Value, connector, worker)?,
+        ))
+    }
+
+    /// Converts a raw record; the error says whether the key or the value failed.
+    pub fn to_sink_record(&self, raw: RawRecord) -> Result<SinkRecord, ConvertError> {
+        let key = self.key.to_connect(&raw.topic, raw.key.as_deref())?;
+        let value = self.value.to_connect(&raw.topic, raw.value.as_deref())?;
+        Ok(SinkRecord {
+            original: raw.coordinates(),
+            key_schema: key.schema,
+            key: key.value,
+            value_schema: value.schema,
+            value: value.value,
+            headers: headers_to_connect(&raw.headers),
+            timestamp: raw.timestamp,
+            timestamp_type: raw.timestamp_type,
+            delivery_count: raw.delivery_count,
+            topic: raw.topic,
+            partition: raw.partition,
+            offset: raw.offset,
+        })
+    }
+
+    /// Serializes a sink record for writing to Kafka (topic as transformed).
+    pub fn to_raw_record(&self, record: &SinkRecord) -> Result<RawRecord, ConvertError> {
+        let topic = &record.topic;
+        let headers = record
+            .headers
+            .iter()
+            .map(|h| Ok((h.key.clone(), header_from_connect(topic, h)?)))
+            .collect::<Result<_, ConvertError>>()?;
+        Ok(RawRecord {
+            topic: topic.clone(),
+            partition: record.partition,
+            offset: record.offset,
+            key: self
+                .key
+                .from_connect(topic, record.key_schema.as_ref(), &record.key)?,
+            value: self
+                .value
+                .from_connect(topic, record.value_schema.as_ref(), &record.value)?,
+            headers,
+            timestamp: record.timestamp,
+            timestamp_type: record.timestamp_type,
+            delivery_count: record.delivery_count,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Value;
+    use crate::error::Stage;
+    use bytes::Bytes;
+
+    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn raw(key: &[u8], value: &[u8]) -> RawRecord {
+        let mut r = RawRecord::new("orders", 2, 10);
+        r.key = Some(Bytes::copy_from_slice(key));
+        r.value = Some(Bytes::copy_from_slice(value));
+        r.headers = vec![("h".into(), Some(Bytes::from_static(b"v")))];
+        r.timestamp = Some(1_700_000_000_000);
+        r.delivery_count = Some(2);
+        r
+    }
+
+    #[test]
+    fn raw_records_convert_with_their_coordinates_headers_and_delivery_count() {
+        let converter = RecordConverter::from_config(
+            &config(&[
+                ("key.converter", "string"),
+                ("value.converter", "json"),
+                ("value.converter.schemas.enable", "false"),
+            ]),
+            &ConfigMap::new(),
+        )
+        .expect("valid");
+        let record = converter
+            .to_sink_record(raw(b"k1", br#"{"n":1}"#))
+            .expect("converts");
+        assert_eq!(record.key, Value::from("k1"));
+        assert_eq!(record.value, Value::string_map([("n", Value::Int64(1))]));
+        assert_eq!(record.original.to_string(), "orders-2@10");
+        assert_eq!(record.delivery_count, Some(2));
+        assert_eq!(
+            record.headers[0].value,
+            Value::Bytes(Bytes::from_static(b"v"))
+        );
+    }
+
+    #[test]
+    fn bytearray_records_serialize_back_to_the_same_bytes() {
+        let converter =
+            RecordConverter::from_config(&ConfigMap::new(), &ConfigMap::new()).expect("defaults");
+        let original = raw(b"\x01k", b"\xffvalue");
+        let record = converter
+            .to_sink_record(original.clone())
+            .expect("converts");
+        assert_eq!(converter.to_raw_record(&record), Ok(original));
+    }
+
+    #[test]
+    fn a_bad_value_reports_the_value_converter_stage() {
+        let converter = RecordConverter::from_config(
+            &config(&[("value.converter", "json")]),
+            &ConfigMap::new(),
+        )
+        .expect("valid");
+        let err = converter
+            .to_sink_record(raw(b"k", b"not json"))
+            .expect_err("malformed");
+        assert_eq!(err.stage(), Stage::ValueConverter);
+    }
+}

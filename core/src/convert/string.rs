@@ -1,0 +1,115 @@
+//! The string converter (Connect's `StringConverter`): bytes are UTF-8 text with an optional
+//! string schema; writing turns any value into its text form.
+
+use bytes::Bytes;
+
+use crate::convert::{converter_key, Converter, SchemaAndValue};
+use crate::data::Value;
+use crate::error::{ConvertError, RecordPart};
+use crate::schema::Schema;
+
+#[derive(Debug, Clone)]
+pub struct StringConverter {
+    part: RecordPart,
+}
+
+impl StringConverter {
+    pub fn new(part: RecordPart) -> Self {
+        StringConverter { part }
+    }
+}
+
+impl Converter for StringConverter {
+    fn name(&self) -> &'static str {
+        "string"
+    }
+
+    /// Invalid UTF-8 is refused rather than replaced, so no byte is silently lost.
+    fn to_connect(&self, topic: &str, data: Option<&[u8]>) -> Result<SchemaAndValue, ConvertError> {
+        let schema = Some(Schema::string().optional());
+        let Some(data) = data else {
+            return Ok(SchemaAndValue::new(schema, Value::Null));
+        };
+        let text = std::str::from_utf8(data).map_err(|e| ConvertError::Deserialize {
+            converter: "string",
+            part: self.part,
+            topic: topic.to_owned(),
+            detail: format!(
+                "the bytes are not UTF-8 ({e}); use {}=bytearray to pass them through",
+                converter_key(self.part)
+            ),
+        })?;
+        Ok(SchemaAndValue::new(schema, Value::String(text.to_owned())))
+    }
+
+    /// Strings are written as they are, bytes unchanged, anything else in its text form.
+    fn from_connect(
+        &self,
+        _topic: &str,
+        _schema: Option<&Schema>,
+        value: &Value,
+    ) -> Result<Option<Bytes>, ConvertError> {
+        Ok(match value {
+            Value::Null => None,
+            Value::String(s) => Some(Bytes::from(s.clone())),
+            Value::Bytes(b) => Some(b.clone()),
+            other => Some(Bytes::from(other.to_string())),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Struct;
+
+    fn converter() -> StringConverter {
+        StringConverter::new(RecordPart::Value)
+    }
+
+    #[test]
+    fn utf8_bytes_read_as_an_optional_string() {
+        let got = converter()
+            .to_connect("t", Some("héllo".as_bytes()))
+            .expect("UTF-8");
+        assert_eq!(got.schema, Some(Schema::string().optional()));
+        assert_eq!(got.value, Value::from("héllo"));
+    }
+
+    #[test]
+    fn null_bytes_read_as_null() {
+        assert_eq!(
+            converter().to_connect("t", None).expect("null").value,
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_refused_with_the_fix() {
+        let err = converter()
+            .to_connect("raw", Some(&[0x66, 0xff]))
+            .expect_err("not UTF-8");
+        let message = err.to_string();
+        assert!(message.starts_with("string converter cannot read the value of a record from topic 'raw': the bytes are not UTF-8"), "{message}");
+        assert!(message.ends_with("use value.converter=bytearray to pass them through"));
+    }
+
+    #[test]
+    fn any_value_writes_as_its_text() {
+        let c = converter();
+        assert_eq!(
+            c.from_connect("t", None, &"x".into()),
+            Ok(Some(Bytes::from("x")))
+        );
+        assert_eq!(
+            c.from_connect("t", None, &Value::Int64(42)),
+            Ok(Some(Bytes::from("42")))
+        );
+        let s = Value::Struct(Struct::new().with("a", 1.into()));
+        assert_eq!(
+            c.from_connect("t", None, &s),
+            Ok(Some(Bytes::from("Struct{a=1}")))
+        );
+        assert_eq!(c.from_connect("t", None, &Value::Null), Ok(None));
+    }
+}
