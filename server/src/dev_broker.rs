@@ -17,7 +17,9 @@ impl std::str::FromStr for TopicSpec {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let (name, partitions) = text.split_once(':').unwrap_or((text, "1"));
         if name.is_empty() {
-            return Err(format!("topic '{text}' has no name; expected NAME:PARTITIONS, e.g. orders:8"));
+            return Err(format!(
+                "topic '{text}' has no name; expected NAME:PARTITIONS, e.g. orders:8"
+            ));
         }
         let partitions: i32 = partitions.parse().map_err(|_| {
             format!("topic '{text}': partitions '{partitions}' is not a number; expected NAME:PARTITIONS, e.g. orders:8")
@@ -32,11 +34,18 @@ impl std::str::FromStr for TopicSpec {
     }
 }
 
-pub async fn run(brokers: u32, topics: Vec<TopicSpec>, share_auto_offset_reset: &str) -> Result<()> {
+pub async fn run(
+    brokers: u32,
+    topics: Vec<TopicSpec>,
+    share_auto_offset_reset: &str,
+) -> Result<()> {
     if brokers == 0 {
         bail!("--brokers must be at least 1");
     }
-    let specs: Vec<(&str, i32)> = topics.iter().map(|t| (t.name.as_str(), t.partitions)).collect();
+    let specs: Vec<(&str, i32)> = topics
+        .iter()
+        .map(|t| (t.name.as_str(), t.partitions))
+        .collect();
     let broker = DevBroker::try_start(brokers, &specs).context("starting the dev broker")?;
     broker
         .command(serde_json::json!({"cmd": "share_settings", "auto_offset_reset": share_auto_offset_reset}))
@@ -46,8 +55,9 @@ pub async fn run(brokers: u32, topics: Vec<TopicSpec>, share_auto_offset_reset: 
         "dev broker: {brokers} broker(s) at {}; share groups start at the {share_auto_offset_reset} offset. Ctrl-C stops it.",
         broker.bootstrap()
     );
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     eprintln!("dev broker: stopping");
     Ok(())
 }
-
