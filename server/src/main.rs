@@ -6,7 +6,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "spillway", version, about = "Kafka sink connectors on share groups and consumer groups")]
+#[command(
+    name = "spillway",
+    version,
+    about = "Kafka sink connectors on share groups and consumer groups"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
