@@ -1,1 +1,19 @@
 //! Everything that speaks to Kafka.
+//!
+//! Layers, bottom up: [`connection`] (one broker socket, pipelined requests) → [`cluster`]
+//! (brokers, topics, leaders, one persistent connection per broker) → [`share`] (the KIP-932
+//! share-group consumer: membership, sessions, fetch, acknowledgements).
+
+pub mod classic;
+pub mod cluster;
+pub mod connection;
+pub mod producer;
+pub mod share;
+
+/// The protocol name of a Kafka error code, e.g. `NotLeaderOrFollower` for 6, for messages.
+pub fn error_name(code: i16) -> String {
+    match kafka_protocol::error::ResponseError::try_from_code(code) {
+        None => "None".to_string(),
+        Some(e) => format!("{e:?}"),
+    }
+}

@@ -1,0 +1,712 @@
+//! [`ClassicSource`]: a consumer-group member on rdkafka, for connectors that do not run on a
+//! share group (the `classic` and `consumer` group protocols), and [`check_share_group_id`],
+//! which looks for a consumer group that already uses an id meant for a share group.
+//!
+//! Offsets are committed up to the **contiguous processed watermark** of each partition: a
+//! record counts once the runtime says it is done with it ([`ClassicSource::mark_done`]), and
+//! the commit never passes a record still in flight, so a crash redelivers rather than loses.
+//! A record the runtime gives back ([`ClassicSource::seek_back`]) is read again from its offset.
+//!
+//! Rebalances arrive as [`RebalanceEvent`]s with the records of a poll, in order, so the runtime
+//! can call the task's `close` and `open` between batches. On a revocation the processed
+//! watermark of the revoked partitions is committed inside the callback, before the partitions
+//! move (what Connect's `onPartitionsRevoked` does).
+//!
+//! rdkafka's `BaseConsumer` blocks in `poll` and `commit`; both run on tokio's blocking pool.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tracing::{debug, warn};
+
+/// Errors of the classic consumer-group source.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClassicError {
+    #[error("cannot create a consumer for group '{group}' on {bootstrap}: {reason}")]
+    Create {
+        group: String,
+        bootstrap: String,
+        reason: String,
+    },
+    #[error("cannot subscribe group '{group}' to {topics}: {reason}")]
+    Subscribe {
+        group: String,
+        topics: String,
+        reason: String,
+    },
+    #[error("consumer of group '{group}' failed fatally: {reason}")]
+    Fatal { group: String, reason: String },
+    #[error("committing offsets {offsets} for group '{group}' failed: {reason}")]
+    Commit {
+        group: String,
+        offsets: String,
+        reason: String,
+    },
+    #[error(
+        "cannot seek {topic}-{partition} back to offset {offset} in group '{group}': {reason}"
+    )]
+    Seek {
+        group: String,
+        topic: String,
+        partition: i32,
+        offset: i64,
+        reason: String,
+    },
+    #[error("cannot check group id '{group}' on {bootstrap}: {reason}")]
+    Check {
+        group: String,
+        bootstrap: String,
+        reason: String,
+    },
+    #[error("the consumer's blocking call was cancelled: {0}")]
+    Cancelled(String),
+}
+
+/// Which consumer-group rebalance protocol to use (`group.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebalanceProtocol {
+    /// The classic protocol (JoinGroup/SyncGroup), Connect's default.
+    Classic,
+    /// KIP-848's consumer protocol.
+    Consumer,
+}
+
+/// Settings of a [`ClassicSource`].
+#[derive(Debug, Clone)]
+pub struct ClassicConfig {
+    pub bootstrap_servers: String,
+    pub group_id: String,
+    pub protocol: RebalanceProtocol,
+    /// Most records one poll returns (`max.poll.records`).
+    pub max_poll_records: usize,
+    /// Further consumer settings (`consumer.override.*` without the prefix), applied last;
+    /// keys this source must control (offset commits) are ignored.
+    pub overrides: BTreeMap<String, String>,
+}
+
+impl ClassicConfig {
+    pub fn new(bootstrap_servers: &str, group_id: &str) -> ClassicConfig {
+        ClassicConfig {
+            bootstrap_servers: bootstrap_servers.to_owned(),
+            group_id: group_id.to_owned(),
+            protocol: RebalanceProtocol::Classic,
+            max_poll_records: 500,
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// Keys a classic source sets itself; an override of them would break the commit contract.
+const OWNED_KEYS: &[&str] = &[
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "group.id",
+    "group.protocol",
+    "bootstrap.servers",
+    "max.poll.records",
+];
+
+/// One record read from a consumer group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassicRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Milliseconds since the epoch, and whether the log stamped it (true) or the producer.
+    pub timestamp: Option<(i64, bool)>,
+}
+
+/// A change of this member's partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebalanceEvent {
+    Assigned(Vec<(String, i32)>),
+    Revoked(Vec<(String, i32)>),
+}
+
+/// What one poll brought: rebalances first (they happened before the records were read).
+#[derive(Debug, Clone, Default)]
+pub struct ClassicPoll {
+    pub events: Vec<RebalanceEvent>,
+    pub records: Vec<ClassicRecord>,
+}
+
+/// Per partition: which delivered offsets are still in flight.
+#[derive(Debug, Clone, PartialEq)]
+struct PartitionProgress {
+    /// Delivered and not yet done.
+    pending: BTreeSet<i64>,
+    /// One past the highest offset delivered.
+    next: i64,
+    /// The last offset committed (the next record to read), -1 before any commit.
+    committed: i64,
+}
+
+impl Default for PartitionProgress {
+    fn default() -> Self {
+        PartitionProgress {
+            pending: BTreeSet::new(),
+            next: 0,
+            committed: -1,
+        }
+    }
+}
+
+impl PartitionProgress {
+    /// The offset to commit: the first record still in flight, or one past the last delivered.
+    fn watermark(&self) -> i64 {
+        self.pending.first().copied().unwrap_or(self.next)
+    }
+}
+
+/// The processed watermark of every partition this member owns.
+#[derive(Debug, Default)]
+pub struct OffsetTracker {
+    partitions: BTreeMap<(String, i32), PartitionProgress>,
+}
+
+impl OffsetTracker {
+    pub fn delivered(&mut self, topic: &str, partition: i32, offset: i64) {
+        let p = self
+            .partitions
+            .entry((topic.to_owned(), partition))
+            .or_default();
+        p.pending.insert(offset);
+        p.next = p.next.max(offset + 1);
+    }
+
+    /// The record is processed (accepted or rejected); a record of a partition no longer
+    /// owned is ignored (its new owner reads it again).
+    pub fn done(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some(p) = self.partitions.get_mut(&(topic.to_owned(), partition)) {
+            p.pending.remove(&offset);
+        }
+    }
+
+    /// Forget everything at or after `offset`: it will be read again.
+    pub fn rewind(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some(p) = self.partitions.get_mut(&(topic.to_owned(), partition)) {
+            p.pending.retain(|o| *o < offset);
+            p.next = p.next.min(offset);
+        }
+    }
+
+    /// Offsets worth committing now: partitions whose watermark moved since the last commit.
+    pub fn to_commit(&self) -> Vec<((String, i32), i64)> {
+        self.partitions
+            .iter()
+            .filter(|(_, p)| p.watermark() > p.committed && p.next > 0)
+            .map(|(tp, p)| (tp.clone(), p.watermark()))
+            .collect()
+    }
+
+    pub fn committed(&mut self, done: &[((String, i32), i64)]) {
+        for (tp, offset) in done {
+            if let Some(p) = self.partitions.get_mut(tp) {
+                p.committed = p.committed.max(*offset);
+            }
+        }
+    }
+
+    /// Stops tracking `partitions`, returning what was left to commit for them.
+    fn forget(&mut self, partitions: &[(String, i32)]) -> Vec<((String, i32), i64)> {
+        let commit = partitions
+            .iter()
+            .filter_map(|tp| {
+                let p = self.partitions.get(tp)?;
+                (p.watermark() > p.committed && p.next > 0).then(|| (tp.clone(), p.watermark()))
+            })
+            .collect();
+        for tp in partitions {
+            self.partitions.remove(tp);
+        }
+        commit
+    }
+
+    /// Records delivered and not yet done, over all partitions.
+    pub fn in_flight(&self) -> usize {
+        self.partitions.values().map(|p| p.pending.len()).sum()
+    }
+}
+
+fn lock(m: &Mutex<OffsetTracker>) -> MutexGuard<'_, OffsetTracker> {
+    // Each critical section is a few map operations; a panic elsewhere cannot tear them.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn tpl_of(offsets: &[((String, i32), i64)]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), offset) in offsets {
+        // Only fails for an invalid offset value; ours are non-negative log offsets.
+        let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+    }
+    tpl
+}
+
+fn describe(offsets: &[((String, i32), i64)]) -> String {
+    offsets
+        .iter()
+        .map(|((t, p), o)| format!("{t}-{p}@{o}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+/// The rdkafka context: turns rebalance callbacks into events and commits on revocation.
+struct GroupContext {
+    group: String,
+    tracker: Arc<Mutex<OffsetTracker>>,
+    events: Mutex<Vec<RebalanceEvent>>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let revoked = partitions_of(tpl);
+            let commit = lock(&self.tracker).forget(&revoked);
+            if !commit.is_empty() {
+                if let Err(e) = consumer.commit(&tpl_of(&commit), CommitMode::Sync) {
+                    // The new owner re-reads from the last commit: duplicates, not loss.
+                    warn!(group = %self.group, offsets = %describe(&commit), error = %e,
+                        "committing revoked partitions failed");
+                }
+            }
+            self.events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(RebalanceEvent::Revoked(revoked));
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let assigned = partitions_of(tpl);
+            if !assigned.is_empty() {
+                self.events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(RebalanceEvent::Assigned(assigned));
+            }
+        }
+    }
+}
+
+/// A consumer-group member that tracks processed offsets.
+pub struct ClassicSource {
+    consumer: Arc<BaseConsumer<GroupContext>>,
+    tracker: Arc<Mutex<OffsetTracker>>,
+    config: ClassicConfig,
+}
+
+impl ClassicSource {
+    /// Creates the consumer; nothing is read before a subscribe.
+    pub fn connect(config: ClassicConfig) -> Result<ClassicSource, ClassicError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.bootstrap_servers)
+            .set("group.id", &config.group_id)
+            // Connect's default for sink consumers: a new group starts at the beginning.
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000");
+        for (key, value) in &config.overrides {
+            if !OWNED_KEYS.contains(&key.as_str()) {
+                client.set(key, value);
+            }
+        }
+        client
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set(
+                "group.protocol",
+                match config.protocol {
+                    RebalanceProtocol::Classic => "classic",
+                    RebalanceProtocol::Consumer => "consumer",
+                },
+            );
+        if config.protocol == RebalanceProtocol::Consumer {
+            // KIP-848 members get their session timeout from the broker.
+            client.remove("session.timeout.ms");
+        }
+        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        let context = GroupContext {
+            group: config.group_id.clone(),
+            tracker: Arc::clone(&tracker),
+            events: Mutex::new(Vec::new()),
+        };
+        let consumer: BaseConsumer<GroupContext> =
+            client
+                .create_with_context(context)
+                .map_err(|e| ClassicError::Create {
+                    group: config.group_id.clone(),
+                    bootstrap: config.bootstrap_servers.clone(),
+                    reason: e.to_string(),
+                })?;
+        Ok(ClassicSource {
+            consumer: Arc::new(consumer),
+            tracker,
+            config,
+        })
+    }
+
+    pub fn group_id(&self) -> &str {
+        &self.config.group_id
+    }
+
+    /// Joins the group for `topics`; a name starting with `^` is a regular expression
+    /// (librdkafka's rule), which is how `topics.regex` is passed.
+    pub fn subscribe(&self, topics: &[String]) -> Result<(), ClassicError> {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        self.consumer
+            .subscribe(&names)
+            .map_err(|e| ClassicError::Subscribe {
+                group: self.config.group_id.clone(),
+                topics: topics.join(","),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Waits up to `timeout` for records, then takes what else is already buffered, up to
+    /// `max_poll_records`. Rebalances that happened meanwhile come first in the answer.
+    pub async fn poll(&self, timeout: Duration) -> Result<ClassicPoll, ClassicError> {
+        let consumer = Arc::clone(&self.consumer);
+        let tracker = Arc::clone(&self.tracker);
+        let max = self.config.max_poll_records;
+        let group = self.config.group_id.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut records = Vec::new();
+            let mut wait = timeout;
+            while records.len() < max {
+                match consumer.poll(wait) {
+                    None => break,
+                    Some(Ok(message)) => records.push(owned(&message)),
+                    Some(Err(e)) => {
+                        if let KafkaError::MessageConsumptionFatal(code) = e {
+                            return Err(ClassicError::Fatal {
+                                group,
+                                reason: code.to_string(),
+                            });
+                        }
+                        if is_fatal(&e) {
+                            return Err(ClassicError::Fatal {
+                                group,
+                                reason: e.to_string(),
+                            });
+                        }
+                        // librdkafka retries transient errors itself; they are only news.
+                        debug!(group = %group, error = %e, "consumer reported an error");
+                        break;
+                    }
+                }
+                wait = Duration::ZERO;
+            }
+            let events = std::mem::take(
+                &mut *consumer
+                    .context()
+                    .events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            let mut t = lock(&tracker);
+            for r in &records {
+                t.delivered(&r.topic, r.partition, r.offset);
+            }
+            Ok(ClassicPoll { events, records })
+        })
+        .await
+        .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+    }
+
+    /// The record is processed (accepted or rejected): it may be committed past.
+    pub fn mark_done(&self, topic: &str, partition: i32, offset: i64) {
+        lock(&self.tracker).done(topic, partition, offset);
+    }
+
+    /// Reads `topic-partition` again from `offset` (a record given back unprocessed). Later
+    /// records of the partition already in flight are read again too: duplicates, not loss.
+    pub fn seek_back(&self, topic: &str, partition: i32, offset: i64) -> Result<(), ClassicError> {
+        lock(&self.tracker).rewind(topic, partition, offset);
+        let mut tpl = TopicPartitionList::new();
+        // Only fails for an invalid offset value; a log offset is valid.
+        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
+        self.consumer
+            .seek_partitions(tpl, Duration::from_secs(5))
+            .map(|_| ())
+            .map_err(|e| ClassicError::Seek {
+                group: self.config.group_id.clone(),
+                topic: topic.to_owned(),
+                partition,
+                offset,
+                reason: e.to_string(),
+            })
+    }
+
+    /// Commits every partition's processed watermark that moved; returns what was committed.
+    pub async fn commit(&self) -> Result<Vec<((String, i32), i64)>, ClassicError> {
+        let offsets = lock(&self.tracker).to_commit();
+        if offsets.is_empty() {
+            return Ok(offsets);
+        }
+        let consumer = Arc::clone(&self.consumer);
+        let group = self.config.group_id.clone();
+        let tracker = Arc::clone(&self.tracker);
+        tokio::task::spawn_blocking(move || {
+            match consumer.commit(&tpl_of(&offsets), CommitMode::Sync) {
+                Ok(()) => {
+                    lock(&tracker).committed(&offsets);
+                    Ok(offsets)
+                }
+                // Nothing to commit for partitions that moved away meanwhile.
+                Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(Vec::new()),
+                Err(e) => Err(ClassicError::Commit {
+                    group,
+                    offsets: describe(&offsets),
+                    reason: e.to_string(),
+                }),
+            }
+        })
+        .await
+        .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+    }
+
+    /// Records delivered and not yet marked done.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.tracker).in_flight()
+    }
+
+    /// Commits what is processed and leaves the group.
+    pub async fn close(self) -> Result<(), ClassicError> {
+        let committed = self.commit().await;
+        let consumer = self.consumer;
+        tokio::task::spawn_blocking(move || {
+            consumer.unsubscribe();
+            // Dropping the last handle closes the consumer, which leaves the group.
+            drop(consumer);
+        })
+        .await
+        .map_err(|e| ClassicError::Cancelled(e.to_string()))?;
+        committed.map(|_| ())
+    }
+}
+
+fn is_fatal(e: &KafkaError) -> bool {
+    matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal))
+}
+
+fn owned<M: Message>(m: &M) -> ClassicRecord {
+    let headers = m
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(Bytes::copy_from_slice)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let timestamp = match m.timestamp() {
+        rdkafka::Timestamp::NotAvailable => None,
+        rdkafka::Timestamp::CreateTime(t) => Some((t, false)),
+        rdkafka::Timestamp::LogAppendTime(t) => Some((t, true)),
+    };
+    ClassicRecord {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(Bytes::copy_from_slice),
+        value: m.payload().map(Bytes::copy_from_slice),
+        headers,
+        timestamp,
+    }
+}
+
+/// What [`check_share_group_id`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupCheck {
+    /// Evidence that a consumer group with this id exists (empty when none was found).
+    pub consumer_group_evidence: Vec<String>,
+    /// Checks the broker could not answer, said plainly.
+    pub warnings: Vec<String>,
+}
+
+impl GroupCheck {
+    pub fn conflicts(&self) -> bool {
+        !self.consumer_group_evidence.is_empty()
+    }
+}
+
+/// Looks for a consumer group named `group` before it is used as a share group id (KIP-1302
+/// refuses the collision). Asks ListGroups where the broker has it; a broker without it (the
+/// dev broker) gets a warning and only the committed offsets of `group` on `topics` are checked
+/// (OffsetFetch), which finds any group that ever committed there.
+///
+/// On the dev broker, closing this check's connections resets the share sessions of other
+/// members on the same brokers (share-protocol brief §8.6 item 9); they recover by reopening.
+pub async fn check_share_group_id(
+    bootstrap: &str,
+    group: &str,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<GroupCheck, ClassicError> {
+    let bootstrap = bootstrap.to_owned();
+    let group = group.to_owned();
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || check_blocking(&bootstrap, &group, &topics, timeout))
+        .await
+        .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+}
+
+fn check_blocking(
+    bootstrap: &str,
+    group: &str,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<GroupCheck, ClassicError> {
+    let failed = |reason: String| ClassicError::Check {
+        group: group.to_owned(),
+        bootstrap: bootstrap.to_owned(),
+        reason,
+    };
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut check = GroupCheck::default();
+    match consumer.fetch_group_list(Some(group), timeout) {
+        Ok(list) => {
+            for g in list.groups() {
+                // A share group lists with protocol type "share"; an empty classic group with
+                // committed offsets lists with "consumer" or an empty type and is caught below.
+                if g.name() == group && g.protocol_type() == "consumer" {
+                    check.consumer_group_evidence.push(format!(
+                        "ListGroups lists '{group}' as a consumer group in state {}",
+                        g.state()
+                    ));
+                }
+            }
+        }
+        Err(e) => check.warnings.push(format!(
+            "the broker could not list groups ({e}), so only committed offsets were checked for \
+             an existing consumer group named '{group}'"
+        )),
+    }
+    let mut tpl = TopicPartitionList::new();
+    for topic in topics {
+        match consumer.fetch_metadata(Some(topic), timeout) {
+            Ok(metadata) => {
+                for t in metadata.topics() {
+                    for p in t.partitions() {
+                        tpl.add_partition(t.name(), p.id());
+                    }
+                }
+            }
+            Err(e) => check.warnings.push(format!(
+                "cannot read the partitions of topic '{topic}': {e}"
+            )),
+        }
+    }
+    if tpl.count() > 0 {
+        match consumer.committed_offsets(tpl, timeout) {
+            Ok(committed) => {
+                let with_offsets: Vec<String> = committed
+                    .elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(o) if o >= 0 => {
+                            Some(format!("{}-{}@{o}", e.topic(), e.partition()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if !with_offsets.is_empty() {
+                    check.consumer_group_evidence.push(format!(
+                        "consumer group '{group}' has committed offsets ({})",
+                        with_offsets.join(",")
+                    ));
+                }
+            }
+            Err(e) => check.warnings.push(format!(
+                "cannot read the committed offsets of group '{group}': {e}"
+            )),
+        }
+    }
+    Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watermark_stops_at_the_first_record_in_flight() {
+        let mut t = OffsetTracker::default();
+        for o in 0..5 {
+            t.delivered("t", 0, o);
+        }
+        t.done("t", 0, 0);
+        t.done("t", 0, 1);
+        t.done("t", 0, 3);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 2)]);
+        t.done("t", 0, 2);
+        t.done("t", 0, 4);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 5)]);
+        t.committed(&[(("t".to_owned(), 0), 5)]);
+        assert!(t.to_commit().is_empty(), "nothing moved since the commit");
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_rewound_partition_is_not_committed_past_the_rewind() {
+        let mut t = OffsetTracker::default();
+        for o in 10..15 {
+            t.delivered("t", 1, o);
+        }
+        t.done("t", 1, 10);
+        t.done("t", 1, 11);
+        t.rewind("t", 1, 12);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 1), 12)]);
+        // A late verdict for a rewound record does not move the watermark past 12.
+        t.done("t", 1, 13);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 1), 12)]);
+    }
+
+    #[test]
+    fn forgotten_partitions_return_what_was_left_to_commit() {
+        let mut t = OffsetTracker::default();
+        t.delivered("a", 0, 0);
+        t.delivered("b", 0, 7);
+        t.done("a", 0, 0);
+        let left = t.forget(&[("a".to_owned(), 0)]);
+        assert_eq!(left, vec![(("a".to_owned(), 0), 1)]);
+        t.done("a", 0, 0);
+        assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn overrides_of_owned_keys_are_ignored() {
+        let mut config = ClassicConfig::new("127.0.0.1:1", "g");
+        config
+            .overrides
+            .insert("enable.auto.commit".into(), "true".into());
+        config
+            .overrides
+            .insert("fetch.min.bytes".into(), "1".into());
+        assert!(ClassicSource::connect(config).is_ok());
+    }
+}

@@ -1,0 +1,375 @@
+//! What we know about the cluster: brokers, topics (with ids), partition leaders, and one
+//! persistent connection per broker.
+//!
+//! Connections are kept for the life of the client and only replaced when they fail, with a
+//! growing backoff between attempts. That is good manners in general and required by the dev
+//! broker, which destroys every share session on a broker when *any* connection to it closes
+//! (brief §8.6 #9): a short-lived side connection would cost every member its sessions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    FindCoordinatorRequest, GroupId, MetadataRequest, MetadataResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use thiserror::Error;
+use tracing::{debug, info};
+use uuid::Uuid;
+
+use crate::connection::{Connection, ConnectionError};
+use crate::error_name;
+
+const FIND_COORDINATOR_KEY: i16 = 10;
+/// Metadata carries topic ids from v10; the crate goes up to v13.
+const METADATA_VERSIONS: (i16, i16) = (10, 13);
+const FIND_COORDINATOR_VERSIONS: (i16, i16) = (0, 6);
+/// First and longest wait between attempts to reach a broker that failed.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Errors of the cluster layer.
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    #[error("none of the bootstrap servers answered ({servers}); last error: {last}")]
+    NoBootstrap { servers: String, last: String },
+    #[error("broker id {id} is not in the cluster metadata (known: {known:?})")]
+    UnknownBroker { id: i32, known: Vec<i32> },
+    #[error("broker {addr} failed recently; next attempt in {wait:?} (last error: {last})")]
+    Backoff {
+        addr: String,
+        wait: Duration,
+        last: String,
+    },
+    #[error("FindCoordinator for group '{group}' failed with error {code} ({name}): {message}")]
+    Coordinator {
+        group: String,
+        code: i16,
+        name: String,
+        message: String,
+    },
+    #[error("Metadata request failed at the top level with error {code} ({name})")]
+    Metadata { code: i16, name: String },
+    #[error("invalid bootstrap server '{0}': expected host:port")]
+    BadBootstrap(String),
+}
+
+/// One topic as the latest metadata describes it.
+#[derive(Debug, Clone)]
+pub struct TopicMeta {
+    pub id: Uuid,
+    /// partition → leader broker id (-1 when there is none)
+    pub leaders: BTreeMap<i32, i32>,
+}
+
+#[derive(Default)]
+struct Meta {
+    brokers: HashMap<i32, String>,
+    topics: HashMap<Arc<str>, TopicMeta>,
+    names: HashMap<Uuid, Arc<str>>,
+}
+
+/// One broker address and its connection (or the memory of why it failed).
+#[derive(Default)]
+struct Slot {
+    conn: Option<Arc<Connection>>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: String,
+}
+
+/// The cluster as seen by one client. Shared by all its tasks.
+pub struct Cluster {
+    bootstrap: Vec<String>,
+    client_id: String,
+    request_timeout: Duration,
+    meta: Mutex<Meta>,
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Critical sections are plain map updates that cannot be left half-done by a panic.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Cluster {
+    /// Parse `bootstrap` ("host:port,host:port") and contact the first server that answers.
+    pub async fn connect(
+        bootstrap: &str,
+        client_id: &str,
+        request_timeout: Duration,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let servers: Vec<String> = bootstrap
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        for s in &servers {
+            if s.rsplit_once(':')
+                .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+            {
+                return Err(ClusterError::BadBootstrap(s.clone()));
+            }
+        }
+        if servers.is_empty() {
+            return Err(ClusterError::BadBootstrap(bootstrap.to_string()));
+        }
+        let cluster = Arc::new(Cluster {
+            bootstrap: servers,
+            client_id: client_id.to_string(),
+            request_timeout,
+            meta: Mutex::new(Meta::default()),
+            slots: Mutex::new(HashMap::new()),
+        });
+        cluster.refresh_metadata(&[]).await?;
+        Ok(cluster)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The connection to `addr`, opened if needed. A failed address is not retried before its
+    /// backoff has passed.
+    pub async fn connection_to(&self, addr: &str) -> Result<Arc<Connection>, ClusterError> {
+        let slot = {
+            let mut slots = locked(&self.slots);
+            Arc::clone(slots.entry(addr.to_string()).or_default())
+        };
+        let mut slot = slot.lock().await;
+        if let Some(conn) = &slot.conn {
+            if !conn.is_poisoned() {
+                return Ok(Arc::clone(conn));
+            }
+            slot.conn = None;
+        }
+        if let Some(at) = slot.retry_at {
+            let now = Instant::now();
+            if at > now {
+                return Err(ClusterError::Backoff {
+                    addr: addr.to_string(),
+                    wait: at - now,
+                    last: slot.last_error.clone(),
+                });
+            }
+        }
+        match Connection::connect(addr, &self.client_id, self.request_timeout).await {
+            Ok(conn) => {
+                let conn = Arc::new(conn);
+                slot.conn = Some(Arc::clone(&conn));
+                slot.failures = 0;
+                slot.retry_at = None;
+                debug!(%addr, "connected");
+                Ok(conn)
+            }
+            Err(e) => {
+                slot.failures = slot.failures.saturating_add(1);
+                let wait = BACKOFF_MIN
+                    .saturating_mul(1u32 << slot.failures.min(5).saturating_sub(1))
+                    .min(BACKOFF_MAX);
+                slot.retry_at = Some(Instant::now() + wait);
+                slot.last_error = e.to_string();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The connection to broker `id`.
+    pub async fn broker(&self, id: i32) -> Result<Arc<Connection>, ClusterError> {
+        let addr = {
+            let meta = locked(&self.meta);
+            match meta.brokers.get(&id) {
+                Some(addr) => addr.clone(),
+                None => {
+                    let mut known: Vec<i32> = meta.brokers.keys().copied().collect();
+                    known.sort_unstable();
+                    return Err(ClusterError::UnknownBroker { id, known });
+                }
+            }
+        };
+        self.connection_to(&addr).await
+    }
+
+    /// Some live connection: a known broker first (re-using its connection), else a bootstrap
+    /// server.
+    async fn any_connection(&self) -> Result<Arc<Connection>, ClusterError> {
+        let mut candidates: Vec<String> = {
+            let meta = locked(&self.meta);
+            let mut ids: Vec<_> = meta.brokers.iter().collect();
+            ids.sort();
+            ids.into_iter().map(|(_, a)| a.clone()).collect()
+        };
+        for b in &self.bootstrap {
+            if !candidates.contains(b) {
+                candidates.push(b.clone());
+            }
+        }
+        let mut last = String::from("no servers");
+        for addr in &candidates {
+            match self.connection_to(addr).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(ClusterError::NoBootstrap {
+            servers: self.bootstrap.join(","),
+            last,
+        })
+    }
+
+    /// Ask for metadata of `topics` (all brokers are always returned). An empty list asks for
+    /// no topics, not all of them.
+    pub async fn refresh_metadata(&self, topics: &[String]) -> Result<(), ClusterError> {
+        let conn = self.any_connection().await?;
+        let mut request = MetadataRequest::default();
+        request.topics = Some(
+            topics
+                .iter()
+                .map(|t| {
+                    let mut topic = MetadataRequestTopic::default();
+                    topic.name = Some(TopicName(StrBytes::from_string(t.clone())));
+                    topic
+                })
+                .collect(),
+        );
+        request.allow_auto_topic_creation = false;
+        let (response, _) = conn
+            .request_in_range(
+                &request,
+                METADATA_VERSIONS.0,
+                METADATA_VERSIONS.1,
+                self.request_timeout,
+            )
+            .await?;
+        self.apply_metadata(&response)
+    }
+
+    fn apply_metadata(&self, response: &MetadataResponse) -> Result<(), ClusterError> {
+        if response.error_code != 0 {
+            return Err(ClusterError::Metadata {
+                code: response.error_code,
+                name: error_name(response.error_code),
+            });
+        }
+        let mut meta = locked(&self.meta);
+        for b in &response.brokers {
+            meta.brokers
+                .insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
+        }
+        for t in &response.topics {
+            let Some(name) = &t.name else { continue };
+            if t.error_code != 0 {
+                debug!(
+                    topic = name.0.as_str(),
+                    code = t.error_code,
+                    "topic metadata error"
+                );
+                continue;
+            }
+            let name: Arc<str> = Arc::from(name.0.as_str());
+            let leaders = t
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.leader_id.0))
+                .collect();
+            meta.names.insert(t.topic_id, Arc::clone(&name));
+            meta.topics.insert(
+                name,
+                TopicMeta {
+                    id: t.topic_id,
+                    leaders,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The topic's name for an id, if metadata has seen it.
+    pub fn topic_name(&self, id: &Uuid) -> Option<Arc<str>> {
+        locked(&self.meta).names.get(id).cloned()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicMeta> {
+        locked(&self.meta).topics.get(name).cloned()
+    }
+
+    /// Record a leader learnt from a NOT_LEADER_OR_FOLLOWER answer, and the new leader's
+    /// address when the broker sent it.
+    pub fn set_leader(&self, topic: &str, partition: i32, leader: i32, addr: Option<String>) {
+        let mut meta = locked(&self.meta);
+        if let Some(addr) = addr {
+            meta.brokers.insert(leader, addr);
+        }
+        if let Some(t) = meta.topics.get_mut(topic) {
+            t.leaders.insert(partition, leader);
+            info!(topic, partition, leader, "partition leader moved");
+        }
+    }
+
+    /// Find the group coordinator (key type 0, GROUP) and return its broker id.
+    pub async fn find_coordinator(&self, group: &str) -> Result<i32, ClusterError> {
+        let conn = self.any_connection().await?;
+        let version = conn.pick(
+            FIND_COORDINATOR_KEY,
+            FIND_COORDINATOR_VERSIONS.0,
+            FIND_COORDINATOR_VERSIONS.1,
+        )?;
+        let mut request = FindCoordinatorRequest::default();
+        request.key_type = 0;
+        if version < 4 {
+            request.key = StrBytes::from_string(group.to_string());
+        } else {
+            request.coordinator_keys = vec![StrBytes::from_string(group.to_string())];
+        }
+        let response = conn
+            .request(&request, version, self.request_timeout)
+            .await?;
+        let (code, message, node, host, port) = if version < 4 {
+            (
+                response.error_code,
+                response.error_message.as_ref().map(|m| m.to_string()),
+                response.node_id.0,
+                response.host.to_string(),
+                response.port,
+            )
+        } else {
+            match response.coordinators.first() {
+                Some(c) => (
+                    c.error_code,
+                    c.error_message.as_ref().map(|m| m.to_string()),
+                    c.node_id.0,
+                    c.host.to_string(),
+                    c.port,
+                ),
+                None => (
+                    -1,
+                    Some("response lists no coordinator".to_string()),
+                    -1,
+                    String::new(),
+                    0,
+                ),
+            }
+        };
+        if code != 0 {
+            return Err(ClusterError::Coordinator {
+                group: group.to_string(),
+                code,
+                name: error_name(code),
+                message: message.unwrap_or_default(),
+            });
+        }
+        locked(&self.meta)
+            .brokers
+            .insert(node, format!("{host}:{port}"));
+        Ok(node)
+    }
+
+    /// The group id wrapper kafka-protocol wants.
+    pub fn group_id(group: &str) -> GroupId {
+        GroupId(StrBytes::from_string(group.to_string()))
+    }
+}

@@ -1,0 +1,237 @@
+//! [`IdempotentProducer`]: a thin rdkafka producer for the records Spillway writes itself —
+//! dead letters and the `kafka` sink's replicated records.
+//!
+//! It is idempotent (`enable.idempotence=true`: no duplicates from internal retries, order kept
+//! per partition) and [`send_all`](IdempotentProducer::send_all) returns only once the broker has
+//! confirmed every record, because callers settle source records on that confirmation: a dead
+//! letter must be written before its record is rejected, a replicated record before it is
+//! accepted.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::join_all;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+
+/// Why a record was not written.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProduceError {
+    #[error("cannot create a producer for {bootstrap}: {reason}")]
+    Create { bootstrap: String, reason: String },
+    #[error("record for {topic} (partition {partition:?}) was not written: {reason}")]
+    Delivery {
+        topic: String,
+        partition: Option<i32>,
+        reason: String,
+        /// Whether sending it again may succeed (a timeout, an unavailable leader) or not
+        /// (too large, no such partition, not authorized).
+        retriable: bool,
+    },
+    #[error("the producer for {bootstrap} could not flush within {timeout:?}: {reason}")]
+    Flush {
+        bootstrap: String,
+        timeout: Duration,
+        reason: String,
+    },
+}
+
+/// One record to write. `partition: None` lets the producer's partitioner (murmur2 of the key,
+/// as the Java client) choose.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutRecord {
+    pub topic: String,
+    pub partition: Option<i32>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Milliseconds since the epoch; `None` lets the producer stamp it.
+    pub timestamp: Option<i64>,
+}
+
+/// Where the broker stored a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// An idempotent producer. Cheap to clone (the rdkafka handle is shared).
+#[derive(Clone)]
+pub struct IdempotentProducer {
+    inner: FutureProducer,
+    bootstrap: String,
+}
+
+impl std::fmt::Debug for IdempotentProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotentProducer")
+            .field("bootstrap", &self.bootstrap)
+            .finish()
+    }
+}
+
+impl IdempotentProducer {
+    /// A producer for `bootstrap`; `overrides` are librdkafka/Java producer settings applied
+    /// last (`producer.override.*` with the prefix removed), except that idempotence stays on.
+    pub fn new<'a>(
+        bootstrap: &str,
+        overrides: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<IdempotentProducer, ProduceError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "30000");
+        for (key, value) in overrides {
+            config.set(key, value);
+        }
+        // Set last so an override cannot turn it off: callers rely on it.
+        config.set("enable.idempotence", "true");
+        let inner: FutureProducer = config.create().map_err(|e| ProduceError::Create {
+            bootstrap: bootstrap.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(IdempotentProducer {
+            inner,
+            bootstrap: bootstrap.to_owned(),
+        })
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Writes one record and waits for the broker's confirmation.
+    pub async fn send(&self, record: &OutRecord) -> Result<Written, ProduceError> {
+        let mut all = self.send_all(std::slice::from_ref(record)).await;
+        // send_all returns one result per input record, and there is exactly one.
+        all.pop().unwrap_or_else(|| {
+            Err(ProduceError::Delivery {
+                topic: record.topic.clone(),
+                partition: record.partition,
+                reason: "no delivery report".into(),
+                retriable: true,
+            })
+        })
+    }
+
+    /// Writes `records` (pipelined) and returns one result per record, in input order, once
+    /// every record is confirmed or failed.
+    pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
+        let pending = records.iter().map(|record| {
+            let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+            if let Some(p) = record.partition {
+                future_record = future_record.partition(p);
+            }
+            if let Some(k) = &record.key {
+                future_record = future_record.key(k.as_ref());
+            }
+            if let Some(v) = &record.value {
+                future_record = future_record.payload(v.as_ref());
+            }
+            if let Some(ts) = record.timestamp {
+                future_record = future_record.timestamp(ts);
+            }
+            if !record.headers.is_empty() {
+                let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+                for (name, value) in &record.headers {
+                    headers = headers.insert(Header {
+                        key: name,
+                        value: value.as_deref(),
+                    });
+                }
+                future_record = future_record.headers(headers);
+            }
+            // Waits for queue space rather than failing when the local queue is full.
+            self.inner.send(future_record, Timeout::Never)
+        });
+        join_all(pending)
+            .await
+            .into_iter()
+            .zip(records)
+            .map(|(result, record)| {
+                result
+                    .map(|delivery| Written {
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                    })
+                    .map_err(|(e, _)| ProduceError::Delivery {
+                        topic: record.topic.clone(),
+                        partition: record.partition,
+                        retriable: !is_permanent(&e),
+                        reason: e.to_string(),
+                    })
+            })
+            .collect()
+    }
+
+    /// Waits until everything sent so far is confirmed (blocking: call it off the async path).
+    pub fn flush(&self, timeout: Duration) -> Result<(), ProduceError> {
+        self.inner.flush(timeout).map_err(|e| ProduceError::Flush {
+            bootstrap: self.bootstrap.clone(),
+            timeout,
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl ProduceError {
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ProduceError::Delivery { retriable, .. } => *retriable,
+            ProduceError::Create { .. } => false,
+            ProduceError::Flush { .. } => true,
+        }
+    }
+}
+
+/// Errors that sending the same record again cannot fix.
+fn is_permanent(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::MessageSizeTooLarge
+                | C::InvalidMessageSize
+                | C::InvalidMessage
+                | C::UnknownPartition
+                | C::UnknownTopic
+                | C::TopicAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::InvalidRecord
+                | C::InvalidTimestamp
+        )
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unusable_override_is_refused_naming_the_bootstrap() {
+        let err = IdempotentProducer::new("127.0.0.1:1", [("no.such.setting", "1")])
+            .expect_err("librdkafka refuses unknown settings");
+        let text = err.to_string();
+        assert!(text.contains("127.0.0.1:1"), "{text}");
+        assert!(text.contains("no.such.setting"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_record_to_an_unreachable_cluster_fails_naming_its_topic() {
+        let producer = IdempotentProducer::new("127.0.0.1:1", [("message.timeout.ms", "300")])
+            .expect("created");
+        let err = producer
+            .send(&OutRecord {
+                topic: "dlq".into(),
+                value: Some(Bytes::from_static(b"x")),
+                ..OutRecord::default()
+            })
+            .await
+            .expect_err("nothing listens on port 1");
+        assert!(err.to_string().starts_with("record for dlq"), "{err}");
+    }
+}

@@ -1,0 +1,506 @@
+//! [`ShareConsumer`]: a member of a share group that polls records and acknowledges them.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), spillway_kafka::share::ShareError> {
+//! use std::time::Duration;
+//! use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
+//! let mut consumer = ShareConsumer::connect(ShareConsumerConfig::new("127.0.0.1:9092", "g")).await?;
+//! consumer.subscribe(&["orders"]);
+//! for record in consumer.poll(Duration::from_secs(1)).await? {
+//!     consumer.acknowledge(&record, AcknowledgeType::Accept)?;
+//! }
+//! let results = consumer.commit_sync(Duration::from_secs(5)).await?;
+//! consumer.close().await?;
+//! # let _ = results; Ok(()) }
+//! ```
+//!
+//! Inside, three kinds of task run: the heartbeat ([`super::membership`]), a router that maps
+//! the assignment onto partition leaders and keeps metadata fresh, and one fetch task per
+//! broker (`super::fetch`). `poll` only takes what the fetch tasks have already delivered, so
+//! fetching overlaps with the application's processing.
+//!
+//! Records that were delivered but not acknowledged when the consumer closes are released by
+//! the broker and count as a delivery attempt (brief §5.4).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use super::ack::Ledger;
+use super::fetch::{
+    lock_ledger, spawn_broker, BrokerHandle, Command, Delivery, FetchContext, FetchParams,
+};
+use super::membership::{self, Assignment, MemberState, MembershipLink};
+use super::{AckError, AcknowledgeType, CommitResult, ShareError, ShareRecord, ShareSource, Tp};
+use crate::cluster::Cluster;
+
+/// Settings of a [`ShareConsumer`]. Names follow the Java client's where one exists.
+#[derive(Debug, Clone)]
+pub struct ShareConsumerConfig {
+    /// `bootstrap.servers`: "host:port,host:port".
+    pub bootstrap_servers: String,
+    /// `group.id`: the share group.
+    pub group_id: String,
+    /// `client.id`, sent in every request header.
+    pub client_id: String,
+    /// `max.poll.records`: most records one `poll` returns; also sent as MaxRecords.
+    pub max_poll_records: usize,
+    /// `fetch.max.wait.ms`
+    pub fetch_max_wait: Duration,
+    /// `fetch.min.bytes`
+    pub fetch_min_bytes: i32,
+    /// `fetch.max.bytes`
+    pub fetch_max_bytes: i32,
+    /// `request.timeout.ms`
+    pub request_timeout: Duration,
+    /// `metadata.max.age.ms`: how often metadata is refreshed to see new partitions and leaders.
+    pub metadata_max_age: Duration,
+    /// Batches per broker that may be fetched but not yet handed back by the application
+    /// (a batch is handed back at the next `poll`/`commit_sync`). 1 means: fetch from a broker
+    /// again once the previous batch's acks can ride along — best on the dev broker, which
+    /// re-sends held records (brief §8.6 #14). 2 overlaps fetching with processing.
+    pub fetch_buffer_batches: usize,
+}
+
+impl ShareConsumerConfig {
+    pub fn new(bootstrap_servers: &str, group_id: &str) -> ShareConsumerConfig {
+        ShareConsumerConfig {
+            bootstrap_servers: bootstrap_servers.to_string(),
+            group_id: group_id.to_string(),
+            client_id: "spillway".to_string(),
+            max_poll_records: 500,
+            fetch_max_wait: Duration::from_millis(500),
+            fetch_min_bytes: 1,
+            fetch_max_bytes: 52_428_800,
+            request_timeout: Duration::from_secs(30),
+            metadata_max_age: Duration::from_secs(30),
+            fetch_buffer_batches: 1,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ShareError> {
+        if self.group_id.is_empty() {
+            return Err(ShareError::Config(
+                "group_id is empty; a share group needs a non-empty id".into(),
+            ));
+        }
+        if self.max_poll_records == 0 || self.max_poll_records > i32::MAX as usize {
+            return Err(ShareError::Config(format!(
+                "max_poll_records = {} is out of range; expected 1..={}",
+                self.max_poll_records,
+                i32::MAX
+            )));
+        }
+        if self.fetch_max_bytes <= 0 || self.fetch_min_bytes < 0 {
+            return Err(ShareError::Config(format!(
+                "fetch_min_bytes = {} / fetch_max_bytes = {} must be >= 0 / > 0",
+                self.fetch_min_bytes, self.fetch_max_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A native KIP-932 share-group consumer.
+pub struct ShareConsumer {
+    config: ShareConsumerConfig,
+    member_id: String,
+    ledger: Arc<Mutex<Ledger>>,
+    brokers: Arc<Mutex<HashMap<i32, BrokerHandle>>>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    buffer: VecDeque<ShareRecord>,
+    /// Fetch permits of the batches handed out by the last `poll`. Returned at the next `poll`
+    /// (or `commit_sync`), when the application has had its chance to acknowledge them, so the
+    /// next fetch to that broker carries those acks. Fetching while still holding them would
+    /// make the dev broker re-send them (brief §8.6 #14), which costs it as much as new records.
+    permits: Vec<OwnedSemaphorePermit>,
+    subscription: watch::Sender<Vec<String>>,
+    fatal: Arc<Mutex<Option<ShareError>>>,
+    epoch: Arc<Mutex<i32>>,
+    leave: Option<oneshot::Sender<oneshot::Sender<()>>>,
+    heartbeat: JoinHandle<()>,
+    router: JoinHandle<()>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section here is a single map operation; a panic cannot tear the data.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ShareConsumer {
+    /// Contact the cluster and start the background tasks. Nothing is fetched before
+    /// [`ShareConsumer::subscribe`].
+    pub async fn connect(config: ShareConsumerConfig) -> Result<ShareConsumer, ShareError> {
+        config.validate()?;
+        let cluster = Cluster::connect(
+            &config.bootstrap_servers,
+            &config.client_id,
+            config.request_timeout,
+        )
+        .await?;
+        let member_id = membership::new_member_id();
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
+        let router_wake = Arc::new(Notify::new());
+        let max_records = config.max_poll_records as i32;
+        let ctx = Arc::new(FetchContext {
+            cluster: Arc::clone(&cluster),
+            group_id: Cluster::group_id(&config.group_id),
+            member_id: StrBytes::from_string(member_id.clone()),
+            ledger: Arc::clone(&ledger),
+            deliveries: deliveries_tx,
+            router: Arc::clone(&router_wake),
+            params: FetchParams {
+                max_wait: config.fetch_max_wait,
+                min_bytes: config.fetch_min_bytes,
+                max_bytes: config.fetch_max_bytes,
+                max_records,
+                batch_size: max_records,
+                request_timeout: config.request_timeout,
+                buffered_batches: config.fetch_buffer_batches,
+            },
+        });
+        let (subscription, subscription_rx) = watch::channel(Vec::new());
+        let (assignment_tx, assignment_rx) = watch::channel(None);
+        let (leave_tx, leave_rx) = oneshot::channel();
+        let fatal = Arc::new(Mutex::new(None));
+        let epoch = Arc::new(Mutex::new(0));
+        let heartbeat = tokio::spawn(membership::run(
+            MemberState::new(member_id.clone()),
+            MembershipLink {
+                group: config.group_id.clone(),
+                cluster: Arc::clone(&cluster),
+                subscription: subscription_rx.clone(),
+                assignment: assignment_tx,
+                epoch: Arc::clone(&epoch),
+                fatal: Arc::clone(&fatal),
+                leave: leave_rx,
+                request_timeout: config.request_timeout,
+            },
+        ));
+        let brokers = Arc::new(Mutex::new(HashMap::new()));
+        let router = tokio::spawn(route(Router {
+            ctx,
+            brokers: Arc::clone(&brokers),
+            assignment: assignment_rx,
+            subscription: subscription_rx,
+            wake: router_wake,
+            refresh_every: config.metadata_max_age,
+        }));
+        Ok(ShareConsumer {
+            config,
+            member_id,
+            ledger,
+            brokers,
+            deliveries,
+            buffer: VecDeque::new(),
+            permits: Vec::new(),
+            subscription,
+            fatal,
+            epoch,
+            leave: Some(leave_tx),
+            heartbeat,
+            router,
+        })
+    }
+
+    /// This member's id (a Kafka Uuid string, generated by us and kept for our lifetime).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The member epoch from the latest successful heartbeat (0 before joining).
+    pub fn member_epoch(&self) -> i32 {
+        *locked(&self.epoch)
+    }
+
+    /// Join the group (or change the subscription) for these topics.
+    pub fn subscribe<S: AsRef<str>>(&mut self, topics: &[S]) {
+        let mut topics: Vec<String> = topics.iter().map(|t| t.as_ref().to_string()).collect();
+        topics.sort();
+        topics.dedup();
+        self.subscription.send_replace(topics);
+    }
+
+    /// Records acquired for this member, at most `max_poll_records`; empty after `timeout`.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>, ShareError> {
+        if let Some(ShareError::Fatal {
+            group,
+            code,
+            name,
+            message,
+        }) = &*locked(&self.fatal)
+        {
+            return Err(ShareError::Fatal {
+                group: group.clone(),
+                code: *code,
+                name: name.clone(),
+                message: message.clone(),
+            });
+        }
+        self.permits.clear();
+        let max = self.config.max_poll_records;
+        if self.buffer.len() < max {
+            if self.buffer.is_empty() {
+                let deadline = Instant::now() + timeout;
+                match tokio::time::timeout_at(deadline.into(), self.deliveries.recv()).await {
+                    Ok(Some(d)) => self.take(d)?,
+                    Ok(None) => return Err(ShareError::Closed),
+                    Err(_) => return Ok(Vec::new()),
+                }
+            }
+            while self.buffer.len() < max {
+                match self.deliveries.try_recv() {
+                    Ok(d) => self.take(d)?,
+                    Err(_) => break,
+                }
+            }
+        }
+        let n = self.buffer.len().min(max);
+        Ok(self.buffer.drain(..n).collect())
+    }
+
+    fn take(&mut self, delivery: Delivery) -> Result<(), ShareError> {
+        match delivery {
+            Delivery::Records(records, permit) => {
+                self.buffer.extend(records);
+                self.permits.push(permit);
+                Ok(())
+            }
+            Delivery::Error(e) => Err(e),
+        }
+    }
+
+    /// Settle a held record. Sent with the next request to the record's leader.
+    pub fn acknowledge(
+        &self,
+        record: &ShareRecord,
+        kind: AcknowledgeType,
+    ) -> Result<(), ShareError> {
+        self.acknowledge_offset(&record.topic, record.partition, record.offset, kind)
+    }
+
+    /// Settle a held record named by topic, partition and offset.
+    pub fn acknowledge_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        kind: AcknowledgeType,
+    ) -> Result<(), ShareError> {
+        lock_ledger(&self.ledger)
+            .acknowledge(topic, partition, offset, kind)
+            .map(|_| ())
+    }
+
+    /// Settle many held records with one lock; stops at the first record not held.
+    pub fn acknowledge_all<'a>(
+        &self,
+        records: impl IntoIterator<Item = &'a ShareRecord>,
+        kind: AcknowledgeType,
+    ) -> Result<(), ShareError> {
+        let mut ledger = lock_ledger(&self.ledger);
+        for r in records {
+            ledger.acknowledge(&r.topic, r.partition, r.offset, kind)?;
+        }
+        Ok(())
+    }
+
+    /// Send every acknowledgement made so far (ShareAcknowledge to each leader that has some)
+    /// and report, per partition, the outcome of every acknowledgement completed since the
+    /// previous call — including those that rode on fetches and those that failed locally.
+    pub async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResult, ShareError> {
+        let waits: Vec<_> = {
+            let brokers = locked(&self.brokers);
+            brokers
+                .values()
+                .filter_map(|h| {
+                    let (tx, rx) = oneshot::channel();
+                    h.commands.send(Command::Flush(tx)).ok().map(|_| rx)
+                })
+                .collect()
+        };
+        // After the flush requests, so that a woken broker task sees the flush first and the
+        // acks go out as ShareAcknowledge rather than riding on a new fetch.
+        self.permits.clear();
+        let timed_out = tokio::time::timeout(timeout, futures::future::join_all(waits))
+            .await
+            .is_err();
+        let mut ledger = lock_ledger(&self.ledger);
+        let mut results = ledger.take_results();
+        if timed_out {
+            for (topic, partition) in ledger.pending_partitions() {
+                results
+                    .entry((topic.clone(), partition))
+                    .or_insert(Err(AckError::Timeout {
+                        topic,
+                        partition,
+                        after: timeout,
+                    }));
+            }
+        }
+        Ok(results)
+    }
+
+    /// Send pending acknowledgements while closing every share session (ShareAcknowledge with
+    /// epoch -1), then leave the group (heartbeat epoch -1). Returns the outcome of the
+    /// acknowledgements not yet reported. Unacknowledged records are released by the broker.
+    pub async fn close(mut self) -> Result<CommitResult, ShareError> {
+        self.router.abort();
+        let timeout = self.config.request_timeout;
+        let waits: Vec<_> = {
+            let brokers = locked(&self.brokers);
+            brokers
+                .values()
+                .filter_map(|h| {
+                    let (tx, rx) = oneshot::channel();
+                    h.commands.send(Command::Close(tx)).ok().map(|_| rx)
+                })
+                .collect()
+        };
+        if tokio::time::timeout(timeout, futures::future::join_all(waits))
+            .await
+            .is_err()
+        {
+            debug!("closing share sessions timed out");
+        }
+        if let Some(leave) = self.leave.take() {
+            let (tx, rx) = oneshot::channel();
+            if leave.send(tx).is_ok() {
+                let _ = tokio::time::timeout(timeout, rx).await;
+            }
+        }
+        let results = lock_ledger(&self.ledger).take_results();
+        Ok(results)
+    }
+}
+
+impl Drop for ShareConsumer {
+    fn drop(&mut self) {
+        self.router.abort();
+        self.heartbeat.abort();
+        for h in locked(&self.brokers).values() {
+            h.task.abort();
+        }
+    }
+}
+
+impl ShareSource for ShareConsumer {
+    async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>, ShareError> {
+        ShareConsumer::poll(self, timeout).await
+    }
+
+    fn acknowledge(&self, record: &ShareRecord, kind: AcknowledgeType) -> Result<(), ShareError> {
+        ShareConsumer::acknowledge(self, record, kind)
+    }
+
+    async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResult, ShareError> {
+        ShareConsumer::commit_sync(self, timeout).await
+    }
+
+    async fn close(self) -> Result<CommitResult, ShareError> {
+        ShareConsumer::close(self).await
+    }
+}
+
+/// Maps the assignment (topic ids → partitions) onto leaders and tells each broker task which
+/// partitions to fetch.
+struct Router {
+    ctx: Arc<FetchContext>,
+    brokers: Arc<Mutex<HashMap<i32, BrokerHandle>>>,
+    assignment: watch::Receiver<Option<Arc<Assignment>>>,
+    subscription: watch::Receiver<Vec<String>>,
+    wake: Arc<Notify>,
+    refresh_every: Duration,
+}
+
+/// Least time between two metadata refreshes triggered by fetch errors.
+const MIN_REFRESH_GAP: Duration = Duration::from_millis(200);
+
+async fn route(mut r: Router) {
+    let mut last_refresh = Instant::now();
+    let mut need_refresh = true;
+    loop {
+        if need_refresh {
+            let wait = MIN_REFRESH_GAP.saturating_sub(last_refresh.elapsed());
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            let topics = r.subscription.borrow().clone();
+            if let Err(e) = r.ctx.cluster.refresh_metadata(&topics).await {
+                debug!(%e, "metadata refresh failed");
+            }
+            last_refresh = Instant::now();
+        }
+        let assignment = r.assignment.borrow_and_update().clone();
+        let complete = distribute(&r, assignment.as_deref());
+        // Unknown topic ids or leaderless partitions: look again soon.
+        need_refresh = !complete;
+        let next = if complete {
+            r.refresh_every
+        } else {
+            MIN_REFRESH_GAP
+        };
+        tokio::select! {
+            changed = r.assignment.changed() => if changed.is_err() { return },
+            changed = r.subscription.changed() => {
+                if changed.is_err() { return }
+                need_refresh = true;
+            }
+            _ = r.wake.notified() => need_refresh = true,
+            _ = tokio::time::sleep(next) => need_refresh = true,
+        }
+    }
+}
+
+/// Give every broker task its wanted partitions. Returns false if some could not be placed.
+fn distribute(r: &Router, assignment: Option<&Assignment>) -> bool {
+    let cluster = &r.ctx.cluster;
+    let mut wanted: HashMap<i32, BTreeSet<Tp>> = HashMap::new();
+    let mut complete = true;
+    for (id, partitions) in assignment.into_iter().flatten() {
+        let Some(name) = cluster.topic_name(id) else {
+            complete = false;
+            continue;
+        };
+        let Some(meta) = cluster.topic(&name) else {
+            complete = false;
+            continue;
+        };
+        for &p in partitions {
+            match meta.leaders.get(&p) {
+                Some(&leader) if leader >= 0 => {
+                    wanted.entry(leader).or_default().insert(Tp {
+                        topic: Arc::clone(&name),
+                        id: *id,
+                        partition: p,
+                    });
+                }
+                _ => complete = false,
+            }
+        }
+    }
+    let mut brokers = locked(&r.brokers);
+    for &id in wanted.keys() {
+        brokers
+            .entry(id)
+            .or_insert_with(|| spawn_broker(id, Arc::clone(&r.ctx)));
+    }
+    for (id, handle) in brokers.iter() {
+        let set = Arc::new(wanted.remove(id).unwrap_or_default());
+        handle.wanted.send_if_modified(|old| {
+            if **old == *set {
+                false
+            } else {
+                *old = Arc::clone(&set);
+                true
+            }
+        });
+    }
+    complete
+}

@@ -1,0 +1,1083 @@
+//! One task per broker: ShareFetch and ShareAcknowledge on that broker's share session.
+//!
+//! The task owns the session, so requests to a broker are strictly one at a time (their epochs
+//! form one sequence, brief §4.1) while different brokers run concurrently. It keeps fetching
+//! ahead of the application, bounded by a small number of undelivered batches, and piggybacks
+//! the acknowledgements made since the previous request (brief §4.6). Responses become
+//! [`ShareRecord`]s here: only acquired offsets are delivered, acquired offsets without a
+//! deliverable record are acknowledged as GAP, and records we already hold are not delivered
+//! twice (brief §4.5).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckReqBatch,
+};
+use kafka_protocol::messages::share_fetch_request::{
+    AcknowledgementBatch as FetchAckBatch, FetchPartition, FetchTopic, ForgottenTopic,
+};
+use kafka_protocol::messages::share_fetch_response::AcquiredRecords;
+use kafka_protocol::messages::{
+    GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
+    ShareFetchResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use super::ack::{encode_batches, Acquire, Ledger, Owner, SentAcks, GAP};
+use super::session::{Plan, ShareSession, CLOSE_EPOCH};
+use super::{AckError, ShareError, ShareRecord, Tp};
+use crate::cluster::Cluster;
+use crate::connection::ConnectionError;
+use crate::error_name;
+
+const SHARE_FETCH_KEY: i16 = 78;
+const SHARE_ACKNOWLEDGE_KEY: i16 = 79;
+/// kafka-protocol 0.18 has only v1 of the share APIs (brief §1); v0 has another layout.
+const SHARE_API_VERSION: i16 = 1;
+/// How often an idle task checks for acknowledgements to send on their own.
+const ACK_TICK: Duration = Duration::from_millis(50);
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const REJECT: i8 = 3;
+/// librdkafka's answer for a partition we sent acks for that the response leaves out (§4.6).
+const INVALID_RECORD_STATE: i16 = 121;
+
+/// Fetch settings sent with every ShareFetch.
+#[derive(Debug, Clone)]
+pub(crate) struct FetchParams {
+    pub max_wait: Duration,
+    pub min_bytes: i32,
+    pub max_bytes: i32,
+    pub max_records: i32,
+    pub batch_size: i32,
+    pub request_timeout: Duration,
+    /// Undelivered batches one broker task may have waiting for the application.
+    pub buffered_batches: usize,
+}
+
+/// What the broker tasks of one consumer share.
+pub(crate) struct FetchContext {
+    pub cluster: Arc<Cluster>,
+    pub group_id: GroupId,
+    pub member_id: StrBytes,
+    pub ledger: Arc<Mutex<Ledger>>,
+    pub deliveries: mpsc::UnboundedSender<Delivery>,
+    /// Wakes the consumer's router: leaders moved or metadata looks stale.
+    pub router: Arc<Notify>,
+    pub params: FetchParams,
+}
+
+/// What a broker task hands to `poll`.
+pub(crate) enum Delivery {
+    /// Records, with the permit that bounds how far this broker fetches ahead.
+    Records(Vec<ShareRecord>, OwnedSemaphorePermit),
+    Error(ShareError),
+}
+
+pub(crate) enum Command {
+    /// Send all pending acknowledgements now, then answer.
+    Flush(oneshot::Sender<()>),
+    /// Send pending acknowledgements with epoch -1 (closing the session), answer, and stop.
+    Close(oneshot::Sender<()>),
+}
+
+/// The consumer's grip on one broker task.
+pub(crate) struct BrokerHandle {
+    pub commands: mpsc::UnboundedSender<Command>,
+    pub wanted: watch::Sender<Arc<BTreeSet<Tp>>>,
+    pub task: JoinHandle<()>,
+}
+
+pub(crate) fn lock_ledger(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
+    // Ledger methods leave it consistent at every return; a panic elsewhere cannot tear it.
+    ledger.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle {
+    let (commands, commands_rx) = mpsc::unbounded_channel();
+    let (wanted, wanted_rx) = watch::channel(Arc::new(BTreeSet::new()));
+    let permits = Arc::new(Semaphore::new(ctx.params.buffered_batches.max(1)));
+    let task = BrokerTask {
+        broker,
+        ctx,
+        session: ShareSession::new(),
+        commands: commands_rx,
+        wanted: wanted_rx,
+        permits,
+        flush_waiters: Vec::new(),
+        closing: None,
+        retry: RETRY_MIN,
+    };
+    BrokerHandle {
+        commands,
+        wanted,
+        task: tokio::spawn(task.run()),
+    }
+}
+
+struct BrokerTask {
+    broker: i32,
+    ctx: Arc<FetchContext>,
+    session: ShareSession,
+    commands: mpsc::UnboundedReceiver<Command>,
+    wanted: watch::Receiver<Arc<BTreeSet<Tp>>>,
+    permits: Arc<Semaphore>,
+    flush_waiters: Vec<oneshot::Sender<()>>,
+    closing: Option<oneshot::Sender<()>>,
+    retry: Duration,
+}
+
+/// Why the loop woke up while waiting.
+enum Wake {
+    Permit(OwnedSemaphorePermit),
+    Again,
+    AckTick,
+    Stop,
+}
+
+impl BrokerTask {
+    async fn run(mut self) {
+        loop {
+            while let Ok(cmd) = self.commands.try_recv() {
+                self.take_command(cmd);
+            }
+            if let Some(reply) = self.closing.take() {
+                self.close().await;
+                let _ = reply.send(());
+                for w in self.flush_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                return;
+            }
+            if !self.flush_waiters.is_empty() {
+                self.send_acks(self.session.epoch()).await;
+                for w in self.flush_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                continue;
+            }
+            let wanted = Arc::clone(&self.wanted.borrow_and_update());
+            let idle = wanted.is_empty() && self.session.partitions().is_empty();
+            let wake = if idle {
+                self.wait(None).await
+            } else {
+                let permits = Arc::clone(&self.permits);
+                self.wait(Some(permits)).await
+            };
+            match wake {
+                Wake::Stop => return,
+                Wake::Again => {}
+                Wake::AckTick => {
+                    let pending = lock_ledger(&self.ctx.ledger)
+                        .has_pending(self.broker, self.session.generation());
+                    if pending && self.session.is_open() {
+                        self.send_acks(self.session.epoch()).await;
+                    }
+                }
+                Wake::Permit(permit) => {
+                    while let Ok(cmd) = self.commands.try_recv() {
+                        self.take_command(cmd);
+                    }
+                    if self.closing.is_some() || !self.flush_waiters.is_empty() {
+                        // Serve the command first; the permit is taken again afterwards.
+                        drop(permit);
+                        continue;
+                    }
+                    self.fetch(&wanted, permit).await
+                }
+            }
+        }
+    }
+
+    fn take_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Flush(reply) => self.flush_waiters.push(reply),
+            Command::Close(reply) => self.closing = Some(reply),
+        }
+    }
+
+    /// Wait for a fetch permit (when given), a command, a change of wanted partitions, or the
+    /// ack tick.
+    async fn wait(&mut self, permits: Option<Arc<Semaphore>>) -> Wake {
+        let permit = async {
+            match permits {
+                Some(p) => p.acquire_owned().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        // Commands first: a flush or close that arrives together with a fetch permit is served
+        // before the fetch, so commit_sync's acks go out as ShareAcknowledge.
+        tokio::select! {
+            biased;
+            cmd = self.commands.recv() => match cmd {
+                Some(cmd) => { self.take_command(cmd); Wake::Again }
+                None => Wake::Stop,
+            },
+            p = permit => match p {
+                Some(p) => Wake::Permit(p),
+                None => Wake::Stop,
+            },
+            changed = self.wanted.changed() => match changed {
+                Ok(()) => Wake::Again,
+                Err(_) => Wake::Stop,
+            },
+            _ = tokio::time::sleep(ACK_TICK) => Wake::AckTick,
+        }
+    }
+
+    async fn backoff(&mut self) {
+        let wait = self.retry;
+        self.retry = (self.retry * 2).min(RETRY_MAX);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            cmd = self.commands.recv() => if let Some(cmd) = cmd { self.take_command(cmd) },
+        }
+    }
+
+    /// The session is gone: everything held through it is released by the broker, so unsent
+    /// and in-flight acks fail and the next request reopens at epoch 0.
+    fn lose_session(&mut self, sent: &SentAcks, reason: String) {
+        let broker = self.broker;
+        let mut ledger = lock_ledger(&self.ctx.ledger);
+        for (topic, partition, acks) in sent {
+            let err = AckError::SessionLost {
+                broker,
+                topic: topic.to_string(),
+                partition: *partition,
+                reason: reason.clone(),
+            };
+            ledger.complete(topic, *partition, acks, Err(err));
+        }
+        ledger.invalidate(broker, None, |topic, partition| AckError::SessionLost {
+            broker,
+            topic: topic.to_string(),
+            partition,
+            reason: reason.clone(),
+        });
+        drop(ledger);
+        self.session.reset();
+    }
+
+    /// Topic name → id for everything this session knows or is about to know.
+    fn topic_ids(&self, plan: &Plan) -> HashMap<Arc<str>, Uuid> {
+        self.session
+            .partitions()
+            .iter()
+            .chain(plan.adds.iter())
+            .chain(plan.forgets.iter())
+            .map(|tp| (Arc::clone(&tp.topic), tp.id))
+            .collect()
+    }
+
+    async fn fetch(&mut self, wanted: &BTreeSet<Tp>, permit: OwnedSemaphorePermit) {
+        let plan = self.session.plan(wanted);
+        if plan.epoch == 0 && plan.adds.is_empty() {
+            return;
+        }
+        // Never piggyback at epoch 0: the broker refuses acks on a session open (§4.1).
+        let sent = if self.session.is_open() {
+            lock_ledger(&self.ctx.ledger).take_pending(self.broker, self.session.generation())
+        } else {
+            Vec::new()
+        };
+        let ids = self.topic_ids(&plan);
+        let request = self.fetch_request(&plan, &sent, &ids);
+        let p = &self.ctx.params;
+        let timeout = p.request_timeout + p.max_wait;
+        let result = match self.ctx.cluster.broker(self.broker).await {
+            Ok(conn) => match conn.pick(SHARE_FETCH_KEY, SHARE_API_VERSION, SHARE_API_VERSION) {
+                Ok(v) => conn
+                    .request(&request, v, timeout)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => {
+                    // A broker without ShareFetch v1 (share groups off, or 4.0 early access).
+                    let reason = e.to_string();
+                    let _ = self.ctx.deliveries.send(Delivery::Error(e.into()));
+                    Err(reason)
+                }
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let response = match result {
+            Ok(r) => r,
+            Err(reason) => {
+                debug!(broker = self.broker, %reason, "ShareFetch failed");
+                self.lose_session(&sent, format!("ShareFetch failed: {reason}"));
+                self.backoff().await;
+                return;
+            }
+        };
+        if response.error_code != 0 {
+            let code = response.error_code;
+            debug!(broker = self.broker, code, "ShareFetch top-level error");
+            // The dev broker does not advance its epoch on a top-level error and a real one may
+            // not either; reopening is the safe path (brief §4.1 recommendation).
+            self.lose_session(
+                &sent,
+                format!("ShareFetch failed with error {code} ({})", error_name(code)),
+            );
+            if code == 100 {
+                self.ctx.router.notify_one();
+            }
+            if code == 35 || code == 42 || code == 30 {
+                let _ = self
+                    .ctx
+                    .deliveries
+                    .send(Delivery::Error(ShareError::Partition {
+                        broker: self.broker,
+                        topic: "*".into(),
+                        partition: -1,
+                        code,
+                        name: error_name(code),
+                    }));
+            }
+            self.backoff().await;
+            return;
+        }
+        self.retry = RETRY_MIN;
+        self.session.succeeded(&plan);
+        let received = Instant::now();
+        let lock_deadline =
+            received + Duration::from_millis(response.acquisition_lock_timeout_ms.max(0) as u64);
+        let owner = Owner {
+            broker: self.broker,
+            generation: self.session.generation(),
+        };
+        let (records, errors) =
+            self.absorb_fetch(&plan, &sent, &ids, response, owner, lock_deadline);
+        for e in errors {
+            let _ = self.ctx.deliveries.send(Delivery::Error(e));
+        }
+        if !records.is_empty() {
+            let _ = self.ctx.deliveries.send(Delivery::Records(records, permit));
+        }
+    }
+
+    fn fetch_request(
+        &self,
+        plan: &Plan,
+        sent: &SentAcks,
+        ids: &HashMap<Arc<str>, Uuid>,
+    ) -> ShareFetchRequest {
+        let mut topics: BTreeMap<Uuid, Vec<FetchPartition>> = BTreeMap::new();
+        for tp in &plan.adds {
+            let mut p = FetchPartition::default();
+            p.partition_index = tp.partition;
+            topics.entry(tp.id).or_default().push(p);
+        }
+        for (topic, partition, acks) in sent {
+            let Some(id) = ids.get(topic) else { continue };
+            let batches = encode_batches(acks)
+                .into_iter()
+                .map(|b| {
+                    let mut out = FetchAckBatch::default();
+                    out.first_offset = b.first;
+                    out.last_offset = b.last;
+                    out.acknowledge_types = b.types;
+                    out
+                })
+                .collect();
+            let list = topics.entry(*id).or_default();
+            match list.iter_mut().find(|p| p.partition_index == *partition) {
+                Some(p) => p.acknowledgement_batches = batches,
+                None => {
+                    let mut p = FetchPartition::default();
+                    p.partition_index = *partition;
+                    p.acknowledgement_batches = batches;
+                    list.push(p);
+                }
+            }
+        }
+        let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+        for tp in &plan.forgets {
+            forgotten.entry(tp.id).or_default().push(tp.partition);
+        }
+        let p = &self.ctx.params;
+        let mut request = ShareFetchRequest::default();
+        request.group_id = Some(self.ctx.group_id.clone());
+        request.member_id = Some(self.ctx.member_id.clone());
+        request.share_session_epoch = plan.epoch;
+        request.max_wait_ms = p.max_wait.as_millis().min(i32::MAX as u128) as i32;
+        request.min_bytes = p.min_bytes;
+        request.max_bytes = p.max_bytes;
+        request.max_records = p.max_records;
+        request.batch_size = p.batch_size;
+        request.topics = topics
+            .into_iter()
+            .map(|(id, partitions)| {
+                let mut t = FetchTopic::default();
+                t.topic_id = id;
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        request.forgotten_topics_data = forgotten
+            .into_iter()
+            .map(|(id, partitions)| {
+                let mut t = ForgottenTopic::default();
+                t.topic_id = id;
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        request
+    }
+
+    /// Apply a successful ShareFetch response: ack results first (a released record can come
+    /// back in the same response), then forgotten partitions, then partition data.
+    fn absorb_fetch(
+        &mut self,
+        plan: &Plan,
+        sent: &SentAcks,
+        ids: &HashMap<Arc<str>, Uuid>,
+        response: ShareFetchResponse,
+        owner: Owner,
+        lock_deadline: Instant,
+    ) -> (Vec<ShareRecord>, Vec<ShareError>) {
+        let broker = self.broker;
+        let mut names: HashMap<Uuid, Arc<str>> =
+            ids.iter().map(|(n, id)| (*id, Arc::clone(n))).collect();
+        let mut ack_codes: HashMap<(Uuid, i32), i16> = HashMap::new();
+        for t in &response.responses {
+            for p in &t.partitions {
+                ack_codes.insert((t.topic_id, p.partition_index), p.acknowledge_error_code);
+            }
+        }
+        let mut ledger = lock_ledger(&self.ctx.ledger);
+        for (topic, partition, acks) in sent {
+            let code = ids
+                .get(topic)
+                .and_then(|id| ack_codes.get(&(*id, *partition)).copied())
+                .unwrap_or(INVALID_RECORD_STATE);
+            ledger.complete(
+                topic,
+                *partition,
+                acks,
+                ack_result(broker, topic, *partition, code),
+            );
+        }
+        for tp in &plan.forgets {
+            // Forgetting releases whatever we still held there (§4.2).
+            ledger.invalidate(broker, Some((&tp.topic, tp.partition)), |t, p| {
+                AckError::SessionLost {
+                    broker,
+                    topic: t.to_string(),
+                    partition: p,
+                    reason: "the partition left this broker's session".into(),
+                }
+            });
+        }
+        let mut records = Vec::new();
+        let mut errors = Vec::new();
+        let endpoints: HashMap<i32, String> = response
+            .node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, format!("{}:{}", e.host.as_str(), e.port)))
+            .collect();
+        for t in response.responses {
+            let Some(topic) = names.get_mut(&t.topic_id).map(|n| Arc::clone(n)) else {
+                warn!(broker, topic_id = %t.topic_id, "ShareFetch response names a topic id we did not ask for");
+                continue;
+            };
+            for p in t.partitions {
+                match p.error_code {
+                    0 => {
+                        let outcome = absorb_partition(
+                            &mut ledger,
+                            &topic,
+                            p.partition_index,
+                            owner,
+                            &p.acquired_records,
+                            p.records.unwrap_or_default(),
+                            lock_deadline,
+                            &mut records,
+                        );
+                        if let Err(e) = outcome {
+                            errors.push(e);
+                        }
+                    }
+                    NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH => {
+                        let leader = p.current_leader.leader_id;
+                        // Acks for records acquired here must not go to the new leader (§4.7).
+                        ledger.invalidate(broker, Some((&topic, p.partition_index)), |t, p| {
+                            AckError::LeaderMoved {
+                                from: broker,
+                                topic: t.to_string(),
+                                partition: p,
+                            }
+                        });
+                        if leader >= 0 {
+                            self.ctx.cluster.set_leader(
+                                &topic,
+                                p.partition_index,
+                                leader,
+                                endpoints.get(&leader).cloned(),
+                            );
+                        }
+                        self.ctx.router.notify_one();
+                    }
+                    // Unknown topic/partition, storage or leader-epoch trouble: the router's
+                    // metadata refresh or the next heartbeat sorts it out (§4.7).
+                    3 | 9 | 56 | 75 | 78 | 100 | 103 => {
+                        debug!(broker, %topic, partition = p.partition_index, code = p.error_code, "partition not fetchable now");
+                        self.ctx.router.notify_one();
+                    }
+                    code => errors.push(ShareError::Partition {
+                        broker,
+                        topic: topic.to_string(),
+                        partition: p.partition_index,
+                        code,
+                        name: error_name(code),
+                    }),
+                }
+            }
+        }
+        (records, errors)
+    }
+
+    /// ShareAcknowledge of everything pending, at `epoch` (-1 closes the session).
+    async fn send_acks(&mut self, epoch: i32) {
+        if !self.session.is_open() {
+            return;
+        }
+        let sent =
+            lock_ledger(&self.ctx.ledger).take_pending(self.broker, self.session.generation());
+        if sent.is_empty() && epoch != CLOSE_EPOCH {
+            return;
+        }
+        let ids = self.topic_ids(&Plan::default());
+        let mut topics: BTreeMap<Uuid, Vec<AcknowledgePartition>> = BTreeMap::new();
+        for (topic, partition, acks) in &sent {
+            let Some(id) = ids.get(topic) else { continue };
+            let mut p = AcknowledgePartition::default();
+            p.partition_index = *partition;
+            p.acknowledgement_batches = encode_batches(acks)
+                .into_iter()
+                .map(|b| {
+                    let mut out = AckReqBatch::default();
+                    out.first_offset = b.first;
+                    out.last_offset = b.last;
+                    out.acknowledge_types = b.types;
+                    out
+                })
+                .collect();
+            topics.entry(*id).or_default().push(p);
+        }
+        let mut request = ShareAcknowledgeRequest::default();
+        request.group_id = Some(self.ctx.group_id.clone());
+        request.member_id = Some(self.ctx.member_id.clone());
+        request.share_session_epoch = epoch;
+        request.topics = topics
+            .into_iter()
+            .map(|(id, partitions)| {
+                let mut t = AcknowledgeTopic::default();
+                t.topic_id = id;
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        let timeout = self.ctx.params.request_timeout;
+        let result: Result<ShareAcknowledgeResponse, String> =
+            match self.ctx.cluster.broker(self.broker).await {
+                Ok(conn) => {
+                    match conn.pick(SHARE_ACKNOWLEDGE_KEY, SHARE_API_VERSION, SHARE_API_VERSION) {
+                        Ok(v) => conn
+                            .request(&request, v, timeout)
+                            .await
+                            .map_err(|e: ConnectionError| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            };
+        let response = match result {
+            Ok(r) if r.error_code == 0 => r,
+            Ok(r) => {
+                let code = r.error_code;
+                self.lose_session(
+                    &sent,
+                    format!(
+                        "ShareAcknowledge failed with error {code} ({})",
+                        error_name(code)
+                    ),
+                );
+                return;
+            }
+            Err(reason) => {
+                self.lose_session(&sent, format!("ShareAcknowledge failed: {reason}"));
+                return;
+            }
+        };
+        let broker = self.broker;
+        let mut codes: HashMap<(Uuid, i32), (i16, i32)> = HashMap::new();
+        for t in &response.responses {
+            for p in &t.partitions {
+                codes.insert(
+                    (t.topic_id, p.partition_index),
+                    (p.error_code, p.current_leader.leader_id),
+                );
+            }
+        }
+        let endpoints: HashMap<i32, String> = response
+            .node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, format!("{}:{}", e.host.as_str(), e.port)))
+            .collect();
+        let mut moved = Vec::new();
+        {
+            let mut ledger = lock_ledger(&self.ctx.ledger);
+            for (topic, partition, acks) in &sent {
+                let (code, leader) = ids
+                    .get(topic)
+                    .and_then(|id| codes.get(&(*id, *partition)).copied())
+                    .unwrap_or((INVALID_RECORD_STATE, -1));
+                ledger.complete(
+                    topic,
+                    *partition,
+                    acks,
+                    ack_result(broker, topic, *partition, code),
+                );
+                if matches!(code, NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH) {
+                    moved.push((Arc::clone(topic), *partition, leader));
+                }
+            }
+        }
+        for (topic, partition, leader) in moved {
+            if leader >= 0 {
+                self.ctx.cluster.set_leader(
+                    &topic,
+                    partition,
+                    leader,
+                    endpoints.get(&leader).cloned(),
+                );
+            }
+            self.ctx.router.notify_one();
+        }
+        if epoch == CLOSE_EPOCH {
+            self.session.reset();
+        } else {
+            self.session.acked();
+        }
+    }
+
+    /// Flush acks and close the session (epoch -1); the broker releases what we still hold.
+    async fn close(&mut self) {
+        if self.session.is_open() {
+            self.send_acks(CLOSE_EPOCH).await;
+        }
+        let broker = self.broker;
+        // Whatever is still held was released by the close (or by the lost session).
+        lock_ledger(&self.ctx.ledger).invalidate(broker, None, |topic, partition| {
+            AckError::SessionLost {
+                broker,
+                topic: topic.to_string(),
+                partition,
+                reason: "the consumer closed its session first".into(),
+            }
+        });
+        self.session.reset();
+    }
+}
+
+fn ack_result(broker: i32, topic: &str, partition: i32, code: i16) -> Result<(), AckError> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(AckError::Refused {
+            broker,
+            topic: topic.to_string(),
+            partition,
+            code,
+            name: error_name(code),
+        })
+    }
+}
+
+/// Turn one partition's acquired ranges and record bytes into deliveries and automatic acks.
+///
+/// - A record outside every acquired range is not ours: dropped.
+/// - A record inside a range is delivered, unless we already hold it (mock re-send) or it is a
+///   control record (then GAP).
+/// - An acquired offset that no record covers is acknowledged as GAP.
+/// - An undecodable batch is skipped; its acquired offsets are REJECTed (as Java and librdkafka
+///   do for CRC failures) and the error is returned, naming the partition and offsets.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn absorb_partition(
+    ledger: &mut Ledger,
+    topic: &Arc<str>,
+    partition: i32,
+    owner: Owner,
+    acquired: &[AcquiredRecords],
+    mut bytes: Bytes,
+    lock_deadline: Instant,
+    out: &mut Vec<ShareRecord>,
+) -> Result<(), ShareError> {
+    if acquired.is_empty() {
+        return Ok(());
+    }
+    let mut ranges: Vec<(i64, i64, i16)> = acquired
+        .iter()
+        .filter(|r| r.first_offset <= r.last_offset)
+        .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
+        .collect();
+    ranges.sort_unstable();
+    let find = |offset: i64| -> Option<i16> {
+        let i = ranges.partition_point(|r| r.1 < offset);
+        ranges.get(i).filter(|r| r.0 <= offset).map(|r| r.2)
+    };
+    // Offsets a record (or a corrupt batch) accounted for; the rest become GAP.
+    let mut covered: Vec<i64> = Vec::new();
+    let mut corrupt: Option<ShareError> = None;
+    while bytes.len() >= 12 {
+        let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
+        let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or([0; 4]));
+        if len < 0 {
+            corrupt.get_or_insert(corrupt_error(
+                topic,
+                partition,
+                base,
+                base,
+                i64::MAX,
+                format!("negative batch length {len}"),
+            ));
+            break;
+        }
+        let total = 12usize.saturating_add(len as usize);
+        if bytes.len() < total {
+            // A partial batch at the end is normal: the broker cuts at MaxBytes.
+            break;
+        }
+        let mut batch = bytes.split_to(total);
+        let last_delta = if total >= 27 {
+            i32::from_be_bytes(batch[23..27].try_into().unwrap_or([0; 4])) as i64
+        } else {
+            0
+        };
+        match RecordBatchDecoder::decode(&mut batch) {
+            Ok(set) => {
+                for record in set.records {
+                    let Some(delivery_count) = find(record.offset) else {
+                        continue;
+                    };
+                    covered.push(record.offset);
+                    if record.control {
+                        ledger.auto_ack(
+                            topic,
+                            partition,
+                            owner,
+                            record.offset,
+                            delivery_count,
+                            GAP,
+                        );
+                        continue;
+                    }
+                    if ledger.acquire(topic, partition, owner, record.offset, delivery_count)
+                        == Acquire::Duplicate
+                    {
+                        continue;
+                    }
+                    out.push(ShareRecord {
+                        topic: Arc::clone(topic),
+                        partition,
+                        offset: record.offset,
+                        key: record.key,
+                        value: record.value,
+                        headers: record
+                            .headers
+                            .into_iter()
+                            .map(|(k, v)| (k.as_str().to_string(), v))
+                            .collect(),
+                        timestamp: record.timestamp,
+                        delivery_count,
+                        lock_deadline,
+                    });
+                }
+            }
+            Err(e) => {
+                let last = base.saturating_add(last_delta.max(0));
+                let mut first_rejected = None;
+                let mut last_rejected = None;
+                for &(f, l, dc) in &ranges {
+                    let (lo, hi) = (f.max(base), l.min(last));
+                    for offset in lo..=hi {
+                        covered.push(offset);
+                        ledger.auto_ack(topic, partition, owner, offset, dc, REJECT);
+                        first_rejected.get_or_insert(offset);
+                        last_rejected = Some(offset);
+                    }
+                }
+                if let (Some(first), Some(last)) = (first_rejected, last_rejected) {
+                    corrupt.get_or_insert(corrupt_error(
+                        topic,
+                        partition,
+                        base,
+                        first,
+                        last,
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    covered.sort_unstable();
+    covered.dedup();
+    let mut seen = covered.iter().peekable();
+    for &(first, last, dc) in &ranges {
+        for offset in first..=last {
+            while seen.peek().is_some_and(|o| **o < offset) {
+                seen.next();
+            }
+            if seen.peek() == Some(&&offset) {
+                continue;
+            }
+            ledger.auto_ack(topic, partition, owner, offset, dc, GAP);
+        }
+    }
+    match corrupt {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn corrupt_error(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    first: i64,
+    last: i64,
+    reason: String,
+) -> ShareError {
+    ShareError::CorruptRecords {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        first,
+        last,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::share::AcknowledgeType;
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    const OWNER: Owner = Owner {
+        broker: 1,
+        generation: 1,
+    };
+
+    fn record(offset: i64, control: bool) -> Record {
+        let mut headers = kafka_protocol::indexmap::IndexMap::new();
+        headers.insert(
+            StrBytes::from_static_str("h"),
+            Some(Bytes::from_static(b"v")),
+        );
+        Record {
+            transactional: false,
+            control,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: -1,
+            timestamp: 1_000 + offset,
+            key: None,
+            value: Some(Bytes::from(format!("v{offset}"))),
+            headers,
+        }
+    }
+
+    fn batch(offsets: &[i64], compression: Compression) -> Bytes {
+        let records: Vec<Record> = offsets.iter().map(|o| record(*o, false)).collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    fn acquired(first: i64, last: i64, dc: i16) -> AcquiredRecords {
+        let mut a = AcquiredRecords::default();
+        a.first_offset = first;
+        a.last_offset = last;
+        a.delivery_count = dc;
+        a
+    }
+
+    fn absorb(
+        ledger: &mut Ledger,
+        ranges: &[AcquiredRecords],
+        bytes: Bytes,
+    ) -> (Vec<ShareRecord>, Result<(), ShareError>) {
+        let topic: Arc<str> = Arc::from("t");
+        let mut out = Vec::new();
+        let r = absorb_partition(
+            ledger,
+            &topic,
+            0,
+            OWNER,
+            ranges,
+            bytes,
+            Instant::now(),
+            &mut out,
+        );
+        (out, r)
+    }
+
+    fn pending(ledger: &mut Ledger) -> BTreeMap<i64, i8> {
+        ledger
+            .take_pending(1, 1)
+            .into_iter()
+            .flat_map(|(_, _, m)| m)
+            .collect()
+    }
+
+    #[test]
+    fn only_offsets_inside_acquired_ranges_are_delivered() {
+        let mut ledger = Ledger::default();
+        let (out, r) = absorb(
+            &mut ledger,
+            &[acquired(11, 12, 1)],
+            batch(&[10, 11, 12, 13], Compression::None),
+        );
+        r.unwrap();
+        let offsets: Vec<i64> = out.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![11, 12]);
+        assert_eq!(out[0].value.as_deref(), Some(&b"v11"[..]));
+        assert_eq!(
+            out[0].headers,
+            vec![("h".to_string(), Some(Bytes::from_static(b"v")))]
+        );
+        assert_eq!(out[0].timestamp, 1_011);
+        assert!(pending(&mut ledger).is_empty());
+    }
+
+    #[test]
+    fn acquired_offsets_without_a_record_are_acknowledged_as_gap() {
+        let mut ledger = Ledger::default();
+        let (out, r) = absorb(
+            &mut ledger,
+            &[acquired(5, 9, 1)],
+            batch(&[5, 7], Compression::None),
+        );
+        r.unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            pending(&mut ledger),
+            [(6, GAP), (8, GAP), (9, GAP)].into_iter().collect()
+        );
+    }
+
+    #[test]
+    fn records_resent_while_held_are_not_delivered_twice() {
+        let mut ledger = Ledger::default();
+        let bytes = batch(&[0, 1, 2], Compression::None);
+        let (first, _) = absorb(&mut ledger, &[acquired(0, 2, 1)], bytes.clone());
+        assert_eq!(first.len(), 3);
+        ledger
+            .acknowledge("t", 0, 1, AcknowledgeType::Accept)
+            .unwrap();
+        let (again, _) = absorb(&mut ledger, &[acquired(0, 2, 1)], bytes);
+        assert!(again.is_empty());
+        assert_eq!(pending(&mut ledger), [(1, 1)].into_iter().collect());
+    }
+
+    #[test]
+    fn compressed_batches_decode_with_every_codec() {
+        for c in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut ledger = Ledger::default();
+            let (out, r) = absorb(&mut ledger, &[acquired(0, 2, 1)], batch(&[0, 1, 2], c));
+            r.unwrap();
+            assert_eq!(out.len(), 3, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_trailing_partial_batch_is_ignored_and_its_offsets_become_gaps_only_if_acquired() {
+        let mut ledger = Ledger::default();
+        let mut bytes = BytesMut::from(&batch(&[0, 1], Compression::None)[..]);
+        let second = batch(&[2, 3], Compression::None);
+        bytes.extend_from_slice(&second[..second.len() - 5]);
+        let (out, r) = absorb(&mut ledger, &[acquired(0, 1, 1)], bytes.freeze());
+        r.unwrap();
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn a_corrupt_batch_inside_an_acquired_range_is_a_named_error_and_its_records_are_rejected() {
+        let mut ledger = Ledger::default();
+        // The encoder writes one batch per record here; the last one gets a broken CRC.
+        let mut bytes = BytesMut::from(&batch(&[0, 1, 2], Compression::None)[..]);
+        let n = bytes.len();
+        bytes[n - 3] ^= 0xff;
+        let (out, r) = absorb(&mut ledger, &[acquired(0, 2, 1)], bytes.freeze());
+        let offsets: Vec<i64> = out.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![0, 1]);
+        let msg = r.unwrap_err().to_string();
+        assert!(
+            msg.contains("t-0") && msg.contains("2..=2") && msg.contains("Cyclic redundancy"),
+            "{msg}"
+        );
+        assert_eq!(pending(&mut ledger), [(2, REJECT)].into_iter().collect());
+    }
+
+    #[test]
+    fn control_records_are_acknowledged_as_gap_not_delivered() {
+        let mut ledger = Ledger::default();
+        let mut buf = BytesMut::new();
+        let records = vec![record(4, true)];
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        let (out, r) = absorb(&mut ledger, &[acquired(4, 4, 1)], buf.freeze());
+        r.unwrap();
+        assert!(out.is_empty());
+        assert_eq!(pending(&mut ledger), [(4, GAP)].into_iter().collect());
+    }
+
+    #[test]
+    fn garbage_bytes_never_panic() {
+        for len in 0..64usize {
+            let mut ledger = Ledger::default();
+            let bytes = Bytes::from((0..len).map(|i| (i * 37 % 251) as u8).collect::<Vec<_>>());
+            let _ = absorb(&mut ledger, &[acquired(0, 3, 1)], bytes);
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! Share-group membership: ShareGroupHeartbeat v1 (brief §3).
+//!
+//! [`MemberState`] is the pure state machine (what to send, what a response means);
+//! [`run`] drives it against the coordinator: one heartbeat in flight at a time, at the
+//! interval the coordinator asks for (sooner while nothing is assigned), re-finding the
+//! coordinator after coordinator errors or transport failures, and leaving with epoch -1.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use kafka_protocol::messages::{
+    GroupId, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use rand::RngCore;
+use tokio::sync::{oneshot, watch};
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::ShareError;
+use crate::cluster::Cluster;
+use crate::error_name;
+
+const HEARTBEAT_KEY: i16 = 76;
+const HEARTBEAT_VERSION: i16 = 1;
+/// While unassigned, heartbeat at least this often: a real coordinator may answer a join with
+/// an empty assignment and fill it in shortly after (brief §3.3).
+const UNASSIGNED_INTERVAL: Duration = Duration::from_millis(500);
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// A new member id in Kafka's Uuid string form: 16 random bytes, URL-safe base64 without
+/// padding (22 characters). Real brokers parse it as a Uuid (brief §3.2).
+pub fn new_member_id() -> String {
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The assignment as the coordinator sent it: topic id → partitions.
+pub type Assignment = Vec<(Uuid, Vec<i32>)>;
+
+/// What a heartbeat response asks of us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Joined or still a member; `Some` when the coordinator sent an assignment.
+    Ok(Option<Assignment>),
+    /// Fenced or unknown: rejoin at once with epoch 0 (same id); the assignment is void.
+    Rejoin,
+    /// The coordinator moved or is unreachable: find it again, keep the epoch.
+    FindCoordinator,
+    /// Try again after a backoff.
+    Retry,
+    /// Nothing we can do; the consumer stops with this error.
+    Fatal(i16, String),
+}
+
+/// The member's protocol state.
+#[derive(Debug, Clone)]
+pub struct MemberState {
+    pub member_id: String,
+    pub epoch: i32,
+    pub subscription: Vec<String>,
+    /// Whether the coordinator has seen the current subscription.
+    subscription_sent: bool,
+    pub interval: Duration,
+}
+
+impl MemberState {
+    pub fn new(member_id: String) -> MemberState {
+        MemberState {
+            member_id,
+            epoch: 0,
+            subscription: Vec::new(),
+            subscription_sent: false,
+            interval: Duration::from_secs(5),
+        }
+    }
+
+    pub fn subscribe(&mut self, topics: Vec<String>) {
+        if topics != self.subscription {
+            self.subscription = topics;
+            self.subscription_sent = false;
+        }
+    }
+
+    /// The next heartbeat. A join (epoch 0) always carries the full subscription; otherwise it
+    /// is sent only when it changed.
+    pub fn request(&self, group: &GroupId) -> ShareGroupHeartbeatRequest {
+        let mut r = ShareGroupHeartbeatRequest::default();
+        r.group_id = group.clone();
+        r.member_id = StrBytes::from_string(self.member_id.clone());
+        r.member_epoch = self.epoch;
+        if self.epoch == 0 || !self.subscription_sent {
+            r.subscribed_topic_names = Some(
+                self.subscription
+                    .iter()
+                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                    .collect(),
+            );
+        }
+        r
+    }
+
+    /// The leave request (epoch -1).
+    pub fn leave_request(&self, group: &GroupId) -> ShareGroupHeartbeatRequest {
+        let mut r = ShareGroupHeartbeatRequest::default();
+        r.group_id = group.clone();
+        r.member_id = StrBytes::from_string(self.member_id.clone());
+        r.member_epoch = -1;
+        r
+    }
+
+    /// Apply a response to the request built by [`MemberState::request`] (brief §3.4).
+    pub fn on_response(
+        &mut self,
+        sent_subscription: bool,
+        r: &ShareGroupHeartbeatResponse,
+    ) -> Outcome {
+        match r.error_code {
+            0 => {
+                self.epoch = r.member_epoch;
+                if sent_subscription {
+                    self.subscription_sent = true;
+                }
+                if r.heartbeat_interval_ms > 0 {
+                    self.interval = Duration::from_millis(r.heartbeat_interval_ms as u64);
+                }
+                Outcome::Ok(r.assignment.as_ref().map(|a| {
+                    a.topic_partitions
+                        .iter()
+                        .map(|tp| (tp.topic_id, tp.partitions.clone()))
+                        .collect()
+                }))
+            }
+            25 | 110 => {
+                self.epoch = 0;
+                self.subscription_sent = false;
+                Outcome::Rejoin
+            }
+            15 | 16 => Outcome::FindCoordinator,
+            14 => Outcome::Retry,
+            code @ (69 | 42 | 81 | 35 | 30) => Outcome::Fatal(
+                code,
+                r.error_message
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            ),
+            29 => {
+                warn!(member = %self.member_id, "heartbeat: not authorised for a subscribed topic");
+                Outcome::Retry
+            }
+            _ => Outcome::Retry,
+        }
+    }
+}
+
+/// What the heartbeat task shares with the consumer.
+pub(crate) struct MembershipLink {
+    pub group: String,
+    pub cluster: Arc<Cluster>,
+    pub subscription: watch::Receiver<Vec<String>>,
+    pub assignment: watch::Sender<Option<Arc<Assignment>>>,
+    pub epoch: Arc<Mutex<i32>>,
+    pub fatal: Arc<Mutex<Option<ShareError>>>,
+    pub leave: oneshot::Receiver<oneshot::Sender<()>>,
+    pub request_timeout: Duration,
+}
+
+/// Heartbeat until asked to leave. One heartbeat in flight at a time.
+pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
+    let group_id = Cluster::group_id(&link.group);
+    let mut coordinator: Option<i32> = None;
+    let mut retry = RETRY_MIN;
+    let mut unassigned = true;
+    loop {
+        {
+            let subs = link.subscription.borrow_and_update().clone();
+            state.subscribe(subs);
+        }
+        let mut wait = state.interval;
+        if !state.subscription.is_empty() {
+            match beat(&mut state, &mut coordinator, &link, &group_id).await {
+                Ok(Outcome::Ok(assignment)) => {
+                    retry = RETRY_MIN;
+                    *link.epoch.lock().unwrap_or_else(|e| e.into_inner()) = state.epoch;
+                    if let Some(a) = assignment {
+                        unassigned = a.iter().all(|(_, ps)| ps.is_empty());
+                        let changed = link
+                            .assignment
+                            .borrow()
+                            .as_deref()
+                            .is_none_or(|old| *old != a);
+                        if changed {
+                            debug!(member = %state.member_id, epoch = state.epoch, ?a, "assignment");
+                            let _ = link.assignment.send(Some(Arc::new(a)));
+                        }
+                    }
+                }
+                Ok(Outcome::Rejoin) => {
+                    // The assignment is void, but the rejoin goes out at once and its answer
+                    // carries the new one. Share partitions are not owned exclusively, so
+                    // fetching the old set until then is harmless, and it spares the sessions
+                    // (the dev broker fences spuriously on every membership change, §8.5).
+                    info!(member = %state.member_id, "fenced or unknown member; rejoining");
+                    unassigned = true;
+                    wait = Duration::ZERO;
+                }
+                Ok(Outcome::FindCoordinator) => {
+                    coordinator = None;
+                    wait = retry;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+                Ok(Outcome::Retry) => {
+                    wait = retry;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+                Ok(Outcome::Fatal(code, message)) => {
+                    let err = ShareError::Fatal {
+                        group: link.group.clone(),
+                        code,
+                        name: error_name(code),
+                        message: if message.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {message}")
+                        },
+                    };
+                    warn!(%err, "share group membership failed");
+                    *link.fatal.lock().unwrap_or_else(|e| e.into_inner()) = Some(err);
+                    // Stay alive only to answer the leave request.
+                    if let Ok(reply) = link.leave.await {
+                        let _ = reply.send(());
+                    }
+                    return;
+                }
+                Err(reason) => {
+                    debug!(%reason, "heartbeat failed; finding the coordinator again");
+                    coordinator = None;
+                    wait = retry;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+            }
+            if unassigned {
+                wait = wait.min(UNASSIGNED_INTERVAL);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            changed = link.subscription.changed() => {
+                if changed.is_err() { return; }
+            }
+            reply = &mut link.leave => {
+                leave(&state, coordinator, &link, &group_id).await;
+                if let Ok(reply) = reply { let _ = reply.send(()); }
+                return;
+            }
+        }
+    }
+}
+
+/// One heartbeat round trip. `Err` is a transport or lookup failure.
+async fn beat(
+    state: &mut MemberState,
+    coordinator: &mut Option<i32>,
+    link: &MembershipLink,
+    group_id: &GroupId,
+) -> Result<Outcome, String> {
+    let id = match *coordinator {
+        Some(id) => id,
+        None => {
+            let id = link
+                .cluster
+                .find_coordinator(&link.group)
+                .await
+                .map_err(|e| e.to_string())?;
+            *coordinator = Some(id);
+            id
+        }
+    };
+    let conn = link.cluster.broker(id).await.map_err(|e| e.to_string())?;
+    let request = state.request(group_id);
+    let sent_subscription = request.subscribed_topic_names.is_some();
+    // v1 only: v0 (Kafka 4.0 early access) has another layout and the crate lacks it.
+    let version = conn
+        .pick(HEARTBEAT_KEY, HEARTBEAT_VERSION, HEARTBEAT_VERSION)
+        .map_err(|e| e.to_string())?;
+    let response = conn
+        .request(&request, version, link.request_timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(state.on_response(sent_subscription, &response))
+}
+
+/// Leave the group (epoch -1); best effort, the session timeout removes us otherwise.
+async fn leave(
+    state: &MemberState,
+    coordinator: Option<i32>,
+    link: &MembershipLink,
+    group_id: &GroupId,
+) {
+    if state.epoch <= 0 {
+        return;
+    }
+    let id = match coordinator {
+        Some(id) => Ok(id),
+        None => link.cluster.find_coordinator(&link.group).await,
+    };
+    let Ok(id) = id else { return };
+    let Ok(conn) = link.cluster.broker(id).await else {
+        return;
+    };
+    match conn
+        .request(
+            &state.leave_request(group_id),
+            HEARTBEAT_VERSION,
+            link.request_timeout,
+        )
+        .await
+    {
+        Ok(r) if r.error_code == 0 => debug!(member = %state.member_id, "left the share group"),
+        Ok(r) => debug!(code = r.error_code, "leave heartbeat refused"),
+        Err(e) => debug!(%e, "leave heartbeat failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::share_group_heartbeat_response::{
+        Assignment as WireAssignment, TopicPartitions,
+    };
+
+    fn response(
+        code: i16,
+        epoch: i32,
+        assignment: Option<Vec<(Uuid, Vec<i32>)>>,
+    ) -> ShareGroupHeartbeatResponse {
+        let mut r = ShareGroupHeartbeatResponse::default();
+        r.error_code = code;
+        r.member_epoch = epoch;
+        r.heartbeat_interval_ms = 3000;
+        r.assignment = assignment.map(|a| {
+            let mut w = WireAssignment::default();
+            w.topic_partitions = a
+                .into_iter()
+                .map(|(id, ps)| {
+                    let mut tp = TopicPartitions::default();
+                    tp.topic_id = id;
+                    tp.partitions = ps;
+                    tp
+                })
+                .collect();
+            w
+        });
+        r
+    }
+
+    fn group() -> GroupId {
+        Cluster::group_id("g")
+    }
+
+    #[test]
+    fn member_ids_are_22_char_url_safe_base64_of_16_bytes() {
+        let id = new_member_id();
+        assert_eq!(id.len(), 22);
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&id)
+            .unwrap();
+        assert_eq!(raw.len(), 16);
+        assert_ne!(id, new_member_id());
+    }
+
+    #[test]
+    fn a_join_carries_the_full_subscription_at_epoch_zero_and_later_beats_do_not() {
+        let mut s = MemberState::new("m".into());
+        s.subscribe(vec!["a".into(), "b".into()]);
+        let join = s.request(&group());
+        assert_eq!(join.member_epoch, 0);
+        assert_eq!(
+            join.subscribed_topic_names.as_ref().map(|v| v.len()),
+            Some(2)
+        );
+        let out = s.on_response(
+            true,
+            &response(0, 2, Some(vec![(Uuid::from_u128(1), vec![0, 1])])),
+        );
+        assert_eq!(
+            out,
+            Outcome::Ok(Some(vec![(Uuid::from_u128(1), vec![0, 1])]))
+        );
+        assert_eq!(s.interval, Duration::from_millis(3000));
+        let beat = s.request(&group());
+        assert_eq!(beat.member_epoch, 2);
+        assert!(beat.subscribed_topic_names.is_none());
+    }
+
+    #[test]
+    fn a_null_assignment_means_unchanged() {
+        let mut s = MemberState::new("m".into());
+        s.subscribe(vec!["a".into()]);
+        assert_eq!(
+            s.on_response(true, &response(0, 3, None)),
+            Outcome::Ok(None)
+        );
+    }
+
+    #[test]
+    fn fenced_and_unknown_members_rejoin_at_epoch_zero_with_the_same_id() {
+        for code in [25, 110] {
+            let mut s = MemberState::new("m".into());
+            s.subscribe(vec!["a".into()]);
+            s.on_response(true, &response(0, 5, None));
+            assert_eq!(
+                s.on_response(false, &response(code, 0, None)),
+                Outcome::Rejoin
+            );
+            let r = s.request(&group());
+            assert_eq!((r.member_epoch, r.member_id.as_str()), (0, "m"));
+            assert!(r.subscribed_topic_names.is_some());
+        }
+    }
+
+    #[test]
+    fn coordinator_errors_keep_the_epoch_and_ask_for_a_new_coordinator() {
+        let mut s = MemberState::new("m".into());
+        s.subscribe(vec!["a".into()]);
+        s.on_response(true, &response(0, 5, None));
+        assert_eq!(
+            s.on_response(false, &response(16, 0, None)),
+            Outcome::FindCoordinator
+        );
+        assert_eq!(
+            s.on_response(false, &response(15, 0, None)),
+            Outcome::FindCoordinator
+        );
+        assert_eq!(s.on_response(false, &response(14, 0, None)), Outcome::Retry);
+        assert_eq!(s.epoch, 5);
+    }
+
+    #[test]
+    fn a_subscription_change_is_sent_once() {
+        let mut s = MemberState::new("m".into());
+        s.subscribe(vec!["a".into()]);
+        s.on_response(true, &response(0, 2, None));
+        s.subscribe(vec!["a".into(), "b".into()]);
+        assert!(s.request(&group()).subscribed_topic_names.is_some());
+        s.on_response(true, &response(0, 3, None));
+        assert!(s.request(&group()).subscribed_topic_names.is_none());
+    }
+
+    #[test]
+    fn leaving_sends_epoch_minus_one() {
+        let s = MemberState::new("m".into());
+        assert_eq!(s.leave_request(&group()).member_epoch, -1);
+    }
+
+    #[test]
+    fn group_authorization_failure_is_fatal() {
+        let mut s = MemberState::new("m".into());
+        assert!(matches!(
+            s.on_response(false, &response(30, 0, None)),
+            Outcome::Fatal(30, _)
+        ));
+    }
+}
