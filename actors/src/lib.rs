@@ -1,2 +1,30 @@
-//! Actix actors that run a sink task (Supervisor, ConsumerActor, ConverterActor, SinkActor,
-//! AckerActor). Not built yet: see the issue "Sink runtime".
+//! The sink runtime: actix actors that run sink connectors on share groups (KIP-932, the
+//! KIP-1302 loop) or consumer groups.
+//!
+//! ```text
+//! Worker ─▶ Supervisor ─▶ ConnectorActor ─▶ per task, on its own thread:
+//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ AckerActor
+//!        ▲                                                                            │
+//!        └──────────────── Settled (credit + verdicts to acknowledge/commit) ─────────┘
+//! ```
+//! A batch is done once its acknowledgements (share) or offsets (classic) are committed; at
+//! most `task.inflight.batches` batches per task are between poll and commit.
+
+pub mod acker;
+pub mod connector;
+pub mod consumer;
+pub mod converter;
+pub mod dead_letter;
+pub mod error;
+pub mod messages;
+pub mod settings;
+pub mod sink;
+pub mod source;
+pub mod status;
+pub mod supervisor;
+pub mod task;
+pub mod worker;
+
+pub use error::RuntimeError;
+pub use status::{ConnectorStatus, Counts, State, TaskStatus};
+pub use worker::Worker;

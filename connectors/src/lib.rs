@@ -1,2 +1,11 @@
 //! Built-in sink connectors (kafka, postgres, http, file). Not built yet: see the issues "Sink
 //! runtime" and "Sinks for real systems".
+
+pub mod file;
+pub mod http;
+pub mod kafka;
+pub mod postgres;
+pub mod registry;
+pub mod runtime_keys;
+
+pub use registry::{ConnectorFactory, ConnectorRegistry};

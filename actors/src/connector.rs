@@ -1,0 +1,499 @@
+//! ConnectorActor: one connector. It starts the plugin, splits its configuration into task
+//! configurations, runs each task on its own thread, restarts a failed task with backoff
+//! (after `task.restart.max.attempts` restarts in a row it stays FAILED with its error trace),
+//! changes the number of tasks while records flow, and stops every task gracefully.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::FutureExt;
+use spillway_connectors::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID};
+use spillway_connectors::ConnectorRegistry;
+use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
+use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
+use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
+use spillway_kafka::share::{ShareConsumer, ShareConsumerConfig};
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+use crate::consumer::SourceFactory;
+use crate::dead_letter::DeadLetterWriter;
+use crate::error::RuntimeError;
+use crate::messages::{Reporter, TaskEvent};
+use crate::settings::TaskSettings;
+use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
+use crate::status::{State, StatusBoard};
+use crate::task::{spawn_task, RunningTask, TaskSpec};
+
+/// Everything decided about a connector before it runs (see `Worker::start_connector`).
+#[derive(Clone)]
+pub struct ConnectorPlan {
+    pub config: SinkConnectorConfig,
+    pub worker: ConfigMap,
+    pub protocol: GroupProtocol,
+    /// How the protocol was chosen, for the status API (`share (from ...)`).
+    pub protocol_text: String,
+    pub group_id: String,
+    pub bootstrap: String,
+    /// Topic names; in classic mode a `^`-prefixed entry is `topics.regex`.
+    pub topics: Vec<String>,
+    pub settings: TaskSettings,
+    pub dead_letters: Option<Arc<dyn DeadLetterWriter>>,
+    pub registry: ConnectorRegistry,
+}
+
+struct Slot {
+    running: Option<RunningTask>,
+    generation: u64,
+    restarts: u32,
+    /// Stopping because the task count went down: removed once stopped.
+    retiring: bool,
+    /// Killed on request: not restarted.
+    killed: bool,
+}
+
+pub struct ConnectorActor {
+    plan: ConnectorPlan,
+    board: StatusBoard,
+    connector: Option<Box<dyn SinkConnector>>,
+    task_configs: Vec<ConfigMap>,
+    slots: BTreeMap<u32, Slot>,
+    stopping: bool,
+    stop_waiters: Vec<oneshot::Sender<()>>,
+}
+
+/// Change the number of tasks.
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct SetTaskCount(pub usize);
+
+/// Stop every task gracefully; the answer resolves once they all stopped (or were cut off
+/// after `task.shutdown.graceful.timeout.ms`).
+#[derive(Message)]
+#[rtype(result = "oneshot::Receiver<()>")]
+pub struct StopConnector;
+
+/// Answered once the actor has started (its tasks are spawned and on the status board).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Ready;
+
+impl Handler<Ready> for ConnectorActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Ready, _ctx: &mut Context<Self>) {}
+}
+
+/// Kill a task as a crash would; it is not restarted.
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct KillTask(pub u32);
+
+impl ConnectorActor {
+    pub fn new(plan: ConnectorPlan, board: StatusBoard) -> Self {
+        ConnectorActor {
+            plan,
+            board,
+            connector: None,
+            task_configs: Vec::new(),
+            slots: BTreeMap::new(),
+            stopping: false,
+            stop_waiters: Vec::new(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.plan.config.name
+    }
+
+    /// The configuration the plugin sees: the user's, plus where it reads from.
+    fn plugin_config(&self) -> ConfigMap {
+        let mut config = self.plan.config.originals.clone();
+        config
+            .entry(SOURCE_BOOTSTRAP_SERVERS.to_owned())
+            .or_insert_with(|| self.plan.bootstrap.clone());
+        config
+    }
+
+    fn start_connector(&mut self) -> Result<(), String> {
+        let mut connector = self
+            .plan
+            .registry
+            .create(&self.plan.config.connector_class)
+            .map_err(|e| e.to_string())?;
+        connector
+            .start(&self.plugin_config())
+            .map_err(|e| format!("the connector failed to start: {e}"))?;
+        self.connector = Some(connector);
+        Ok(())
+    }
+
+    fn split(&mut self, tasks: usize) -> Result<(), String> {
+        let connector = self
+            .connector
+            .as_ref()
+            .ok_or_else(|| "the connector is not started".to_owned())?;
+        let mut configs = connector
+            .task_configs(tasks)
+            .map_err(|e| format!("the connector cannot split into {tasks} tasks: {e}"))?;
+        configs.truncate(tasks);
+        for (i, c) in configs.iter_mut().enumerate() {
+            c.insert(TASK_ID.to_owned(), i.to_string());
+        }
+        self.task_configs = configs;
+        Ok(())
+    }
+
+    fn reporter(ctx: &Context<Self>) -> Reporter {
+        let addr = ctx.address();
+        Arc::new(move |event| addr.do_send(event))
+    }
+
+    fn spawn(&mut self, id: u32, ctx: &Context<Self>) {
+        let Some(task_config) = self.task_configs.get(id as usize).cloned() else {
+            return;
+        };
+        let generation = self.slots.get(&id).map_or(1, |s| s.generation + 1);
+        let counters = self.board.task_counters(self.name(), id);
+        let spec = match self.task_spec(id, generation, task_config, ctx) {
+            Ok(spec) => spec,
+            Err(e) => {
+                self.board.set_task(self.name(), id, State::Failed, Some(e));
+                return;
+            }
+        };
+        let spec = TaskSpec { counters, ..spec };
+        let running = spawn_task(spec);
+        let slot = self.slots.entry(id).or_insert(Slot {
+            running: None,
+            generation,
+            restarts: 0,
+            retiring: false,
+            killed: false,
+        });
+        slot.generation = generation;
+        slot.running = Some(running);
+        let trace = None;
+        self.board
+            .set_task(&self.plan.config.name, id, State::Running, trace);
+    }
+
+    fn task_spec(
+        &self,
+        id: u32,
+        generation: u64,
+        task_config: ConfigMap,
+        ctx: &Context<Self>,
+    ) -> Result<TaskSpec, String> {
+        let plan = &self.plan;
+        let pipeline = RecordPipeline::from_config(&plan.config.originals, &plan.worker)
+            .map_err(|e| e.to_string())?;
+        let sink_task = self
+            .connector
+            .as_ref()
+            .ok_or_else(|| "the connector is not started".to_owned())?
+            .create_task();
+        Ok(TaskSpec {
+            connector: plan.config.name.clone(),
+            connector_class: plan.config.connector_class.clone(),
+            task: id,
+            generation,
+            share: plan.protocol.is_share(),
+            errors: plan.config.errors.clone(),
+            task_config,
+            pipeline,
+            sink_task,
+            source: source_factory(plan, id),
+            dead_letters: plan.dead_letters.clone(),
+            settings: plan.settings.clone(),
+            counters: Arc::default(),
+            reporter: Self::reporter(ctx),
+        })
+    }
+
+    fn finish_stop_if_done(&mut self) {
+        if self.stopping && self.slots.values().all(|s| s.running.is_none()) {
+            for waiter in self.stop_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+}
+
+/// Connects a share-group member or a consumer-group member for task `id`.
+fn source_factory(plan: &ConnectorPlan, id: u32) -> SourceFactory {
+    let client_id = format!("{}-{id}", plan.config.name);
+    // Worker-wide `consumer.*` settings, then the connector's `consumer.override.*` ones.
+    let mut overrides: BTreeMap<String, String> = plan
+        .worker
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("consumer.")
+                .map(|k| (k.to_owned(), v.clone()))
+        })
+        .collect();
+    overrides.extend(plan.config.consumer_overrides.clone());
+    overrides.remove("group.protocol");
+    overrides.remove("group.id");
+    overrides.remove("bootstrap.servers");
+    let max_poll_records = overrides
+        .get("max.poll.records")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(500);
+    let topics = plan.topics.clone();
+    let bootstrap = plan.bootstrap.clone();
+    let group = plan.group_id.clone();
+    match plan.protocol {
+        GroupProtocol::Share => {
+            let mut config = ShareConsumerConfig::new(&bootstrap, &group);
+            config.client_id = client_id;
+            config.max_poll_records = max_poll_records;
+            if let Some(ms) = overrides
+                .get("fetch.max.wait.ms")
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                config.fetch_max_wait = std::time::Duration::from_millis(ms);
+            }
+            Box::new(move || {
+                async move {
+                    let consumer = ShareConsumer::connect(config)
+                        .await
+                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                    Ok(Box::new(ShareGroupSource::new(consumer, topics)) as Box<dyn RecordSource>)
+                }
+                .boxed_local()
+            })
+        }
+        GroupProtocol::Classic | GroupProtocol::Consumer => {
+            let mut config = ClassicConfig::new(&bootstrap, &group);
+            config.protocol = if plan.protocol == GroupProtocol::Consumer {
+                RebalanceProtocol::Consumer
+            } else {
+                RebalanceProtocol::Classic
+            };
+            config.max_poll_records = max_poll_records;
+            overrides.remove("max.poll.records");
+            overrides.insert("client.id".into(), client_id);
+            config.overrides = overrides;
+            Box::new(move || {
+                async move {
+                    let source = ClassicSource::connect(config)
+                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                    Ok(Box::new(ConsumerGroupSource::new(source, &topics)?)
+                        as Box<dyn RecordSource>)
+                }
+                .boxed_local()
+            })
+        }
+    }
+}
+
+impl Actor for ConnectorActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let name = self.name().to_owned();
+        self.board.connector_started(
+            &name,
+            self.plan.protocol_text.clone(),
+            self.plan.group_id.clone(),
+        );
+        let tasks = self.plan.config.tasks_max;
+        if let Err(e) = self.start_connector().and_then(|()| self.split(tasks)) {
+            error!(connector = %name, error = %e, "connector failed");
+            self.board.set_connector(&name, State::Failed, Some(e));
+            return;
+        }
+        info!(connector = %name, protocol = %self.plan.protocol_text, group = %self.plan.group_id, tasks = self.task_configs.len(), "starting tasks");
+        for id in 0..self.task_configs.len() as u32 {
+            self.spawn(id, ctx);
+        }
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        for slot in self.slots.values() {
+            if let Some(r) = &slot.running {
+                r.kill();
+            }
+        }
+        if let Some(c) = self.connector.as_mut() {
+            c.stop();
+        }
+    }
+}
+
+impl Handler<TaskEvent> for ConnectorActor {
+    type Result = ();
+
+    fn handle(&mut self, event: TaskEvent, ctx: &mut Context<Self>) {
+        let name = self.name().to_owned();
+        match event {
+            TaskEvent::Progress { task, generation } => {
+                if let Some(slot) = self.slots.get_mut(&task) {
+                    if slot.generation == generation && slot.restarts > 0 {
+                        slot.restarts = 0;
+                        self.board.set_restarts(&name, task, 0);
+                    }
+                }
+            }
+            TaskEvent::Stopped { task, generation } => {
+                let Some(slot) = self.slots.get_mut(&task) else {
+                    return;
+                };
+                if slot.generation != generation {
+                    return;
+                }
+                if let Some(r) = slot.running.take() {
+                    r.kill();
+                }
+                if slot.retiring {
+                    self.slots.remove(&task);
+                    self.board.remove_task(&name, task);
+                } else {
+                    self.board.set_task(&name, task, State::Stopped, None);
+                }
+                self.finish_stop_if_done();
+            }
+            TaskEvent::Failed {
+                task,
+                generation,
+                trace,
+            } => {
+                let max = self.plan.settings.restart_max_attempts;
+                let stopping = self.stopping;
+                let Some(slot) = self.slots.get_mut(&task) else {
+                    return;
+                };
+                if slot.generation != generation || slot.killed {
+                    return;
+                }
+                if let Some(r) = slot.running.take() {
+                    r.kill();
+                }
+                if stopping || slot.retiring {
+                    if slot.retiring {
+                        self.slots.remove(&task);
+                        self.board.remove_task(&name, task);
+                    } else {
+                        self.board.set_task(&name, task, State::Failed, Some(trace));
+                    }
+                    self.finish_stop_if_done();
+                    return;
+                }
+                slot.restarts += 1;
+                let restarts = slot.restarts;
+                self.board.set_restarts(&name, task, restarts);
+                if restarts > max {
+                    error!(connector = %name, task, restarts = max, trace = %trace, "task failed for good");
+                    self.board.set_task(&name, task, State::Failed, Some(trace));
+                    return;
+                }
+                let wait = self.plan.settings.backoff(restarts);
+                warn!(connector = %name, task, attempt = restarts, wait_ms = wait.as_millis() as u64, trace = %trace, "task failed; restarting");
+                self.board
+                    .set_task(&name, task, State::Restarting, Some(trace));
+                ctx.run_later(wait, move |act, ctx| {
+                    let wanted = act
+                        .slots
+                        .get(&task)
+                        .is_some_and(|s| s.running.is_none() && !s.retiring && !s.killed);
+                    if wanted && !act.stopping {
+                        act.spawn(task, ctx);
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Handler<SetTaskCount> for ConnectorActor {
+    type Result = Result<(), RuntimeError>;
+
+    fn handle(&mut self, msg: SetTaskCount, ctx: &mut Context<Self>) -> Self::Result {
+        let name = self.name().to_owned();
+        let wanted = msg.0.max(1);
+        self.split(wanted).map_err(RuntimeError::Task)?;
+        let wanted = self.task_configs.len() as u32;
+        self.plan.config.tasks_max = wanted as usize;
+        for (id, slot) in self.slots.iter_mut() {
+            if *id >= wanted && !slot.retiring {
+                slot.retiring = true;
+                match &slot.running {
+                    Some(r) => r.drain(),
+                    None => self.board.remove_task(&name, *id),
+                }
+            }
+        }
+        self.slots
+            .retain(|id, s| *id < wanted || s.running.is_some());
+        for id in 0..wanted {
+            let needs_start = match self.slots.get_mut(&id) {
+                None => true,
+                Some(slot) => {
+                    slot.retiring = false;
+                    false
+                }
+            };
+            if needs_start {
+                self.spawn(id, ctx);
+            }
+        }
+        info!(connector = %name, tasks = wanted, "task count changed");
+        Ok(())
+    }
+}
+
+impl Handler<StopConnector> for ConnectorActor {
+    type Result = MessageResult<StopConnector>;
+
+    fn handle(&mut self, _msg: StopConnector, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.stop_waiters.push(tx);
+        if !self.stopping {
+            self.stopping = true;
+            for slot in self.slots.values() {
+                if let Some(r) = &slot.running {
+                    r.drain();
+                }
+            }
+            ctx.run_later(self.plan.settings.shutdown_timeout, |act, _ctx| {
+                for (id, slot) in act.slots.iter_mut() {
+                    if let Some(r) = slot.running.take() {
+                        warn!(connector = %act.plan.config.name, task = id, "task did not stop in time; cutting it off");
+                        r.kill();
+                    }
+                }
+                act.finish_stop_if_done();
+            });
+        }
+        self.finish_stop_if_done();
+        MessageResult(rx)
+    }
+}
+
+impl Handler<KillTask> for ConnectorActor {
+    type Result = Result<(), RuntimeError>;
+
+    fn handle(&mut self, msg: KillTask, _ctx: &mut Context<Self>) -> Self::Result {
+        let name = self.name().to_owned();
+        let slot = self
+            .slots
+            .get_mut(&msg.0)
+            .ok_or_else(|| RuntimeError::UnknownTask {
+                connector: name.clone(),
+                task: msg.0,
+            })?;
+        slot.killed = true;
+        if let Some(r) = slot.running.take() {
+            r.kill();
+        }
+        self.board.set_task(
+            &name,
+            msg.0,
+            State::Failed,
+            Some("killed on request (as a crash would): not restarted".into()),
+        );
+        Ok(())
+    }
+}

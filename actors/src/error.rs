@@ -1,0 +1,43 @@
+//! The runtime's errors: what stops a connector from starting, or a task from running.
+
+use spillway_core::ConfigError;
+
+/// Errors of the sink runtime.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("connector '{connector}': {source}")]
+    Config {
+        connector: String,
+        #[source]
+        source: ConfigError,
+    },
+    #[error("worker configuration: {0}")]
+    WorkerConfig(ConfigError),
+    /// KIP-1302: share groups and consumer groups must not share an id.
+    #[error("connector '{connector}' would use '{group}' as its share group id, but a consumer group with that id exists ({evidence}); choose another share group id with consumer.override.group.id")]
+    GroupIdConflict {
+        connector: String,
+        group: String,
+        evidence: String,
+    },
+    #[error("no connector named '{0}' runs on this worker")]
+    UnknownConnector(String),
+    #[error(
+        "a connector named '{0}' already runs on this worker; stop it first or reconfigure it"
+    )]
+    ConnectorExists(String),
+    #[error("connector '{connector}' has no task {task}")]
+    UnknownTask { connector: String, task: u32 },
+    #[error("the worker has stopped")]
+    WorkerStopped,
+    #[error("cannot read from Kafka: {0}")]
+    Source(String),
+    #[error("cannot write the dead letter for {record} to '{topic}': {reason}")]
+    DeadLetter {
+        record: String,
+        topic: String,
+        reason: String,
+    },
+    #[error("{0}")]
+    Task(String),
+}

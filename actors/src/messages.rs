@@ -1,0 +1,93 @@
+//! The messages a task's actors exchange. Records travel in batches, one way:
+//! ConsumerActor → [`SourceBatch`] → ConverterActor → [`SinkBatch`] → SinkActor → [`Verdicts`]
+//! → AckerActor → [`Settled`] → ConsumerActor. `Settled` is the credit that lets the consumer
+//! poll another batch, and it carries the verdicts the consumer (which owns the Kafka client)
+//! acknowledges and commits.
+
+use std::sync::Arc;
+
+use actix::Message;
+use spillway_core::{Ack, DeadLetterRecord, Disposition, Processed, RawRecord, RecordCoordinates};
+
+use crate::source::AssignmentChange;
+
+/// Records as polled, with the assignment changes that came before them.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SourceBatch {
+    pub seq: u64,
+    pub changes: Vec<AssignmentChange>,
+    pub records: Vec<RawRecord>,
+}
+
+/// One record after conversion and transforms; the raw record is kept for a dead letter.
+pub struct Entry {
+    pub raw: RawRecord,
+    pub processed: Processed,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SinkBatch {
+    pub seq: u64,
+    pub changes: Vec<AssignmentChange>,
+    pub entries: Vec<Entry>,
+}
+
+/// The verdict on one record, and the dead letter to write before a REJECT.
+#[derive(Debug)]
+pub struct Verdict {
+    pub record: RecordCoordinates,
+    pub disposition: Disposition,
+    pub dead_letter: Option<DeadLetterRecord>,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Verdicts {
+    pub seq: u64,
+    pub verdicts: Vec<Verdict>,
+    /// Set when a record failed under `errors.tolerance=none`: the task fails once this
+    /// batch's verdicts are committed.
+    pub fail_task: Option<String>,
+}
+
+/// A batch done: its verdicts, to acknowledge and commit, and one credit back.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Settled {
+    pub seq: u64,
+    pub acks: Vec<Ack>,
+    pub fail_task: Option<String>,
+}
+
+/// Stop polling, finish the batches in flight, commit, leave the group, stop the task.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+/// The consumer is closed: close and stop the sink task. `failure` says why, if it failed.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct Finish {
+    pub failure: Option<String>,
+}
+
+/// What a task tells its connector.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub enum TaskEvent {
+    /// The task committed its first batch since it started: it works.
+    Progress { task: u32, generation: u64 },
+    /// The task failed; `trace` says why.
+    Failed {
+        task: u32,
+        generation: u64,
+        trace: String,
+    },
+    /// The task stopped as asked.
+    Stopped { task: u32, generation: u64 },
+}
+
+/// Where a task's events go (its connector, or a test).
+pub type Reporter = Arc<dyn Fn(TaskEvent) + Send + Sync>;

@@ -1,0 +1,150 @@
+//! Runtime settings: the worker's keys and the per-connector runtime keys, declared once.
+//! A connector key falls back to the worker's key of the same name, then to the default.
+
+use std::time::Duration;
+
+use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
+use spillway_core::{ConfigError, ConfigMap};
+
+pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
+/// Most batches of one task between the consumer and the acker (memory bound: this many
+/// times `max.poll.records`).
+pub const INFLIGHT_BATCHES: &str = "task.inflight.batches";
+pub const RESTART_MAX_ATTEMPTS: &str = "task.restart.max.attempts";
+pub const RESTART_BACKOFF_MS: &str = "task.restart.backoff.ms";
+/// Kafka Connect's name: how long a graceful stop may take before tasks are cut off.
+pub const SHUTDOWN_GRACEFUL_TIMEOUT_MS: &str = "task.shutdown.graceful.timeout.ms";
+pub const POLL_TIMEOUT_MS: &str = "task.poll.timeout.ms";
+pub const COMMIT_TIMEOUT_MS: &str = "task.commit.timeout.ms";
+
+/// The runtime keys, valid in the worker config and in a connector config.
+pub fn runtime_config_def() -> ConfigDef {
+    ConfigDef::new()
+        .define(
+            ConfigKey::new(INFLIGHT_BATCHES, ConfigType::Int, Importance::Medium, "Batches of one task in flight between poll and acknowledgement; bounds the task's memory to this many times max.poll.records.")
+                .default("4")
+                .validator(Validator::AtLeast(1)),
+        )
+        .define(
+            ConfigKey::new(RESTART_MAX_ATTEMPTS, ConfigType::Int, Importance::Medium, "Restarts of a failed task in a row before it stays FAILED.")
+                .default("3")
+                .validator(Validator::AtLeast(0)),
+        )
+        .define(
+            ConfigKey::new(RESTART_BACKOFF_MS, ConfigType::Long, Importance::Low, "Wait before the first restart of a failed task; doubled on each further restart, up to 60 s.")
+                .default("1000")
+                .validator(Validator::AtLeast(0)),
+        )
+        .define(
+            ConfigKey::new(SHUTDOWN_GRACEFUL_TIMEOUT_MS, ConfigType::Long, Importance::Low, "How long stopping a task may take (in-flight batches finish, acknowledgements are committed) before it is cut off.")
+                .default("5000")
+                .validator(Validator::AtLeast(0)),
+        )
+        .define(
+            ConfigKey::new(POLL_TIMEOUT_MS, ConfigType::Long, Importance::Low, "Longest wait of one poll for records.")
+                .default("200")
+                .validator(Validator::AtLeast(1)),
+        )
+        .define(
+            ConfigKey::new(COMMIT_TIMEOUT_MS, ConfigType::Long, Importance::Low, "Longest wait for acknowledgements or offsets to be committed.")
+                .default("10000")
+                .validator(Validator::AtLeast(1)),
+        )
+}
+
+/// How one connector's tasks run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSettings {
+    pub inflight_batches: usize,
+    pub restart_max_attempts: u32,
+    pub restart_backoff: Duration,
+    pub shutdown_timeout: Duration,
+    pub poll_timeout: Duration,
+    pub commit_timeout: Duration,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        TaskSettings {
+            inflight_batches: 4,
+            restart_max_attempts: 3,
+            restart_backoff: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_secs(5),
+            poll_timeout: Duration::from_millis(200),
+            commit_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl TaskSettings {
+    /// The connector's runtime keys, each falling back to the worker's.
+    pub fn resolve(connector: &ConfigMap, worker: &ConfigMap) -> Result<TaskSettings, ConfigError> {
+        let def = runtime_config_def();
+        let mut merged = ConfigMap::new();
+        for key in def.keys() {
+            if let Some(v) = connector.get(&key.name).or_else(|| worker.get(&key.name)) {
+                merged.insert(key.name.clone(), v.clone());
+            }
+        }
+        let parsed = def.parse(&merged)?;
+        let ms = |key: &str| -> Result<Duration, ConfigError> {
+            Ok(Duration::from_millis(parsed.long(key)?.unsigned_abs()))
+        };
+        Ok(TaskSettings {
+            inflight_batches: usize::try_from(parsed.int(INFLIGHT_BATCHES)?).unwrap_or(1),
+            restart_max_attempts: u32::try_from(parsed.int(RESTART_MAX_ATTEMPTS)?).unwrap_or(0),
+            restart_backoff: ms(RESTART_BACKOFF_MS)?,
+            shutdown_timeout: ms(SHUTDOWN_GRACEFUL_TIMEOUT_MS)?,
+            poll_timeout: ms(POLL_TIMEOUT_MS)?,
+            commit_timeout: ms(COMMIT_TIMEOUT_MS)?,
+        })
+    }
+
+    /// The wait before restart number `attempt` (1-based): doubling, at most 60 s.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        (self.restart_backoff * factor).min(Duration::from_secs(60))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn connector_keys_win_over_worker_keys_and_defaults_fill_the_rest() {
+        let s = TaskSettings::resolve(
+            &config(&[(INFLIGHT_BATCHES, "2")]),
+            &config(&[(INFLIGHT_BATCHES, "8"), (RESTART_MAX_ATTEMPTS, "5")]),
+        )
+        .expect("valid");
+        assert_eq!(s.inflight_batches, 2);
+        assert_eq!(s.restart_max_attempts, 5);
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_the_key() {
+        let err = TaskSettings::resolve(&config(&[(INFLIGHT_BATCHES, "0")]), &ConfigMap::new())
+            .expect_err("zero batches");
+        assert_eq!(
+            err.to_string(),
+            "invalid value '0' for task.inflight.batches: must be at least 1"
+        );
+    }
+
+    #[test]
+    fn restart_backoff_doubles_up_to_a_minute() {
+        let s = TaskSettings::default();
+        assert_eq!(s.backoff(1), Duration::from_secs(1));
+        assert_eq!(s.backoff(3), Duration::from_secs(4));
+        assert_eq!(s.backoff(30), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,371 @@
+//! SinkActor: owns the connector's `SinkTask` and hands it one batch at a time (Connect's
+//! lifecycle: `start` → `open` → `put`/`flush`… → `close` → `stop`), then turns each record's
+//! fate into a verdict for the acker:
+//!
+//! - `put` succeeded (and the batch was flushed) → ACCEPT; a transform filtered it → ACCEPT.
+//! - retriable error → share mode: RELEASE, the broker redelivers it (KIP-1302); classic mode:
+//!   Connect's retry — the record is put again after a backoff, within `errors.retry.timeout`
+//!   (forever when it is -1 or unset), and counts as failed after that.
+//! - conversion, transform or fatal `put` error → logged when `errors.log.enable`, written to the
+//!   dead letter queue when one is set, then REJECT under `errors.tolerance=all`; under `none`
+//!   the task fails after this batch is committed (the record is REJECTed when its dead letter
+//!   was written, RELEASEd otherwise, so it is never lost).
+//!
+//! Each batch is flushed before its verdicts leave, so ACCEPT means the sink has the record.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
+use spillway_core::dead_letter::dead_letter_record;
+use spillway_core::{
+    Assignment, ConfigMap, ConnectError, Disposition, ErrorContext, Processed, PutOutcome,
+    RawRecord, SinkError, SinkRecord, SinkTask, Stage, TopicPartition,
+};
+use tracing::{error, warn};
+
+use crate::acker::AckerActor;
+use crate::messages::{Finish, Reporter, SinkBatch, TaskEvent, Verdict, Verdicts};
+use crate::source::AssignmentChange;
+use crate::status::TaskCounters;
+
+/// Fixed facts of the task the sink stage needs for its verdicts.
+pub struct SinkContext {
+    pub connector: String,
+    pub connector_class: String,
+    pub task: u32,
+    pub generation: u64,
+    /// Share mode releases retriable failures; classic mode retries them.
+    pub share: bool,
+    pub errors: ErrorHandling,
+    pub config: ConfigMap,
+    pub counters: Arc<TaskCounters>,
+    pub reporter: Reporter,
+}
+
+pub struct SinkActor {
+    task: Option<Box<dyn SinkTask>>,
+    acker: Addr<AckerActor>,
+    ctx: Rc<SinkContext>,
+    /// What is open, to close on stop.
+    open: Vec<Assignment>,
+    failed: bool,
+}
+
+impl SinkActor {
+    pub fn new(task: Box<dyn SinkTask>, acker: Addr<AckerActor>, ctx: SinkContext) -> Self {
+        SinkActor {
+            task: Some(task),
+            acker,
+            ctx: Rc::new(ctx),
+            open: Vec::new(),
+            failed: false,
+        }
+    }
+
+    fn fail(&mut self, ctx: &mut Context<Self>, trace: String) {
+        if !self.failed {
+            self.failed = true;
+            (self.ctx.reporter)(TaskEvent::Failed {
+                task: self.ctx.task,
+                generation: self.ctx.generation,
+                trace,
+            });
+        }
+        ctx.stop();
+    }
+}
+
+impl Actor for SinkActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        let config = self.ctx.config.clone();
+        let fut = async move {
+            let result = task.start(&config).await;
+            (task, result)
+        };
+        ctx.wait(fut.into_actor(self).map(|(task, result), act, ctx| {
+            act.task = Some(task);
+            if let Err(e) = result {
+                act.fail(ctx, format!("the sink task failed to start: {e}"));
+            }
+        }));
+    }
+}
+
+impl Handler<SinkBatch> for SinkActor {
+    type Result = ();
+
+    fn handle(&mut self, batch: SinkBatch, ctx: &mut Context<Self>) {
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        let sink_ctx = Rc::clone(&self.ctx);
+        let fut = async move {
+            let result = run_batch(task.as_mut(), batch, &sink_ctx).await;
+            (task, result)
+        };
+        ctx.wait(fut.into_actor(self).map(|(task, result), act, ctx| {
+            act.task = Some(task);
+            match result {
+                Ok((verdicts, changes)) => {
+                    for change in changes {
+                        match change {
+                            AssignmentChange::Opened(a) => act.open.push(a),
+                            AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
+                        }
+                    }
+                    act.acker.do_send(verdicts);
+                }
+                Err(trace) => act.fail(ctx, trace),
+            }
+        }));
+    }
+}
+
+impl Handler<Finish> for SinkActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Finish, ctx: &mut Context<Self>) {
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        let open = std::mem::take(&mut self.open);
+        let fut = async move {
+            for assignment in &open {
+                if let Err(e) = task.close(assignment).await {
+                    warn!(error = %e, "closing the sink task's assignment failed");
+                }
+            }
+            task.stop().await
+        };
+        ctx.wait(fut.into_actor(self).map(move |result, act, ctx| {
+            if let Err(e) = result {
+                warn!(task = act.ctx.task, error = %e, "stopping the sink task failed");
+            }
+            let event = match msg.failure {
+                Some(trace) => TaskEvent::Failed {
+                    task: act.ctx.task,
+                    generation: act.ctx.generation,
+                    trace,
+                },
+                None => TaskEvent::Stopped {
+                    task: act.ctx.task,
+                    generation: act.ctx.generation,
+                },
+            };
+            act.failed = true;
+            (act.ctx.reporter)(event);
+            ctx.stop();
+        }));
+    }
+}
+
+/// Connect's initial retry backoff.
+const FIRST_BACKOFF: Duration = Duration::from_millis(300);
+
+/// Opens/closes what changed, puts the ready records (retrying in classic mode), flushes, and
+/// decides every record's verdict. `Err` is a failure of the task itself.
+async fn run_batch(
+    task: &mut dyn SinkTask,
+    batch: SinkBatch,
+    ctx: &SinkContext,
+) -> Result<(Verdicts, Vec<AssignmentChange>), String> {
+    for change in &batch.changes {
+        match change {
+            AssignmentChange::Opened(a) => task
+                .open(a)
+                .await
+                .map_err(|e| format!("the sink task failed to open {a:?}: {e}"))?,
+            AssignmentChange::Closed(a) => task
+                .close(a)
+                .await
+                .map_err(|e| format!("the sink task failed to close {a:?}: {e}"))?,
+        }
+    }
+    let ready: Vec<(usize, SinkRecord)> = batch
+        .entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.processed {
+            Processed::Ready(r) => Some((i, r.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut outcomes: BTreeMap<usize, PutOutcome> = BTreeMap::new();
+    if !ready.is_empty() {
+        put_with_retries(task, ready, ctx, &mut outcomes).await;
+        let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+        for (i, outcome) in &outcomes {
+            if outcome.is_ok() {
+                let c = &batch.entries[*i].raw;
+                let next = offsets
+                    .entry(TopicPartition::new(c.topic.clone(), c.partition))
+                    .or_insert(0);
+                *next = (*next).max(c.offset + 1);
+            }
+        }
+        if !offsets.is_empty() {
+            if let Err(e) = task.flush(&offsets).await {
+                if !(e.is_retriable() && ctx.share) {
+                    return Err(format!("the sink task failed to flush: {e}"));
+                }
+                // Not durable: give the records back rather than accept them.
+                warn!(task = ctx.task, error = %e, "flush failed; releasing the batch");
+                for outcome in outcomes.values_mut() {
+                    if outcome.is_ok() {
+                        *outcome = PutOutcome::Retriable(e.clone());
+                    }
+                }
+            }
+        }
+    }
+    let mut fail_task = None;
+    let mut verdicts = Vec::with_capacity(batch.entries.len());
+    for (i, entry) in batch.entries.into_iter().enumerate() {
+        let record = entry.raw.coordinates();
+        let failure = match (entry.processed, outcomes.remove(&i)) {
+            (Processed::Filtered, _) => {
+                TaskCounters::add(&ctx.counters.filtered, 1);
+                None
+            }
+            (Processed::Failed { stage, error }, _) => Some((stage, error)),
+            (Processed::Ready(_), Some(PutOutcome::Ok)) => None,
+            (Processed::Ready(_), Some(PutOutcome::Retriable(e))) if ctx.share => {
+                if ctx.errors.log_enable {
+                    warn!(connector = %ctx.connector, task = ctx.task, record = %record, error = %e, "retriable put error; releasing the record");
+                }
+                verdicts.push(Verdict {
+                    record,
+                    disposition: Disposition::Release,
+                    dead_letter: None,
+                });
+                continue;
+            }
+            (Processed::Ready(_), Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e))) => {
+                Some((Stage::TaskPut, ConnectError::Sink(e)))
+            }
+            (Processed::Ready(_), None) => Some((
+                Stage::TaskPut,
+                ConnectError::Sink(SinkError::fatal("put returned no outcome")),
+            )),
+        };
+        let Some((stage, error)) = failure else {
+            verdicts.push(Verdict {
+                record,
+                disposition: Disposition::Accept,
+                dead_letter: None,
+            });
+            continue;
+        };
+        let (verdict, fatal) = failed_verdict(ctx, entry.raw, stage, &error);
+        verdicts.push(verdict);
+        if fatal && fail_task.is_none() {
+            fail_task = Some(format!(
+                "{} failed at stage {} and errors.tolerance is none: {error}",
+                record,
+                stage.as_str()
+            ));
+        }
+    }
+    Ok((
+        Verdicts {
+            seq: batch.seq,
+            verdicts,
+            fail_task,
+        },
+        batch.changes,
+    ))
+}
+
+/// Puts `ready`; in classic mode retriable records are put again after a growing backoff
+/// until they succeed or `errors.retry.timeout` runs out.
+async fn put_with_retries(
+    task: &mut dyn SinkTask,
+    mut ready: Vec<(usize, SinkRecord)>,
+    ctx: &SinkContext,
+    outcomes: &mut BTreeMap<usize, PutOutcome>,
+) {
+    let started = Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let records: Vec<SinkRecord> = ready.iter().map(|(_, r)| r.clone()).collect();
+        TaskCounters::add(&ctx.counters.put, records.len());
+        let result = PutOutcome::expand(task.put(&records).await, records.len());
+        let mut retry = Vec::new();
+        for ((i, record), outcome) in ready.into_iter().zip(result) {
+            if matches!(outcome, PutOutcome::Retriable(_)) && !ctx.share {
+                retry.push((i, record));
+            }
+            outcomes.insert(i, outcome);
+        }
+        let budget_left = match ctx.errors.retry_timeout {
+            RetryTimeout::Forever | RetryTimeout::Never => true,
+            RetryTimeout::For(limit) => started.elapsed() + backoff <= limit,
+        };
+        if retry.is_empty() || !budget_left {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(ctx.errors.retry_delay_max.max(FIRST_BACKOFF));
+        ready = retry;
+    }
+}
+
+/// The verdict for a record that failed, and whether it fails the task.
+fn failed_verdict(
+    ctx: &SinkContext,
+    raw: RawRecord,
+    stage: Stage,
+    error: &ConnectError,
+) -> (Verdict, bool) {
+    let record = raw.coordinates();
+    if ctx.errors.log_enable {
+        if ctx.errors.log_include_messages {
+            error!(connector = %ctx.connector, task = ctx.task, record = %record, stage = stage.as_str(), key = ?raw.key, value = ?raw.value, headers = ?raw.headers, error = %error, "record failed");
+        } else {
+            error!(connector = %ctx.connector, task = ctx.task, record = %record, stage = stage.as_str(), error = %error, "record failed");
+        }
+    }
+    let executing = match stage {
+        Stage::KeyConverter => "key.converter",
+        Stage::ValueConverter => "value.converter",
+        Stage::HeaderConverter => "header.converter",
+        Stage::Transformation => "transforms",
+        _ => ctx.connector_class.as_str(),
+    };
+    let dead_letter = ctx.errors.dead_letter_queue.as_ref().map(|dlq| {
+        let context = ErrorContext {
+            connector: &ctx.connector,
+            task_id: ctx.task,
+            stage,
+            executing,
+            error,
+        };
+        dead_letter_record(&raw, &dlq.topic, dlq.context_headers.then_some(&context))
+    });
+    let fatal = ctx.errors.tolerance == ErrorTolerance::None;
+    let disposition = if fatal && dead_letter.is_none() {
+        // The task fails; the record stays available rather than being thrown away.
+        Disposition::Release
+    } else {
+        Disposition::Reject {
+            reason: format!("{}: {error}", stage.as_str()),
+        }
+    };
+    (
+        Verdict {
+            record,
+            disposition,
+            dead_letter,
+        },
+        fatal,
+    )
+}

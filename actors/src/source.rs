@@ -1,0 +1,352 @@
+//! Where a task's records come from, behind one trait so the same task code runs on a share
+//! group or a consumer group (and on an in-memory source in tests).
+//!
+//! - [`ShareGroupSource`]: KIP-932. Every record is acknowledged on its own (ACCEPT, RELEASE,
+//!   REJECT) and `commit` is the share consumer's `commit_sync`. The task is "assigned" the whole
+//!   topics once, at the start (KIP-1302: `open()` once, no rebalances).
+//! - [`ConsumerGroupSource`]: a classic or KIP-848 consumer group. ACCEPT and REJECT mark the
+//!   record processed; RELEASE reads it again from its offset; `commit` commits the contiguous
+//!   processed watermark. Rebalances come with the records.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use spillway_core::record::TimestampType;
+use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordCoordinates, TopicPartition};
+use spillway_kafka::classic::{ClassicRecord, ClassicSource, RebalanceEvent};
+use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareRecord};
+use tracing::warn;
+
+use crate::error::RuntimeError;
+
+/// A change of what the task consumes, delivered before the records read after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AssignmentChange {
+    Opened(Assignment),
+    Closed(Assignment),
+}
+
+/// What one poll brought.
+#[derive(Debug, Default)]
+pub struct Polled {
+    pub changes: Vec<AssignmentChange>,
+    pub records: Vec<RawRecord>,
+}
+
+/// What a commit came to.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Why some acknowledgements (or offsets) did not take effect.
+    pub failures: Vec<String>,
+    /// Records whose verdict did not take effect (a lost lock or session): the broker delivers
+    /// them again, so they count as neither accepted nor released nor rejected.
+    pub unapplied: Vec<RecordCoordinates>,
+}
+
+/// A consumer as the task's ConsumerActor drives it: strictly one call at a time.
+#[async_trait(?Send)]
+pub trait RecordSource {
+    /// Records (and assignment changes) available within `timeout`; empty when none.
+    async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError>;
+    /// Applies verdicts locally; [`commit`](Self::commit) makes them durable.
+    fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError>;
+    /// Commits every verdict settled so far (commit-sync semantics).
+    async fn commit(&mut self, timeout: Duration) -> Result<Committed, RuntimeError>;
+    /// Commits what is settled and leaves the group.
+    async fn close(self: Box<Self>) -> Result<(), RuntimeError>;
+    /// The assignment to close when the task stops.
+    fn assignment(&self) -> Assignment;
+}
+
+fn ack_type(d: &Disposition) -> AcknowledgeType {
+    match d {
+        Disposition::Accept => AcknowledgeType::Accept,
+        Disposition::Release => AcknowledgeType::Release,
+        Disposition::Reject { .. } => AcknowledgeType::Reject,
+    }
+}
+
+/// A share-group member.
+pub struct ShareGroupSource {
+    consumer: ShareConsumer,
+    topics: Vec<String>,
+    opened: bool,
+    /// Deliveries already handed to the task, by record and delivery count. The dev broker
+    /// re-sends records a member holds in every fetch response (share-protocol brief §8.6
+    /// item 14), also while their acknowledgement is on its way; a re-sent delivery keeps its
+    /// delivery count, a real redelivery (after RELEASE or a lost lock) has a higher one.
+    seen: HashSet<Delivery>,
+    /// `seen` in insertion order, to forget the oldest beyond [`SEEN_CAPACITY`].
+    seen_order: VecDeque<Delivery>,
+    /// Verdicts applied locally since the last commit, to tell which a failed partition undid.
+    settled: Vec<RecordCoordinates>,
+    /// Verdicts the consumer refused (the record was no longer held).
+    refused: Vec<RecordCoordinates>,
+}
+
+type Delivery = (Arc<str>, i32, i64, i16);
+
+/// Deliveries remembered for de-duplication; far more than a member holds at once.
+const SEEN_CAPACITY: usize = 1 << 18;
+
+impl ShareGroupSource {
+    /// Subscribes `consumer` to `topics`.
+    pub fn new(mut consumer: ShareConsumer, topics: Vec<String>) -> Self {
+        consumer.subscribe(&topics);
+        ShareGroupSource {
+            consumer,
+            topics,
+            opened: false,
+            seen: HashSet::new(),
+            seen_order: VecDeque::new(),
+            settled: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
+    pub fn member_id(&self) -> &str {
+        self.consumer.member_id()
+    }
+}
+
+fn raw_from_share(r: ShareRecord) -> RawRecord {
+    RawRecord {
+        topic: r.topic.to_string(),
+        partition: r.partition,
+        offset: r.offset,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+        timestamp: Some(r.timestamp),
+        timestamp_type: TimestampType::CreateTime,
+        delivery_count: u16::try_from(r.delivery_count).ok(),
+    }
+}
+
+#[async_trait(?Send)]
+impl RecordSource for ShareGroupSource {
+    async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+        let mut polled = Polled::default();
+        if !self.opened {
+            // KIP-1302: open() once at start, for all topics.
+            self.opened = true;
+            polled
+                .changes
+                .push(AssignmentChange::Opened(self.assignment()));
+        }
+        let records = self
+            .consumer
+            .poll(timeout)
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        for r in records {
+            let delivery = (
+                Arc::clone(&r.topic),
+                r.partition,
+                r.offset,
+                r.delivery_count,
+            );
+            if self.seen.insert(delivery.clone()) {
+                self.seen_order.push_back(delivery);
+                if self.seen_order.len() > SEEN_CAPACITY {
+                    if let Some(old) = self.seen_order.pop_front() {
+                        self.seen.remove(&old);
+                    }
+                }
+                polled.records.push(raw_from_share(r));
+            }
+        }
+        Ok(polled)
+    }
+
+    fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
+        for ack in acks {
+            let c = &ack.record;
+            match self.consumer.acknowledge_offset(
+                &c.topic,
+                c.partition,
+                c.offset,
+                ack_type(&ack.disposition),
+            ) {
+                Ok(()) => self.settled.push(c.clone()),
+                Err(e) => {
+                    // The lock was lost (expired, session reset): the broker redelivers the
+                    // record, which is what any verdict but ACCEPT would have led to anyway.
+                    warn!(record = %c, error = %e, "acknowledgement not applied");
+                    self.refused.push(c.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, timeout: Duration) -> Result<Committed, RuntimeError> {
+        let results = self
+            .consumer
+            .commit_sync(timeout)
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        let mut failures = Vec::new();
+        let mut failed: HashSet<(String, i32)> = HashSet::new();
+        for (partition, result) in results {
+            if let Err(e) = result {
+                failures.push(e.to_string());
+                failed.insert(partition);
+            }
+        }
+        let mut unapplied = std::mem::take(&mut self.refused);
+        unapplied.extend(
+            std::mem::take(&mut self.settled)
+                .into_iter()
+                .filter(|c| failed.contains(&(c.topic.clone(), c.partition))),
+        );
+        Ok(Committed {
+            failures,
+            unapplied,
+        })
+    }
+
+    async fn close(self: Box<Self>) -> Result<(), RuntimeError> {
+        self.consumer
+            .close()
+            .await
+            .map(|_| ())
+            .map_err(|e| RuntimeError::Source(e.to_string()))
+    }
+
+    fn assignment(&self) -> Assignment {
+        Assignment::SharedTopics(self.topics.clone())
+    }
+}
+
+/// A consumer-group member.
+pub struct ConsumerGroupSource {
+    source: ClassicSource,
+    owned: Vec<TopicPartition>,
+}
+
+impl ConsumerGroupSource {
+    /// Subscribes `source` to `topics` (a `^`-prefixed entry is a pattern).
+    pub fn new(source: ClassicSource, topics: &[String]) -> Result<Self, RuntimeError> {
+        source
+            .subscribe(topics)
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        Ok(ConsumerGroupSource {
+            source,
+            owned: Vec::new(),
+        })
+    }
+}
+
+fn raw_from_classic(r: ClassicRecord) -> RawRecord {
+    let (timestamp, timestamp_type) = match r.timestamp {
+        None => (None, TimestampType::NoTimestamp),
+        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
+        Some((t, false)) => (Some(t), TimestampType::CreateTime),
+    };
+    RawRecord {
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+        timestamp,
+        timestamp_type,
+        delivery_count: None,
+    }
+}
+
+fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {
+    list.into_iter()
+        .map(|(t, p)| TopicPartition::new(t, p))
+        .collect()
+}
+
+#[async_trait(?Send)]
+impl RecordSource for ConsumerGroupSource {
+    async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+        let polled = self
+            .source
+            .poll(timeout)
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        let mut changes = Vec::new();
+        for event in polled.events {
+            match event {
+                RebalanceEvent::Assigned(list) => {
+                    let list = partitions(list);
+                    for tp in &list {
+                        if !self.owned.contains(tp) {
+                            self.owned.push(tp.clone());
+                        }
+                    }
+                    changes.push(AssignmentChange::Opened(Assignment::Partitions(list)));
+                }
+                RebalanceEvent::Revoked(list) => {
+                    let list = partitions(list);
+                    self.owned.retain(|tp| !list.contains(tp));
+                    changes.push(AssignmentChange::Closed(Assignment::Partitions(list)));
+                }
+            }
+        }
+        Ok(Polled {
+            changes,
+            records: polled.records.into_iter().map(raw_from_classic).collect(),
+        })
+    }
+
+    fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
+        // Per partition, the lowest released offset is read again (Connect's redelivery).
+        let mut rewind: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for ack in acks {
+            let c = &ack.record;
+            match ack.disposition {
+                Disposition::Release => {
+                    let e = rewind
+                        .entry((c.topic.clone(), c.partition))
+                        .or_insert(c.offset);
+                    *e = (*e).min(c.offset);
+                }
+                _ => self.source.mark_done(&c.topic, c.partition, c.offset),
+            }
+        }
+        for ((topic, partition), offset) in rewind {
+            // A partition revoked meanwhile is read again by its new owner from the last commit.
+            if !self
+                .owned
+                .contains(&TopicPartition::new(topic.clone(), partition))
+            {
+                continue;
+            }
+            self.source
+                .seek_back(&topic, partition, offset)
+                .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, _timeout: Duration) -> Result<Committed, RuntimeError> {
+        match self.source.commit().await {
+            Ok(_) => Ok(Committed::default()),
+            // A failed offset commit loses nothing: the next one covers the same records.
+            Err(e) => Ok(Committed {
+                failures: vec![e.to_string()],
+                unapplied: Vec::new(),
+            }),
+        }
+    }
+
+    async fn close(self: Box<Self>) -> Result<(), RuntimeError> {
+        self.source
+            .close()
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))
+    }
+
+    fn assignment(&self) -> Assignment {
+        Assignment::Partitions(self.owned.clone())
+    }
+}

@@ -1,0 +1,139 @@
+//! Supervisor: the worker's root actor. It owns one ConnectorActor per running connector and
+//! routes the worker's requests to them.
+
+use std::collections::BTreeMap;
+
+use actix::prelude::*;
+
+use crate::connector::{
+    ConnectorActor, ConnectorPlan, KillTask, Ready, SetTaskCount, StopConnector,
+};
+use crate::error::RuntimeError;
+use crate::status::StatusBoard;
+
+pub struct Supervisor {
+    board: StatusBoard,
+    connectors: BTreeMap<String, Addr<ConnectorActor>>,
+}
+
+impl Supervisor {
+    pub fn new(board: StatusBoard) -> Self {
+        Supervisor {
+            board,
+            connectors: BTreeMap::new(),
+        }
+    }
+
+    fn find(&self, name: &str) -> Result<Addr<ConnectorActor>, RuntimeError> {
+        self.connectors
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RuntimeError::UnknownConnector(name.to_owned()))
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct Start(pub ConnectorPlan);
+
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct Stop(pub String);
+
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct Resize(pub String, pub usize);
+
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct Kill(pub String, pub u32);
+
+/// Names of the running connectors.
+#[derive(Message)]
+#[rtype(result = "Vec<String>")]
+pub struct List;
+
+impl Handler<Start> for Supervisor {
+    type Result = ResponseFuture<Result<(), RuntimeError>>;
+
+    fn handle(&mut self, msg: Start, _ctx: &mut Context<Self>) -> Self::Result {
+        let name = msg.0.config.name.clone();
+        if self.connectors.contains_key(&name) {
+            return Box::pin(async move { Err(RuntimeError::ConnectorExists(name)) });
+        }
+        let addr = ConnectorActor::new(msg.0, self.board.clone()).start();
+        self.connectors.insert(name, addr.clone());
+        // Answer once the connector has started, so its status is there for the caller.
+        Box::pin(async move {
+            addr.send(Ready)
+                .await
+                .map_err(|_| RuntimeError::WorkerStopped)
+        })
+    }
+}
+
+impl Handler<Stop> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<(), RuntimeError>>;
+
+    fn handle(&mut self, msg: Stop, _ctx: &mut Context<Self>) -> Self::Result {
+        let name = msg.0;
+        let found = self.find(&name);
+        let fut = async move {
+            let addr = found?;
+            let stopped = addr
+                .send(StopConnector)
+                .await
+                .map_err(|_| RuntimeError::WorkerStopped)?;
+            // A dropped sender means the connector actor is gone: nothing left to wait for.
+            let _ = stopped.await;
+            Ok(())
+        };
+        Box::pin(fut.into_actor(self).map(move |result, act, _ctx| {
+            if result.is_ok() {
+                act.connectors.remove(&name);
+                act.board.connector_removed(&name);
+            }
+            result
+        }))
+    }
+}
+
+impl Handler<Resize> for Supervisor {
+    type Result = ResponseFuture<Result<(), RuntimeError>>;
+
+    fn handle(&mut self, msg: Resize, _ctx: &mut Context<Self>) -> Self::Result {
+        let found = self.find(&msg.0);
+        Box::pin(async move {
+            found?
+                .send(SetTaskCount(msg.1))
+                .await
+                .map_err(|_| RuntimeError::WorkerStopped)?
+        })
+    }
+}
+
+impl Handler<Kill> for Supervisor {
+    type Result = ResponseFuture<Result<(), RuntimeError>>;
+
+    fn handle(&mut self, msg: Kill, _ctx: &mut Context<Self>) -> Self::Result {
+        let found = self.find(&msg.0);
+        Box::pin(async move {
+            found?
+                .send(KillTask(msg.1))
+                .await
+                .map_err(|_| RuntimeError::WorkerStopped)?
+        })
+    }
+}
+
+impl Handler<List> for Supervisor {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, _msg: List, _ctx: &mut Context<Self>) -> Vec<String> {
+        self.connectors.keys().cloned().collect()
+    }
+}

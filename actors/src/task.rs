@@ -1,0 +1,606 @@
+//! One task: its four actors on a thread of their own (an actix `Arbiter`), so a slow or
+//! stuck task never holds up another, and a killed task takes its consumer with it.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use spillway_core::config::ErrorHandling;
+use spillway_core::{ConfigMap, RecordPipeline, SinkTask};
+
+use crate::acker::AckerActor;
+use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
+use crate::converter::ConverterActor;
+use crate::dead_letter::DeadLetterWriter;
+use crate::messages::{Drain, Reporter};
+use crate::settings::TaskSettings;
+use crate::sink::{SinkActor, SinkContext};
+use crate::status::TaskCounters;
+
+/// Everything one run of a task needs.
+pub struct TaskSpec {
+    pub connector: String,
+    pub connector_class: String,
+    pub task: u32,
+    /// Bumped on each restart, so events of a previous run are recognised and ignored.
+    pub generation: u64,
+    pub share: bool,
+    pub errors: ErrorHandling,
+    /// The configuration `SinkTask::start` receives.
+    pub task_config: ConfigMap,
+    pub pipeline: RecordPipeline,
+    pub sink_task: Box<dyn SinkTask>,
+    pub source: SourceFactory,
+    pub dead_letters: Option<Arc<dyn DeadLetterWriter>>,
+    pub settings: TaskSettings,
+    pub counters: Arc<TaskCounters>,
+    pub reporter: Reporter,
+}
+
+/// A running task.
+pub struct RunningTask {
+    arbiter: Arbiter,
+    consumer: Addr<ConsumerActor>,
+    pub generation: u64,
+}
+
+impl RunningTask {
+    /// Graceful stop: in-flight batches finish, acknowledgements are committed, the group is
+    /// left, the sink task is closed and stopped; then a `Stopped` (or `Failed`) event.
+    pub fn drain(&self) {
+        self.consumer.do_send(Drain);
+    }
+
+    /// Ends the task's thread at once, as a crash would: nothing more is acknowledged, and the
+    /// broker redelivers what the task held (when its acquisition locks expire, or at once
+    /// when the broker sees the connection close).
+    pub fn kill(&self) {
+        self.arbiter.stop();
+    }
+}
+
+/// Starts the task's actors on a new arbiter.
+pub fn spawn_task(spec: TaskSpec) -> RunningTask {
+    let arbiter = Arbiter::new();
+    let generation = spec.generation;
+    let consumer = ConsumerActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
+        let TaskSpec {
+            connector,
+            connector_class,
+            task,
+            generation,
+            share,
+            errors,
+            task_config,
+            pipeline,
+            sink_task,
+            source,
+            dead_letters,
+            settings,
+            counters,
+            reporter,
+        } = spec;
+        let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
+        let sink = SinkActor::new(
+            sink_task,
+            acker,
+            SinkContext {
+                connector,
+                connector_class,
+                task,
+                generation,
+                share,
+                errors,
+                config: task_config,
+                counters: Arc::clone(&counters),
+                reporter: Arc::clone(&reporter),
+            },
+        )
+        .start();
+        let converter = ConverterActor::new(pipeline, sink).start();
+        ConsumerActor::new(ConsumerSetup {
+            factory: source,
+            converter,
+            task,
+            generation,
+            max_inflight: settings.inflight_batches,
+            poll_timeout: settings.poll_timeout,
+            commit_timeout: settings.commit_timeout,
+            counters,
+            reporter,
+        })
+    });
+    RunningTask {
+        arbiter,
+        consumer,
+        generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The poll → convert → put → acknowledge → commit loop on an in-memory source.
+
+    use std::collections::{BTreeMap, VecDeque};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use bytes::Bytes;
+    use futures::FutureExt;
+    use spillway_core::config::{DeadLetterQueue, ErrorTolerance, RetryTimeout};
+    use spillway_core::{
+        Ack, Assignment, DeadLetterRecord, Disposition, PutOutcome, RawRecord, SinkError,
+        SinkRecord,
+    };
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::error::RuntimeError;
+    use crate::messages::TaskEvent;
+    use crate::source::{AssignmentChange, Committed, Polled, RecordSource};
+
+    /// What the fake source saw.
+    #[derive(Default)]
+    struct Seen {
+        /// Verdicts in commit order: (offset, disposition).
+        committed: Vec<(i64, Disposition)>,
+        commits: usize,
+        closed: bool,
+        /// Highest number of batches out at once.
+        max_outstanding: usize,
+    }
+
+    /// Hands out records in batches of `batch`; verdicts count once committed.
+    struct FakeSource {
+        records: VecDeque<RawRecord>,
+        batch: usize,
+        pending: Vec<Ack>,
+        seen: Arc<Mutex<Seen>>,
+        opened: bool,
+        outstanding: usize,
+    }
+
+    #[async_trait(?Send)]
+    impl RecordSource for FakeSource {
+        async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+            let mut polled = Polled::default();
+            if !self.opened {
+                self.opened = true;
+                polled
+                    .changes
+                    .push(AssignmentChange::Opened(self.assignment()));
+            }
+            let n = self.batch.min(self.records.len());
+            if n == 0 && polled.changes.is_empty() {
+                tokio::time::sleep(timeout).await;
+            }
+            polled.records = self.records.drain(..n).collect();
+            if !polled.records.is_empty() {
+                self.outstanding += 1;
+                let mut seen = self.seen.lock().unwrap();
+                seen.max_outstanding = seen.max_outstanding.max(self.outstanding);
+            }
+            Ok(polled)
+        }
+
+        fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
+            self.pending.extend_from_slice(acks);
+            Ok(())
+        }
+
+        async fn commit(&mut self, _timeout: Duration) -> Result<Committed, RuntimeError> {
+            let mut seen = self.seen.lock().unwrap();
+            seen.commits += 1;
+            self.outstanding = 0;
+            for ack in self.pending.drain(..) {
+                seen.committed.push((ack.record.offset, ack.disposition));
+            }
+            Ok(Committed::default())
+        }
+
+        async fn close(self: Box<Self>) -> Result<(), RuntimeError> {
+            self.seen.lock().unwrap().closed = true;
+            Ok(())
+        }
+
+        fn assignment(&self) -> Assignment {
+            Assignment::SharedTopics(vec!["t".into()])
+        }
+    }
+
+    /// Values decide the outcome: "fatal…" is refused for good, "flaky…" fails retriably on
+    /// its first `flaky_failures` attempts; everything else is written.
+    #[derive(Clone, Default)]
+    struct ScriptedSink {
+        written: Arc<Mutex<Vec<String>>>,
+        opened: Arc<Mutex<Vec<Assignment>>>,
+        stopped: Arc<Mutex<bool>>,
+        attempts: Arc<Mutex<BTreeMap<String, usize>>>,
+        flaky_failures: usize,
+    }
+
+    #[async_trait]
+    impl SinkTask for ScriptedSink {
+        async fn start(&mut self, _config: &ConfigMap) -> Result<(), SinkError> {
+            Ok(())
+        }
+
+        async fn open(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
+            self.opened.lock().unwrap().push(assignment.clone());
+            Ok(())
+        }
+
+        async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+            Ok(records
+                .iter()
+                .map(|r| {
+                    let text = r.value.to_string();
+                    let mut attempts = self.attempts.lock().unwrap();
+                    let n = attempts.entry(text.clone()).or_default();
+                    *n += 1;
+                    if text.starts_with("fatal") {
+                        PutOutcome::Fatal(SinkError::fatal(format!("cannot store {text}")))
+                    } else if text.starts_with("flaky") && *n <= self.flaky_failures {
+                        PutOutcome::Retriable(SinkError::retriable("target busy"))
+                    } else {
+                        self.written.lock().unwrap().push(text);
+                        PutOutcome::Ok
+                    }
+                })
+                .collect())
+        }
+
+        async fn stop(&mut self) -> Result<(), SinkError> {
+            *self.stopped.lock().unwrap() = true;
+            Ok(())
+        }
+    }
+
+    #[derive(Default)]
+    struct MemoryDeadLetters {
+        written: Mutex<Vec<DeadLetterRecord>>,
+        fail: bool,
+    }
+
+    #[async_trait]
+    impl DeadLetterWriter for MemoryDeadLetters {
+        async fn write(&self, records: Vec<DeadLetterRecord>) -> Vec<Result<(), String>> {
+            if self.fail {
+                return records.iter().map(|_| Err("broker down".into())).collect();
+            }
+            let n = records.len();
+            self.written.lock().unwrap().extend(records);
+            vec![Ok(()); n]
+        }
+    }
+
+    fn raw(offset: i64, value: &str) -> RawRecord {
+        let mut r = RawRecord::new("t", 0, offset);
+        r.value = Some(Bytes::from(value.to_owned()));
+        r
+    }
+
+    struct Run {
+        seen: Arc<Mutex<Seen>>,
+        events: mpsc::UnboundedReceiver<TaskEvent>,
+        task: RunningTask,
+        counters: Arc<TaskCounters>,
+    }
+
+    struct Options {
+        share: bool,
+        tolerance: ErrorTolerance,
+        dlq: Option<Arc<MemoryDeadLetters>>,
+        inflight: usize,
+        pipeline: ConfigMap,
+    }
+
+    impl Default for Options {
+        fn default() -> Self {
+            Options {
+                share: true,
+                tolerance: ErrorTolerance::All,
+                dlq: None,
+                inflight: 2,
+                pipeline: [("value.converter", "string")]
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            }
+        }
+    }
+
+    fn start(records: Vec<RawRecord>, sink: ScriptedSink, o: Options) -> Run {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let source_seen = Arc::clone(&seen);
+        let (tx, events) = mpsc::unbounded_channel();
+        let counters = Arc::new(TaskCounters::default());
+        let factory: SourceFactory = Box::new(move || {
+            async move {
+                Ok(Box::new(FakeSource {
+                    records: records.into(),
+                    batch: 3,
+                    pending: Vec::new(),
+                    seen: source_seen,
+                    opened: false,
+                    outstanding: 0,
+                }) as Box<dyn RecordSource>)
+            }
+            .boxed_local()
+        });
+        let task = spawn_task(TaskSpec {
+            connector: "c".into(),
+            connector_class: "scripted".into(),
+            task: 0,
+            generation: 1,
+            share: o.share,
+            errors: ErrorHandling {
+                tolerance: o.tolerance,
+                retry_timeout: RetryTimeout::Never,
+                retry_delay_max: Duration::from_millis(20),
+                log_enable: true,
+                log_include_messages: false,
+                dead_letter_queue: o.dlq.as_ref().map(|_| DeadLetterQueue {
+                    topic: "dlq".into(),
+                    replication_factor: 1,
+                    context_headers: true,
+                }),
+            },
+            task_config: ConfigMap::new(),
+            pipeline: RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid"),
+            sink_task: Box::new(sink),
+            source: factory,
+            dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
+            settings: TaskSettings {
+                inflight_batches: o.inflight,
+                poll_timeout: Duration::from_millis(10),
+                ..TaskSettings::default()
+            },
+            counters: Arc::clone(&counters),
+            reporter: Arc::new(move |e| {
+                let _ = tx.send(e);
+            }),
+        });
+        Run {
+            seen,
+            events,
+            task,
+            counters,
+        }
+    }
+
+    /// Waits until `n` verdicts are committed, then stops the task gracefully.
+    async fn finish(run: &mut Run, n: usize) -> TaskEvent {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while run.seen.lock().unwrap().committed.len() < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {} of {n} verdicts committed",
+                run.seen.lock().unwrap().committed.len()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        run.task.drain();
+        next_final_event(run).await
+    }
+
+    async fn next_final_event(run: &mut Run) -> TaskEvent {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), run.events.recv())
+                .await
+                .expect("an event in time")
+                .expect("reporter alive");
+            if !matches!(event, TaskEvent::Progress { .. }) {
+                return event;
+            }
+        }
+    }
+
+    fn verdicts(run: &Run) -> Vec<(i64, Disposition)> {
+        let mut v = run.seen.lock().unwrap().committed.clone();
+        v.sort_by_key(|(o, _)| *o);
+        v
+    }
+
+    #[actix::test]
+    async fn records_put_successfully_are_accepted_and_committed() {
+        let sink = ScriptedSink::default();
+        let records = (0..7).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start(records, sink.clone(), Options::default());
+        let event = finish(&mut run, 7).await;
+        assert_eq!(
+            event,
+            TaskEvent::Stopped {
+                task: 0,
+                generation: 1
+            }
+        );
+        assert!(verdicts(&run)
+            .iter()
+            .all(|(_, d)| *d == Disposition::Accept));
+        assert_eq!(sink.written.lock().unwrap().len(), 7);
+        assert_eq!(
+            *sink.opened.lock().unwrap(),
+            vec![Assignment::SharedTopics(vec!["t".into()])],
+            "open() once at start for all topics"
+        );
+        assert!(*sink.stopped.lock().unwrap());
+        let seen = run.seen.lock().unwrap();
+        assert!(seen.closed, "the group is left on a graceful stop");
+        assert!(seen.max_outstanding <= 2, "in-flight batches stay bounded");
+        assert_eq!(run.counters.snapshot().accepted, 7);
+    }
+
+    #[actix::test]
+    async fn retriable_failures_are_released_in_share_mode() {
+        let sink = ScriptedSink {
+            flaky_failures: 1,
+            ..ScriptedSink::default()
+        };
+        let mut run = start(
+            vec![raw(0, "ok"), raw(1, "flaky-1"), raw(2, "ok2")],
+            sink.clone(),
+            Options::default(),
+        );
+        finish(&mut run, 3).await;
+        assert_eq!(
+            verdicts(&run),
+            vec![
+                (0, Disposition::Accept),
+                (1, Disposition::Release),
+                (2, Disposition::Accept)
+            ]
+        );
+        assert_eq!(run.counters.snapshot().released, 1);
+    }
+
+    #[actix::test]
+    async fn retriable_failures_are_retried_in_classic_mode_until_they_succeed() {
+        let sink = ScriptedSink {
+            flaky_failures: 2,
+            ..ScriptedSink::default()
+        };
+        let mut run = start(
+            vec![raw(0, "flaky-a"), raw(1, "ok")],
+            sink.clone(),
+            Options {
+                share: false,
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 2).await;
+        assert_eq!(
+            verdicts(&run),
+            vec![(0, Disposition::Accept), (1, Disposition::Accept)]
+        );
+        assert_eq!(sink.attempts.lock().unwrap()["flaky-a"], 3);
+    }
+
+    #[actix::test]
+    async fn fatal_failures_are_rejected_and_dead_lettered_with_context_headers() {
+        let dlq = Arc::new(MemoryDeadLetters::default());
+        let mut run = start(
+            vec![raw(0, "ok"), raw(1, "fatal-x"), raw(2, "ok2")],
+            ScriptedSink::default(),
+            Options {
+                dlq: Some(Arc::clone(&dlq)),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 3).await;
+        let v = verdicts(&run);
+        assert!(matches!(v[1].1, Disposition::Reject { .. }), "{v:?}");
+        assert_eq!(v[0].1, Disposition::Accept);
+        let letters = dlq.written.lock().unwrap();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].value.as_deref(), Some(&b"fatal-x"[..]));
+        let stage = letters[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k == "__connect.errors.stage")
+            .and_then(|(_, v)| v.clone());
+        assert_eq!(stage.as_deref(), Some(&b"TASK_PUT"[..]));
+        assert_eq!(run.counters.snapshot().dead_lettered, 1);
+    }
+
+    #[actix::test]
+    async fn conversion_failures_go_to_the_dead_letter_queue_and_the_rest_is_delivered() {
+        let dlq = Arc::new(MemoryDeadLetters::default());
+        let sink = ScriptedSink::default();
+        let mut run = start(
+            vec![raw(0, "{\"a\":1}"), raw(1, "{broken"), raw(2, "{\"b\":2}")],
+            sink.clone(),
+            Options {
+                dlq: Some(Arc::clone(&dlq)),
+                pipeline: [
+                    ("value.converter", "json"),
+                    ("value.converter.schemas.enable", "false"),
+                ]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 3).await;
+        assert_eq!(sink.written.lock().unwrap().len(), 2);
+        let letters = dlq.written.lock().unwrap();
+        assert_eq!(letters.len(), 1);
+        assert!(letters[0]
+            .headers
+            .iter()
+            .any(|(k, v)| k == "__connect.errors.stage"
+                && v.as_deref() == Some(&b"VALUE_CONVERTER"[..])));
+    }
+
+    #[actix::test]
+    async fn with_tolerance_none_a_fatal_error_fails_the_task_and_keeps_the_record() {
+        let mut run = start(
+            vec![raw(0, "ok"), raw(1, "fatal-y")],
+            ScriptedSink::default(),
+            Options {
+                tolerance: ErrorTolerance::None,
+                ..Options::default()
+            },
+        );
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed { trace, .. } = event else {
+            panic!("expected a failure, got {event:?}")
+        };
+        assert!(trace.contains("t-0@1"), "{trace}");
+        assert!(trace.contains("errors.tolerance is none"), "{trace}");
+        assert_eq!(
+            verdicts(&run),
+            vec![(0, Disposition::Accept), (1, Disposition::Release)],
+            "the good record is committed; the bad one is released, not lost"
+        );
+        assert!(run.seen.lock().unwrap().closed);
+    }
+
+    #[actix::test]
+    async fn a_dead_letter_that_cannot_be_written_releases_its_record_and_fails_the_task() {
+        let dlq = Arc::new(MemoryDeadLetters {
+            fail: true,
+            ..MemoryDeadLetters::default()
+        });
+        let mut run = start(
+            vec![raw(0, "fatal-z")],
+            ScriptedSink::default(),
+            Options {
+                dlq: Some(dlq),
+                ..Options::default()
+            },
+        );
+        let TaskEvent::Failed { trace, .. } = next_final_event(&mut run).await else {
+            panic!("expected a failure")
+        };
+        assert!(trace.contains("cannot write the dead letter"), "{trace}");
+        assert_eq!(verdicts(&run), vec![(0, Disposition::Release)]);
+    }
+
+    #[actix::test]
+    async fn filtered_records_are_accepted_without_reaching_put() {
+        let sink = ScriptedSink::default();
+        let mut run = start(
+            vec![raw(0, "a"), raw(1, "b")],
+            sink.clone(),
+            Options {
+                pipeline: [
+                    ("value.converter", "string"),
+                    ("transforms", "drop"),
+                    ("transforms.drop.type", "Filter"),
+                ]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 2).await;
+        assert!(sink.written.lock().unwrap().is_empty());
+        assert!(verdicts(&run)
+            .iter()
+            .all(|(_, d)| *d == Disposition::Accept));
+        assert_eq!(run.counters.snapshot().filtered, 2);
+    }
+}

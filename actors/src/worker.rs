@@ -1,0 +1,461 @@
+//! [`Worker`]: the API the server (and tests) use to run connectors. It owns an actix system on
+//! a thread of its own; every method may be called from any async runtime.
+//!
+//! Starting a connector decides everything up front — the shared keys, the group protocol
+//! (KIP-1302's resolution order), the group id, the runtime settings, the share-group id check —
+//! and refuses the connector with a message that names the problem, before any task runs.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix::prelude::*;
+use spillway_connectors::ConnectorRegistry;
+use spillway_core::config::{
+    resolve_group_protocol, sink_connector::TASKS_MAX, SinkConnectorConfig, TopicSelection,
+};
+use spillway_core::{ConfigError, ConfigMap};
+use spillway_kafka::classic::check_share_group_id;
+use spillway_kafka::producer::IdempotentProducer;
+use tracing::warn;
+
+use crate::connector::ConnectorPlan;
+use crate::dead_letter::ProducerDeadLetters;
+use crate::error::RuntimeError;
+use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
+use crate::status::{ConnectorStatus, StatusBoard};
+use crate::supervisor::{Kill, List, Resize, Start, Stop, Supervisor};
+
+/// How long the share-group id check may take.
+const GROUP_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running worker.
+pub struct Worker {
+    config: ConfigMap,
+    registry: ConnectorRegistry,
+    board: StatusBoard,
+    supervisor: Addr<Supervisor>,
+    system: System,
+    thread: Option<JoinHandle<()>>,
+    /// The configuration each connector runs with, to tell a resize from a reconfiguration.
+    configs: Mutex<BTreeMap<String, ConfigMap>>,
+}
+
+impl Worker {
+    /// Starts a worker with `config` (its `bootstrap.servers` is required) and the plugins of
+    /// `registry`.
+    pub fn start(config: ConfigMap, registry: ConnectorRegistry) -> Result<Worker, RuntimeError> {
+        if config
+            .get(BOOTSTRAP_SERVERS)
+            .is_none_or(|s| s.trim().is_empty())
+        {
+            return Err(RuntimeError::WorkerConfig(ConfigError::Missing {
+                key: BOOTSTRAP_SERVERS.into(),
+            }));
+        }
+        resolve_group_protocol(&ConfigMap::new(), &config).map_err(RuntimeError::WorkerConfig)?;
+        TaskSettings::resolve(&ConfigMap::new(), &config).map_err(RuntimeError::WorkerConfig)?;
+        let board = StatusBoard::default();
+        let supervisor_board = board.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("spillway-worker".into())
+            .spawn(move || {
+                let system = System::new();
+                system.block_on(async move {
+                    let addr = Supervisor::new(supervisor_board).start();
+                    let _ = tx.send((addr, System::current()));
+                });
+                // Returns when the system is stopped.
+                let _ = system.run();
+            })
+            .map_err(|e| RuntimeError::Task(format!("cannot start the worker thread: {e}")))?;
+        let (supervisor, system) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
+        Ok(Worker {
+            config,
+            registry,
+            board,
+            supervisor,
+            system,
+            thread: Some(thread),
+            configs: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &ConfigMap {
+        &self.config
+    }
+
+    fn configs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ConfigMap>> {
+        // Each use is one map operation; a panic elsewhere cannot leave it half done.
+        self.configs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Validates `config`, checks its group, and starts its tasks.
+    pub async fn start_connector(&self, config: ConfigMap) -> Result<(), RuntimeError> {
+        let plan = self.plan(&config).await?;
+        self.start_plan(plan, config).await
+    }
+
+    async fn start_plan(&self, plan: ConnectorPlan, config: ConfigMap) -> Result<(), RuntimeError> {
+        let name = plan.config.name.clone();
+        self.supervisor
+            .send(Start(plan))
+            .await
+            .map_err(|_| RuntimeError::WorkerStopped)??;
+        self.configs().insert(name, config);
+        Ok(())
+    }
+
+    /// Stops a connector gracefully: in-flight batches finish, acknowledgements are committed,
+    /// the group is left.
+    pub async fn stop_connector(&self, name: &str) -> Result<(), RuntimeError> {
+        self.supervisor
+            .send(Stop(name.to_owned()))
+            .await
+            .map_err(|_| RuntimeError::WorkerStopped)??;
+        self.configs().remove(name);
+        Ok(())
+    }
+
+    /// Applies a new configuration. A change of `tasks.max` alone changes the number of tasks
+    /// while the others keep running; any other change restarts the connector (this is how a
+    /// connector moves between share and classic mode, e.g. rolling back by removing
+    /// `consumer.override.group.protocol`).
+    pub async fn reconfigure_connector(&self, config: ConfigMap) -> Result<(), RuntimeError> {
+        let name = config.get("name").cloned().unwrap_or_default();
+        let current = self.configs().get(&name).cloned();
+        let Some(current) = current else {
+            return self.start_connector(config).await;
+        };
+        let without_tasks = |c: &ConfigMap| {
+            let mut c = c.clone();
+            c.remove(TASKS_MAX);
+            c
+        };
+        if without_tasks(&current) == without_tasks(&config) {
+            let parsed =
+                SinkConnectorConfig::parse(&config).map_err(|source| RuntimeError::Config {
+                    connector: name.clone(),
+                    source,
+                })?;
+            self.set_task_count(&name, parsed.tasks_max).await?;
+            self.configs().insert(name, config);
+            return Ok(());
+        }
+        // Decide (and check) the new configuration before stopping the running one, so a
+        // refused configuration leaves the connector running as it was.
+        let plan = self.plan(&config).await?;
+        self.stop_connector(&name).await?;
+        self.start_plan(plan, config).await
+    }
+
+    /// Changes the number of tasks of a running connector (elastic scaling).
+    pub async fn set_task_count(&self, name: &str, tasks: usize) -> Result<(), RuntimeError> {
+        self.supervisor
+            .send(Resize(name.to_owned(), tasks))
+            .await
+            .map_err(|_| RuntimeError::WorkerStopped)??;
+        if let Some(c) = self.configs().get_mut(name) {
+            c.insert(TASKS_MAX.to_owned(), tasks.to_string());
+        }
+        Ok(())
+    }
+
+    /// Ends one task abruptly, as a crash would (no acknowledgements, no leaving the group);
+    /// it is not restarted. For failure drills and tests.
+    pub async fn kill_task(&self, name: &str, task: u32) -> Result<(), RuntimeError> {
+        self.supervisor
+            .send(Kill(name.to_owned(), task))
+            .await
+            .map_err(|_| RuntimeError::WorkerStopped)?
+    }
+
+    pub fn status(&self, name: &str) -> Option<ConnectorStatus> {
+        self.board.get(name)
+    }
+
+    pub fn statuses(&self) -> Vec<ConnectorStatus> {
+        self.board.all()
+    }
+
+    pub fn connector_config(&self, name: &str) -> Option<ConfigMap> {
+        self.configs().get(name).cloned()
+    }
+
+    /// Stops every connector gracefully, then the worker.
+    pub async fn shutdown(mut self) {
+        let names = self.supervisor.send(List).await.unwrap_or_default();
+        for name in names {
+            if let Err(e) = self.stop_connector(&name).await {
+                warn!(connector = %name, error = %e, "stopping the connector failed");
+            }
+        }
+        self.system.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    /// Everything decided before a connector runs.
+    async fn plan(&self, config: &ConfigMap) -> Result<ConnectorPlan, RuntimeError> {
+        let name = config.get("name").cloned().unwrap_or_default();
+        let refused = |source: ConfigError| RuntimeError::Config {
+            connector: name.clone(),
+            source,
+        };
+        let parsed = SinkConnectorConfig::parse(config).map_err(refused)?;
+        let resolved = resolve_group_protocol(config, &self.config).map_err(refused)?;
+        let settings = TaskSettings::resolve(config, &self.config).map_err(refused)?;
+        let plugin = self
+            .registry
+            .create(&parsed.connector_class)
+            .map_err(refused)?;
+        plugin.config_def().parse(config).map_err(refused)?;
+        let bootstrap = parsed
+            .consumer_overrides
+            .get(BOOTSTRAP_SERVERS)
+            .or_else(|| self.config.get(BOOTSTRAP_SERVERS))
+            .cloned()
+            .unwrap_or_default();
+        let group_id = parsed.group_id();
+        let topics = match (&parsed.topics, resolved.protocol.is_share()) {
+            (TopicSelection::Names(names), _) => names.clone(),
+            (TopicSelection::Pattern(regex), false) => vec![format!("^{}$", regex.as_str())],
+            (TopicSelection::Pattern(regex), true) => {
+                return Err(refused(ConfigError::InvalidValue {
+                    key: "topics.regex".into(),
+                    value: regex.as_str().to_owned(),
+                    reason: "share mode subscribes to topic names; list them in topics".into(),
+                }))
+            }
+        };
+        if resolved.protocol.is_share() {
+            let check = check_share_group_id(&bootstrap, &group_id, &topics, GROUP_CHECK_TIMEOUT)
+                .await
+                .map_err(|e| RuntimeError::Source(e.to_string()))?;
+            for warning in &check.warnings {
+                warn!(connector = %name, group = %group_id, "{warning}");
+            }
+            if check.conflicts() {
+                return Err(RuntimeError::GroupIdConflict {
+                    connector: name.clone(),
+                    group: group_id,
+                    evidence: check.consumer_group_evidence.join("; "),
+                });
+            }
+        }
+        let dead_letters = match &parsed.errors.dead_letter_queue {
+            None => None,
+            Some(_) => {
+                let overrides = spillway_core::convert::strip_prefix(config, "producer.override.");
+                let producer = IdempotentProducer::new(
+                    &bootstrap,
+                    overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+                .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                Some(ProducerDeadLetters::shared(producer))
+            }
+        };
+        Ok(ConnectorPlan {
+            config: parsed,
+            worker: self.config.clone(),
+            protocol: resolved.protocol,
+            protocol_text: resolved.to_string(),
+            group_id,
+            bootstrap,
+            topics,
+            settings,
+            dead_letters: dead_letters.map(|d| d as Arc<_>),
+            registry: self.registry.clone(),
+        })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Not a graceful stop (that is `shutdown`): the brokers release what the tasks held.
+        self.system.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use async_trait::async_trait;
+    use spillway_core::config::ConfigDef;
+    use spillway_core::connector::replicate_task_configs;
+    use spillway_core::{PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask};
+
+    use super::*;
+    use crate::status::State;
+
+    /// A sink whose tasks cannot start.
+    struct Broken;
+
+    struct BrokenTask;
+
+    #[async_trait]
+    impl SinkTask for BrokenTask {
+        async fn start(&mut self, _config: &ConfigMap) -> Result<(), SinkError> {
+            Err(SinkError::fatal("database 'orders' does not exist"))
+        }
+
+        async fn put(&mut self, _records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+            Ok(Vec::new())
+        }
+
+        async fn stop(&mut self) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    impl SinkConnector for Broken {
+        fn version(&self) -> &str {
+            "test"
+        }
+
+        fn config_def(&self) -> ConfigDef {
+            ConfigDef::new()
+        }
+
+        fn start(&mut self, _config: &ConfigMap) -> Result<(), ConfigError> {
+            Ok(())
+        }
+
+        fn task_configs(&self, max_tasks: usize) -> Result<Vec<ConfigMap>, ConfigError> {
+            Ok(replicate_task_configs(&ConfigMap::new(), max_tasks))
+        }
+
+        fn create_task(&self) -> Box<dyn SinkTask> {
+            Box::new(BrokenTask)
+        }
+    }
+
+    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn worker() -> Worker {
+        Worker::start(
+            // Nothing listens there; classic mode does not contact the broker before polling.
+            config(&[
+                ("bootstrap.servers", "127.0.0.1:1"),
+                ("task.restart.backoff.ms", "20"),
+                ("task.restart.max.attempts", "2"),
+            ]),
+            ConnectorRegistry::builtin().with(&["broken"], || Box::new(Broken)),
+        )
+        .expect("worker starts")
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_task_that_keeps_failing_is_restarted_then_failed_with_its_trace() {
+        let worker = worker();
+        worker
+            .start_connector(config(&[
+                ("name", "b"),
+                ("connector.class", "broken"),
+                ("topics", "t"),
+            ]))
+            .await
+            .expect("the connector itself is valid");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let task = loop {
+            let status = worker.status("b").expect("registered");
+            let task = status.tasks[0].clone();
+            if task.state == State::Failed {
+                break task;
+            }
+            assert!(Instant::now() < deadline, "task never failed: {task:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(
+            task.restarts, 3,
+            "two restarts, then the third failure is final"
+        );
+        let trace = task.trace.expect("a failed task has a trace");
+        assert!(
+            trace.contains("database 'orders' does not exist"),
+            "{trace}"
+        );
+        worker.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn connectors_are_refused_with_messages_naming_the_problem() {
+        let worker = worker();
+        let err = worker
+            .start_connector(config(&[
+                ("name", "x"),
+                ("connector.class", "s3"),
+                ("topics", "t"),
+            ]))
+            .await
+            .expect_err("no such plugin");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("connector 'x': unknown connector 's3' for connector.class; expected one of file, kafka"),
+            "{text}"
+        );
+        assert!(text.contains("broken"), "{text}");
+        let err = worker
+            .start_connector(config(&[
+                ("name", "y"),
+                ("connector.class", "file"),
+                ("topics", "t"),
+                ("consumer.override.group.protocol", "queue"),
+            ]))
+            .await
+            .expect_err("bad protocol");
+        assert!(
+            err.to_string().contains("consumer.override.group.protocol"),
+            "{err}"
+        );
+        let err = worker
+            .start_connector(config(&[
+                ("name", "z"),
+                ("connector.class", "file"),
+                ("topics.regex", "orders-.*"),
+                ("consumer.override.group.protocol", "share"),
+            ]))
+            .await
+            .expect_err("share mode needs names");
+        assert!(err.to_string().contains("topics.regex"), "{err}");
+        worker.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_worker_protocol_applies_unless_the_connector_overrides_it() {
+        let worker = Worker::start(
+            config(&[
+                ("bootstrap.servers", "127.0.0.1:1"),
+                ("consumer.group.protocol", "consumer"),
+            ]),
+            ConnectorRegistry::builtin(),
+        )
+        .expect("worker starts");
+        let plan = worker
+            .plan(&config(&[
+                ("name", "p"),
+                ("connector.class", "file"),
+                ("topics", "t"),
+            ]))
+            .await
+            .expect("valid");
+        assert_eq!(
+            plan.protocol_text,
+            "consumer (from worker consumer.group.protocol)"
+        );
+        assert_eq!(plan.group_id, "connect-p");
+        worker.shutdown().await;
+    }
+}

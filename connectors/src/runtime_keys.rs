@@ -1,0 +1,8 @@
+//! Keys the runtime adds to the configuration it hands a connector and its tasks (users do not
+//! set them): what a plugin may need to know about where it runs.
+
+/// The task's number within its connector (0-based), in each task's configuration.
+pub const TASK_ID: &str = "task.id";
+/// The bootstrap servers of the cluster the connector reads from (the worker's, or the
+/// connector's `consumer.override.bootstrap.servers`).
+pub const SOURCE_BOOTSTRAP_SERVERS: &str = "source.bootstrap.servers";

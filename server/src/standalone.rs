@@ -1,0 +1,197 @@
+//! `spillway standalone WORKER.properties CONNECTOR.properties...`: Kafka Connect's standalone
+//! mode. The worker file and each connector file are `.properties` (Connect's format) or JSON
+//! (`{"name": ..., "config": {...}}` or a flat object). Runs until Ctrl-C, then stops every
+//! connector gracefully: in-flight batches finish, acknowledgements are committed, groups are
+//! left.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use spillway_actors::Worker;
+use spillway_connectors::ConnectorRegistry;
+use spillway_core::config::{config_map_from_json, parse_properties};
+use spillway_core::ConfigMap;
+use tracing::info;
+
+/// Reads a configuration file: JSON when its first non-blank character is `{`, otherwise
+/// `.properties`. Errors name the file (and the line, for properties).
+pub fn read_config(path: &Path) -> Result<ConfigMap> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read configuration file {}", path.display()))?;
+    let parsed = if text.trim_start().starts_with('{') {
+        config_map_from_json(&text)
+    } else {
+        parse_properties(&text).map(|p| p.to_map())
+    };
+    parsed.with_context(|| format!("{} is not a valid configuration", path.display()))
+}
+
+/// Runs a worker configured by `worker_props` with the connectors of `connector_props` until
+/// Ctrl-C.
+pub async fn run(worker_props: PathBuf, connector_props: Vec<PathBuf>) -> Result<()> {
+    run_until(worker_props, connector_props, async {
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot listen for Ctrl-C")
+    })
+    .await
+}
+
+/// [`run`], stopping gracefully when `stop` completes (or failing with its error).
+pub async fn run_until(
+    worker_props: PathBuf,
+    connector_props: Vec<PathBuf>,
+    stop: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
+    let worker_config = read_config(&worker_props)?;
+    let connectors = connector_props
+        .iter()
+        .map(|p| read_config(p))
+        .collect::<Result<Vec<_>>>()?;
+    let worker = Worker::start(worker_config, ConnectorRegistry::builtin())
+        .with_context(|| format!("cannot start the worker of {}", worker_props.display()))?;
+    for (config, path) in connectors.into_iter().zip(&connector_props) {
+        if let Err(e) = worker.start_connector(config).await {
+            worker.shutdown().await;
+            return Err(e)
+                .with_context(|| format!("cannot start the connector of {}", path.display()));
+        }
+    }
+    for status in worker.statuses() {
+        info!(connector = %status.name, protocol = %status.group_protocol, group = %status.group_id, tasks = status.tasks.len(), "running");
+    }
+    let mut report = tokio::time::interval(Duration::from_secs(30));
+    report.tick().await;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            stopped = &mut stop => {
+                if let Err(e) = stopped {
+                    worker.shutdown().await;
+                    return Err(e);
+                }
+                break;
+            }
+            _ = report.tick() => {
+                for status in worker.statuses() {
+                    let t = status.totals();
+                    info!(connector = %status.name, state = %status.state, read = t.read, accepted = t.accepted, released = t.released, rejected = t.rejected, "progress");
+                    for task in status.tasks.iter().filter(|t| t.trace.is_some()) {
+                        info!(connector = %status.name, task = task.id, state = %task.state, trace = task.trace.as_deref().unwrap_or(""), "task problem");
+                    }
+                }
+            }
+        }
+    }
+    info!("stopping: finishing in-flight batches and committing");
+    worker.shutdown().await;
+    info!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("spillway-standalone-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).expect("temp file");
+        path
+    }
+
+    #[test]
+    fn properties_and_json_files_are_both_read() {
+        let props = write(
+            "c.properties",
+            "name=files\nconnector.class=FileStreamSink\ntopics=orders\nfile=/tmp/out.txt\n",
+        );
+        let json = write(
+            "c.json",
+            r#"{"name": "files", "config": {"connector.class": "FileStreamSink", "topics": "orders", "tasks.max": 2}}"#,
+        );
+        let a = read_config(&props).expect("properties");
+        let b = read_config(&json).expect("json");
+        assert_eq!(a["connector.class"], "FileStreamSink");
+        assert_eq!(b["name"], "files");
+        assert_eq!(b["tasks.max"], "2");
+        let _ = std::fs::remove_file(props);
+        let _ = std::fs::remove_file(json);
+    }
+
+    #[test]
+    fn a_missing_file_is_named_in_the_error() {
+        let err = read_config(Path::new("/no/such/worker.properties")).expect_err("missing");
+        assert!(
+            err.to_string().contains("/no/such/worker.properties"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn standalone_runs_connect_style_files_until_stopped() {
+        let broker = spillway_tests::DevBroker::start(1);
+        broker.set_share_auto_offset_reset("earliest");
+        broker.create_topic("standalone", 2);
+        spillway_tests::produce(
+            &broker.bootstrap(),
+            "standalone",
+            spillway_tests::numbered_records(100, 16, 2),
+            "none",
+        )
+        .await;
+        let out = std::env::temp_dir().join(format!(
+            "spillway-standalone-{}-out.txt",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&out);
+        let worker = write(
+            "worker.properties",
+            &format!(
+                "# Connect standalone worker\nbootstrap.servers={}\n\
+                 key.converter=org.apache.kafka.connect.storage.StringConverter\n\
+                 value.converter=org.apache.kafka.connect.storage.StringConverter\n\
+                 offset.storage.file.filename=/tmp/connect.offsets\n",
+                broker.bootstrap()
+            ),
+        );
+        let connector = write(
+            "sink.properties",
+            &format!(
+                "name=local-file-sink\nconnector.class=FileStreamSink\ntasks.max=2\n\
+                 topics=standalone\nfile={}\nconsumer.override.group.protocol=share\n",
+                out.display()
+            ),
+        );
+        let lines = || {
+            std::fs::read_to_string(&out)
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
+        };
+        let stop = async {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while lines() < 100 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(())
+        };
+        run_until(worker.clone(), vec![connector.clone()], stop)
+            .await
+            .expect("runs and stops");
+        assert!(lines() >= 100, "{} lines", lines());
+        for f in [worker, connector, out] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_file_without_bootstrap_servers_is_refused_naming_the_key() {
+        let worker = write("w.properties", "consumer.group.protocol=share\n");
+        let err = run(worker.clone(), Vec::new())
+            .await
+            .expect_err("no bootstrap");
+        assert!(format!("{err:#}").contains("bootstrap.servers"), "{err:#}");
+        let _ = std::fs::remove_file(worker);
+    }
+}

@@ -1,0 +1,253 @@
+//! Shared by the `runtime_*` integration tests: a dev broker set up for share groups, a worker,
+//! and a probe sink that records which task received which record.
+
+#![allow(dead_code)] // Each test file uses a different part of this module.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use spillway_actors::Worker;
+use spillway_connectors::runtime_keys::TASK_ID;
+use spillway_connectors::ConnectorRegistry;
+use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
+use spillway_core::connector::replicate_task_configs;
+use spillway_core::{
+    ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
+};
+use spillway_tests::{DevBroker, Produced};
+
+/// A dev broker with share groups reading from the earliest offset, short heartbeats (so
+/// membership changes show quickly) and the given acquisition lock and session timeout.
+pub fn share_broker(brokers: u32, lock_ms: i32, session_ms: i32) -> DevBroker {
+    let broker = DevBroker::start(brokers);
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_record_lock_duration(lock_ms);
+    broker.set_share_heartbeat_interval(300);
+    broker.set_share_session_timeout(session_ms);
+    broker
+}
+
+pub fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A worker on `broker` with the built-in sinks and the probe.
+pub fn worker(broker: &DevBroker) -> Worker {
+    Worker::start(
+        config(&[
+            ("bootstrap.servers", &broker.bootstrap()),
+            ("task.restart.backoff.ms", "200"),
+            ("task.poll.timeout.ms", "100"),
+        ]),
+        ConnectorRegistry::builtin().with(&["probe"], || Box::new(ProbeConnector::default())),
+    )
+    .expect("worker starts")
+}
+
+/// One record as the probe received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub task: u32,
+    pub at: Instant,
+}
+
+/// What every task of one probe connector received.
+#[derive(Debug, Default)]
+pub struct Probe {
+    received: Mutex<Vec<Received>>,
+}
+
+impl Probe {
+    pub fn received(&self) -> Vec<Received> {
+        self.received
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn coordinates(&self) -> Vec<(String, i32, i64)> {
+        self.received()
+            .into_iter()
+            .map(|r| (r.topic, r.partition, r.offset))
+            .collect()
+    }
+
+    pub fn distinct(&self) -> usize {
+        self.coordinates()
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    pub fn per_task(&self) -> BTreeMap<u32, usize> {
+        let mut counts = BTreeMap::new();
+        for r in self.received() {
+            *counts.entry(r.task).or_default() += 1;
+        }
+        counts
+    }
+}
+
+fn probes() -> &'static Mutex<HashMap<String, Arc<Probe>>> {
+    static PROBES: OnceLock<Mutex<HashMap<String, Arc<Probe>>>> = OnceLock::new();
+    PROBES.get_or_init(Mutex::default)
+}
+
+/// The probe named `id` (the connector config's `probe.id`).
+pub fn probe(id: &str) -> Arc<Probe> {
+    Arc::clone(
+        probes()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id.to_owned())
+            .or_default(),
+    )
+}
+
+/// Records what it is given. `probe.put.delay.ms` slows every put; `probe.fail.every=k` makes
+/// the first attempt at every k-th offset fail retriably.
+#[derive(Default)]
+pub struct ProbeConnector {
+    config: ConfigMap,
+}
+
+fn probe_def() -> ConfigDef {
+    ConfigDef::new()
+        .define(ConfigKey::new(
+            "probe.id",
+            ConfigType::String,
+            Importance::High,
+            "Probe name.",
+        ))
+        .define(
+            ConfigKey::new(
+                "probe.put.delay.ms",
+                ConfigType::Long,
+                Importance::Low,
+                "Delay per put.",
+            )
+            .default("0"),
+        )
+        .define(
+            ConfigKey::new(
+                "probe.fail.every",
+                ConfigType::Long,
+                Importance::Low,
+                "Fail every k-th offset once.",
+            )
+            .default("0"),
+        )
+}
+
+impl SinkConnector for ProbeConnector {
+    fn version(&self) -> &str {
+        "test"
+    }
+
+    fn config_def(&self) -> ConfigDef {
+        probe_def()
+    }
+
+    fn start(&mut self, config: &ConfigMap) -> Result<(), ConfigError> {
+        probe_def().parse(config)?;
+        self.config = config.clone();
+        Ok(())
+    }
+
+    fn task_configs(&self, max_tasks: usize) -> Result<Vec<ConfigMap>, ConfigError> {
+        Ok(replicate_task_configs(&self.config, max_tasks))
+    }
+
+    fn create_task(&self) -> Box<dyn SinkTask> {
+        Box::new(ProbeTask::default())
+    }
+}
+
+#[derive(Default)]
+struct ProbeTask {
+    probe: Option<Arc<Probe>>,
+    task: u32,
+    delay: Duration,
+    fail_every: i64,
+    /// Records that already failed once (shared by nobody: a redelivery may reach another
+    /// task, which then succeeds anyway since only first attempts fail).
+    failed: BTreeSet<(String, i32, i64)>,
+}
+
+#[async_trait]
+impl SinkTask for ProbeTask {
+    async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
+        let get = |k: &str| config.get(k).cloned().unwrap_or_default();
+        self.probe = Some(probe(&get("probe.id")));
+        self.task = get(TASK_ID).parse().unwrap_or(u32::MAX);
+        self.delay = Duration::from_millis(get("probe.put.delay.ms").parse().unwrap_or(0));
+        self.fail_every = get("probe.fail.every").parse().unwrap_or(0);
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        let probe = self
+            .probe
+            .as_ref()
+            .ok_or_else(|| SinkError::fatal("not started"))?;
+        let mut outcomes = Vec::with_capacity(records.len());
+        let mut received = probe.received.lock().unwrap_or_else(|e| e.into_inner());
+        for r in records {
+            let c = &r.original;
+            let first_attempt = r.delivery_count.is_none_or(|d| d <= 1);
+            if self.fail_every > 0
+                && c.offset % self.fail_every == 0
+                && first_attempt
+                && self.failed.insert((c.topic.clone(), c.partition, c.offset))
+            {
+                outcomes.push(PutOutcome::Retriable(SinkError::retriable(format!(
+                    "injected failure for {c}"
+                ))));
+                continue;
+            }
+            received.push(Received {
+                topic: c.topic.clone(),
+                partition: c.partition,
+                offset: c.offset,
+                task: self.task,
+                at: Instant::now(),
+            });
+            outcomes.push(PutOutcome::Ok);
+        }
+        Ok(outcomes)
+    }
+
+    async fn stop(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// Waits until `done` holds, checking every 50 ms; panics with `what` after `limit`.
+pub async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn coordinates(produced: &[Produced]) -> Vec<(String, i32, i64)> {
+    produced
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition, p.offset))
+        .collect()
+}
