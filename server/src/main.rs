@@ -18,6 +18,38 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The demo: a dev broker, sample data, a share-group connector (3 tasks) and a classic one
+    /// writing to files side by side, live progress, and a check that every record arrived.
+    Demo {
+        /// Records to produce (half before the connectors start, half while they run).
+        #[arg(long, default_value_t = 20_000)]
+        records: u64,
+        /// Partitions of the demo topic.
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+        /// Tasks of the share-group connector.
+        #[arg(long, default_value_t = 3)]
+        share_tasks: usize,
+        /// Where the two output files go (default: a spillway-demo folder in the temp dir).
+        #[arg(long)]
+        output_dir: Option<std::path::PathBuf>,
+        /// Seconds to wait for every record before giving up.
+        #[arg(long, default_value_t = 120)]
+        timeout_secs: u64,
+    },
+    /// Run connectors in one process, Kafka Connect standalone style, until Ctrl-C.
+    Standalone {
+        /// The worker's configuration (.properties or JSON): bootstrap.servers, ...
+        worker_properties: std::path::PathBuf,
+        /// One file per connector (.properties or JSON).
+        #[arg(required = true)]
+        connector_properties: Vec<std::path::PathBuf>,
+    },
+    /// Run a worker operated over Kafka Connect's REST API, its state kept under state.dir.
+    Worker {
+        /// The worker's configuration (.properties or JSON): bootstrap.servers, rest.port, state.dir, ...
+        worker_properties: std::path::PathBuf,
+    },
     /// Run the development Kafka cluster (librdkafka's mock brokers) until Ctrl-C.
     DevBroker {
         /// Number of brokers (ids 1..=N).
@@ -41,6 +73,28 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Demo {
+            records,
+            partitions,
+            share_tasks,
+            output_dir,
+            timeout_secs,
+        } => {
+            let defaults = spillway::demo::DemoOptions::default();
+            spillway::demo::run(spillway::demo::DemoOptions {
+                records,
+                partitions,
+                share_tasks,
+                output_dir: output_dir.unwrap_or(defaults.output_dir),
+                timeout: std::time::Duration::from_secs(timeout_secs),
+            })
+            .await
+        }
+        Command::Standalone {
+            worker_properties,
+            connector_properties,
+        } => spillway::standalone::run(worker_properties, connector_properties).await,
+        Command::Worker { worker_properties } => spillway::worker_cmd::run(worker_properties).await,
         Command::DevBroker {
             brokers,
             topics,

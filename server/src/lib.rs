@@ -1,0 +1,9 @@
+//! The `spillway` command's library half: the subcommands that run a worker, so the binary's
+//! `main.rs` stays a thin clap front end and tests can call them.
+
+pub mod demo;
+pub mod herder;
+pub mod rest;
+pub mod secrets;
+pub mod standalone;
+pub mod worker_cmd;

@@ -1,0 +1,121 @@
+//! Request bodies: read up to `rest.max.body.bytes`, then parsed as JSON with answers that say
+//! what is wrong (a 413 for a body too large, a 400 naming the position of a syntax error or the
+//! key of a value that is not a configuration value).
+
+use std::collections::BTreeMap;
+
+use actix_web::web::{BytesMut, Payload};
+use actix_web::HttpRequest;
+use futures::StreamExt;
+use serde_json::Value as Json;
+
+use crate::rest::error::ApiError;
+
+/// How many times the limit a too-large body may be before it is refused without reading it.
+const DRAIN_FACTOR: usize = 8;
+
+/// Reads the whole body as JSON, refusing more than `limit` bytes.
+pub async fn read_json(
+    request: &HttpRequest,
+    mut payload: Payload,
+    limit: usize,
+) -> Result<Json, ApiError> {
+    let declared = request
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    // A body somewhat too large is read to its end before the 413, so that clients that
+    // send it whole before reading the answer see the answer rather than a reset connection.
+    let drain_limit = limit.saturating_mul(DRAIN_FACTOR);
+    if declared.is_some_and(|n| n > drain_limit) {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let mut body = BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::BadRequest(format!("cannot read the request body: {e}")))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > drain_limit {
+            return Err(ApiError::TooLarge { limit });
+        }
+        if seen <= limit {
+            body.extend_from_slice(&chunk);
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::TooLarge { limit });
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadJson(
+            "the body is empty; expected a JSON object".into(),
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))
+}
+
+/// A flat JSON object of settings: strings, numbers and booleans as text, arrays as
+/// comma-separated lists, `null` as `None` (PATCH removes the key).
+pub fn settings(value: &Json, what: &str) -> Result<BTreeMap<String, Option<String>>, ApiError> {
+    let Json::Object(map) = value else {
+        return Err(ApiError::BadRequest(format!(
+            "{what} must be a JSON object of settings, found {}",
+            kind(value)
+        )));
+    };
+    map.iter()
+        .map(|(key, value)| Ok((key.clone(), text(key, value)?)))
+        .collect()
+}
+
+/// Like [`settings`], refusing `null` values.
+pub fn config(value: &Json, what: &str) -> Result<BTreeMap<String, String>, ApiError> {
+    settings(value, what)?
+        .into_iter()
+        .map(|(k, v)| match v {
+            Some(v) => Ok((k, v)),
+            None => Err(ApiError::BadRequest(format!(
+                "the value of '{k}' in {what} is null; give a value, or leave the key out (PATCH removes keys with null)"
+            ))),
+        })
+        .collect()
+}
+
+fn text(key: &str, value: &Json) -> Result<Option<String>, ApiError> {
+    let scalar = |v: &Json| match v {
+        Json::String(s) => Some(s.clone()),
+        Json::Number(n) => Some(n.to_string()),
+        Json::Bool(b) => Some(b.to_string()),
+        _ => None,
+    };
+    match value {
+        Json::Null => Ok(None),
+        Json::Array(items) => items
+            .iter()
+            .map(|item| {
+                scalar(item).ok_or_else(|| {
+                    ApiError::BadRequest(format!("the list '{key}' holds {}; list items must be strings, numbers or booleans", kind(item)))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|items| Some(items.join(","))),
+        other => scalar(other).map(Some).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "the value of '{key}' is {}; configuration values are strings, numbers, booleans or lists",
+                kind(other)
+            ))
+        }),
+    }
+}
+
+fn kind(value: &Json) -> &'static str {
+    match value {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,245 @@
+//! `/connectors/...`: Kafka Connect's connector resources, with its paths, status codes and
+//! JSON shapes.
+
+use std::str::FromStr;
+
+use actix_web::web::{Data, Path, Payload, Query};
+use actix_web::{HttpRequest, HttpResponse};
+use serde_json::{json, Map, Value as Json};
+use spillway_storage::TargetState;
+
+use crate::herder::RestartRequest;
+use crate::rest::body;
+use crate::rest::error::ApiError;
+use crate::rest::Api;
+
+type Params = Query<Vec<(String, String)>>;
+
+/// A boolean query parameter (`includeTasks=true`); absent means false.
+fn flag(params: &Params, name: &str) -> Result<bool, ApiError> {
+    match params.iter().rev().find(|(k, _)| k == name) {
+        None => Ok(false),
+        Some((_, v)) => match v.to_ascii_lowercase().as_str() {
+            "true" | "" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(ApiError::BadRequest(format!(
+                "query parameter {name}='{v}' is not a boolean; expected true or false"
+            ))),
+        },
+    }
+}
+
+fn task_id(name: &str, task: &str) -> Result<u32, ApiError> {
+    task.parse().map_err(|_| {
+        ApiError::NotFound(format!(
+            "Task {task} of connector {name} not found: task ids are numbers"
+        ))
+    })
+}
+
+/// `GET /connectors`: the names, or with `expand=status` / `expand=info` an object keyed by
+/// name holding what was asked for.
+pub async fn list(api: Data<Api>, params: Params) -> Result<HttpResponse, ApiError> {
+    let names = api.herder.connector_names()?;
+    let expand: Vec<&str> = params
+        .iter()
+        .filter(|(k, _)| k == "expand")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let (status, info) = (expand.contains(&"status"), expand.contains(&"info"));
+    if !status && !info {
+        return Ok(HttpResponse::Ok().json(names));
+    }
+    let mut out = Map::new();
+    for name in names {
+        let mut entry = Map::new();
+        // A connector deleted between listing and reading is left out.
+        if status {
+            match api.herder.status(&name) {
+                Ok(s) => entry.insert("status".into(), json!(s)),
+                Err(_) => continue,
+            };
+        }
+        if info {
+            match api.herder.info(&name) {
+                Ok(i) => entry.insert("info".into(), json!(i)),
+                Err(_) => continue,
+            };
+        }
+        out.insert(name, Json::Object(entry));
+    }
+    Ok(HttpResponse::Ok().json(out))
+}
+
+/// `POST /connectors`: `{name, config, initial_state?}` → 201 with the connector's info.
+pub async fn create(
+    api: Data<Api>,
+    request: HttpRequest,
+    payload: Payload,
+) -> Result<HttpResponse, ApiError> {
+    let json = body::read_json(&request, payload, api.max_body_bytes).await?;
+    let Json::Object(top) = &json else {
+        return Err(ApiError::BadRequest(
+            "the body must be an object {\"name\": ..., \"config\": {...}}".into(),
+        ));
+    };
+    let config = match top.get("config") {
+        Some(c) => body::config(c, "config")?,
+        None => {
+            return Err(ApiError::BadRequest(
+                "the body has no \"config\" object".into(),
+            ))
+        }
+    };
+    let name = match (top.get("name"), config.get("name")) {
+        (Some(Json::String(n)), Some(c)) if n != c => {
+            return Err(ApiError::BadRequest(format!(
+            "Connector name configuration ({c}) doesn't match connector name in the request ({n})"
+        )))
+        }
+        (Some(Json::String(n)), _) => n.clone(),
+        (Some(other), _) if !other.is_null() => {
+            return Err(ApiError::BadRequest(format!(
+                "the connector name must be a string, found {other}"
+            )))
+        }
+        (_, Some(c)) => c.clone(),
+        (_, None) => {
+            return Err(ApiError::BadRequest(
+                "Connector name must be provided: set \"name\"".into(),
+            ))
+        }
+    };
+    if name.trim().is_empty() {
+        return Err(ApiError::BadRequest(
+            "Connector name must not be empty".into(),
+        ));
+    }
+    let initial = match top.get("initial_state") {
+        None | Some(Json::Null) => TargetState::Running,
+        Some(Json::String(s)) => TargetState::from_str(s)
+            .map_err(|e| ApiError::BadRequest(format!("initial_state: {e}")))?,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "initial_state must be one of RUNNING, PAUSED, STOPPED, found {other}"
+            )))
+        }
+    };
+    let info = api.herder.create(config, &name, initial).await?;
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/connectors/{name}")))
+        .json(info))
+}
+
+pub async fn info(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(api.herder.info(&name)?))
+}
+
+pub async fn delete(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    api.herder.delete(&name).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+pub async fn get_config(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(api.herder.config(&name)?))
+}
+
+/// `PUT /connectors/{name}/config`: 201 when created, 200 when updated.
+pub async fn put_config(
+    api: Data<Api>,
+    name: Path<String>,
+    request: HttpRequest,
+    payload: Payload,
+) -> Result<HttpResponse, ApiError> {
+    let json = body::read_json(&request, payload, api.max_body_bytes).await?;
+    let config = body::config(&json, "the configuration")?;
+    let (created, info) = api.herder.put_config(&name, config).await?;
+    Ok(if created {
+        HttpResponse::Created()
+            .insert_header(("Location", format!("/connectors/{name}")))
+            .json(info)
+    } else {
+        HttpResponse::Ok().json(info)
+    })
+}
+
+/// `PATCH /connectors/{name}/config`: changes the keys given; `null` removes a key.
+pub async fn patch_config(
+    api: Data<Api>,
+    name: Path<String>,
+    request: HttpRequest,
+    payload: Payload,
+) -> Result<HttpResponse, ApiError> {
+    let json = body::read_json(&request, payload, api.max_body_bytes).await?;
+    let patch = body::settings(&json, "the configuration patch")?;
+    Ok(HttpResponse::Ok().json(api.herder.patch_config(&name, patch).await?))
+}
+
+pub async fn status(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(api.herder.status(&name)?))
+}
+
+pub async fn tasks(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(api.herder.task_configs(&name)?))
+}
+
+pub async fn task_status(
+    api: Data<Api>,
+    path: Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, task) = path.into_inner();
+    let task = task_id(&name, &task)?;
+    Ok(HttpResponse::Ok().json(api.herder.task_status(&name, task)?))
+}
+
+/// `POST /connectors/{name}/restart?includeTasks=&onlyFailed=`: 204 for the plain request,
+/// 202 with the status showing what restarts otherwise (KIP-745).
+pub async fn restart(
+    api: Data<Api>,
+    name: Path<String>,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
+    let request = RestartRequest {
+        include_tasks: flag(&params, "includeTasks")?,
+        only_failed: flag(&params, "onlyFailed")?,
+    };
+    Ok(match api.herder.restart(&name, request).await? {
+        None => HttpResponse::NoContent().finish(),
+        Some(status) => HttpResponse::Accepted().json(status),
+    })
+}
+
+pub async fn restart_task(
+    api: Data<Api>,
+    path: Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, task) = path.into_inner();
+    let task = task_id(&name, &task)?;
+    api.herder.restart_task(&name, task).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+pub async fn pause(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    api.herder.set_target(&name, TargetState::Paused).await?;
+    Ok(HttpResponse::Accepted().finish())
+}
+
+pub async fn resume(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    api.herder.set_target(&name, TargetState::Running).await?;
+    Ok(HttpResponse::Accepted().finish())
+}
+
+pub async fn stop(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    api.herder.set_target(&name, TargetState::Stopped).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `GET /connectors/{name}/topics`: `{name: {topics: [...]}}`.
+pub async fn topics(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    let topics = api.herder.topics(&name)?;
+    Ok(HttpResponse::Ok().json(json!({ name.as_str(): { "topics": topics } })))
+}
+
+pub async fn offsets(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(api.herder.offsets(&name).await?))
+}

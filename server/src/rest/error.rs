@@ -1,0 +1,74 @@
+//! The REST layer's errors, answered as Kafka Connect does: `{"error_code": <status>,
+//! "message": <text>}` for every failure, whatever its cause.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use spillway_actors::RuntimeError;
+use spillway_storage::StorageError;
+
+use crate::herder::HerderError;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Herder(#[from] HerderError),
+    #[error("the request body is not valid JSON: {0}")]
+    BadJson(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the request body is larger than {limit} bytes (rest.max.body.bytes)")]
+    TooLarge { limit: usize },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{method} is not allowed on {path}; see /openapi.json for the methods of each path")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("Plugin type '{plugin}' does not match connector.class '{class}' in the request body")]
+    PluginMismatch { plugin: String, class: String },
+}
+
+/// The body of every error answer.
+#[derive(Debug, serde::Serialize)]
+struct ErrorBody {
+    error_code: u16,
+    message: String,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::Herder(e) => match e {
+                HerderError::UnknownConnector(_)
+                | HerderError::UnknownTask { .. }
+                | HerderError::UnknownPlugin { .. } => StatusCode::NOT_FOUND,
+                HerderError::ConnectorExists(_) => StatusCode::CONFLICT,
+                HerderError::InvalidConfig(_) | HerderError::BadRequest(_) => {
+                    StatusCode::BAD_REQUEST
+                }
+                HerderError::Runtime(RuntimeError::Config { .. }) => StatusCode::BAD_REQUEST,
+                HerderError::Runtime(RuntimeError::UnknownConnector(_)) => StatusCode::NOT_FOUND,
+                HerderError::Storage(StorageError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
+                HerderError::Storage(_) | HerderError::Runtime(_) | HerderError::Offsets { .. } => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            },
+            ApiError::BadJson(_) | ApiError::BadRequest(_) | ApiError::PluginMismatch { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), error = %self, "request failed");
+        }
+        HttpResponse::build(status).json(ErrorBody {
+            error_code: status.as_u16(),
+            message: self.to_string(),
+        })
+    }
+}
