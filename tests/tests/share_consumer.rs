@@ -451,3 +451,97 @@ async fn compressed_batches_and_records_with_headers_null_keys_and_null_values_a
     }
     c.close().await.expect("close");
 }
+
+/// The dev broker reassigns every partition whenever a member joins (brief §8.5): member A
+/// holds records from partitions that move to B and C while A is still processing them. A's
+/// acknowledgements for records it still holds must be applied (commit_sync says so), and no
+/// record A accepted may be delivered again, to A or anyone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_of_held_records_survive_members_joining_and_reassignment() {
+    let broker = share_broker(1);
+    broker.create_topic("t", 6);
+    let produced = produce(
+        &broker.bootstrap(),
+        "t",
+        numbered_records(3_000, 50, 6),
+        "none",
+    )
+    .await;
+    let mut config = ShareConsumerConfig::new(&broker.bootstrap(), "g9");
+    config.request_timeout = Duration::from_secs(5);
+    config.metadata_max_age = Duration::from_secs(1);
+    config.max_poll_records = 50;
+    let mut a = ShareConsumer::connect(config).await.expect("connect");
+    a.subscribe(&["t"]);
+    wait_for_members(&broker, "g9", 1).await;
+    // A holds one poll's worth of records (from all six partitions) and does not settle them yet.
+    let held = drain_without_ack(&mut a, 1, Duration::from_secs(30)).await;
+    assert!(!held.is_empty(), "member A got nothing");
+
+    // B and C join one after the other; A's partitions are handed round (§8.5).
+    let mut b = consumer(&broker, "g9", &["t"]).await;
+    let mut c = consumer(&broker, "g9", &["t"]).await;
+    wait_for_members(&broker, "g9", 3).await;
+    // A keeps polling while it processes what it holds (a pipelined task does), so its
+    // fetches go on while the new assignment reaches it (the dev broker fences A on the way,
+    // §8.5, so that takes a few heartbeats).
+    let mut held = held;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        held.extend(a.poll(Duration::from_millis(200)).await.expect("poll"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A finishes processing what it holds and commits.
+    a.acknowledge_all(&held, AcknowledgeType::Accept)
+        .expect("A still holds what it was given");
+    let results = a.commit_sync(Duration::from_secs(5)).await.expect("commit");
+    let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
+    let held_partitions: BTreeSet<i32> = held.iter().map(|r| r.partition).collect();
+    assert!(
+        failed.is_empty(),
+        "A held {} records on partitions {held_partitions:?}; acknowledgements failed: {failed:?}",
+        held.len()
+    );
+    let accepted: BTreeSet<Coordinates> = held.iter().map(coordinates).collect();
+
+    // Everyone drains the rest; nothing A accepted may come back.
+    let mut later = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        for m in [&mut a, &mut b, &mut c] {
+            later.extend(drain(m, usize::MAX, Duration::from_millis(200)).await);
+        }
+        let distinct: BTreeSet<Coordinates> = later
+            .iter()
+            .map(coordinates)
+            .chain(accepted.iter().cloned())
+            .collect();
+        if distinct.len() >= produced.len() {
+            break;
+        }
+    }
+    let again: Vec<&ShareRecord> = later
+        .iter()
+        .filter(|r| accepted.contains(&coordinates(r)))
+        .collect();
+    assert!(
+        again.is_empty(),
+        "{} of the {} records A accepted were delivered again, first {:?}",
+        again.len(),
+        accepted.len(),
+        again
+            .first()
+            .map(|r| (r.partition, r.offset, r.delivery_count))
+    );
+    let report = DeliveryReport::compare(
+        expected(&produced),
+        later
+            .iter()
+            .map(coordinates)
+            .chain(accepted.iter().cloned()),
+    );
+    assert!(report.nothing_lost(), "{}", report.summary());
+    for m in [a, b, c] {
+        m.close().await.expect("close");
+    }
+}

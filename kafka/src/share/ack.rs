@@ -305,6 +305,22 @@ impl Ledger {
             .any(|p| p.owner == owner && !p.pending.is_empty())
     }
 
+    /// Whether `broker`'s current session holds records of this partition that the application
+    /// has not settled yet (delivered, or waiting in the consumer's buffer, and not acknowledged).
+    pub fn holds_unsettled(
+        &self,
+        broker: i32,
+        generation: u64,
+        topic: &str,
+        partition: i32,
+    ) -> bool {
+        let owner = Some(Owner { broker, generation });
+        self.parts
+            .get(topic)
+            .and_then(|m| m.get(&partition))
+            .is_some_and(|p| p.owner == owner && p.held.values().any(|h| !h.acked))
+    }
+
     /// The outcome of acks that were sent: the records are settled either way (an ack the
     /// broker refused means the record is no longer ours).
     pub fn complete(
@@ -582,6 +598,25 @@ mod tests {
         );
         ledger.record("t", 0, Ok(()));
         assert!(ledger.take_results()[&("t".to_string(), 0)].is_err());
+    }
+
+    #[test]
+    fn only_delivered_records_not_yet_acknowledged_are_unsettled() {
+        let mut ledger = Ledger::default();
+        let t: Arc<str> = Arc::from("t");
+        ledger.auto_ack(&t, 0, OWNER, 6, 1, GAP);
+        assert!(!ledger.holds_unsettled(1, 1, "t", 0));
+        ledger.acquire(&t, 0, OWNER, 7, 1);
+        assert!(ledger.holds_unsettled(1, 1, "t", 0));
+        assert!(
+            !ledger.holds_unsettled(1, 2, "t", 0),
+            "another session's records"
+        );
+        assert!(!ledger.holds_unsettled(1, 1, "t", 1));
+        ledger
+            .acknowledge("t", 0, 7, AcknowledgeType::Accept)
+            .unwrap();
+        assert!(!ledger.holds_unsettled(1, 1, "t", 0));
     }
 
     #[test]

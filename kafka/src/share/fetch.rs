@@ -46,6 +46,8 @@ const SHARE_API_VERSION: i16 = 1;
 const ACK_TICK: Duration = Duration::from_millis(50);
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// Lock duration assumed before the broker has told us its own (Kafka's default).
+const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const FENCED_LEADER_EPOCH: i16 = 74;
@@ -118,6 +120,8 @@ pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle 
         flush_waiters: Vec::new(),
         closing: None,
         retry: RETRY_MIN,
+        lock_timeout: DEFAULT_LOCK_TIMEOUT,
+        forget_blocked_since: None,
     };
     BrokerHandle {
         commands,
@@ -136,6 +140,11 @@ struct BrokerTask {
     flush_waiters: Vec<oneshot::Sender<()>>,
     closing: Option<oneshot::Sender<()>>,
     retry: Duration,
+    /// The acquisition lock duration the broker reported last (`AcquisitionLockTimeoutMs`).
+    lock_timeout: Duration,
+    /// Since when a partition that left the assignment is kept in the session because the
+    /// application still holds unsettled records of it (see [`BrokerTask::must_defer_forget`]).
+    forget_blocked_since: Option<Instant>,
 }
 
 /// Why the loop woke up while waiting.
@@ -169,7 +178,11 @@ impl BrokerTask {
             }
             let wanted = Arc::clone(&self.wanted.borrow_and_update());
             let idle = wanted.is_empty() && self.session.partitions().is_empty();
-            let wake = if idle {
+            // Forgetting a partition releases what we still hold of it (§4.2, §8.6 #12), so
+            // the acks the application is about to make would fail. Hold the next fetch
+            // (acks still go out as ShareAcknowledge on the tick) until they are made.
+            let defer = self.must_defer_forget(&wanted);
+            let wake = if idle || defer {
                 self.wait(None).await
             } else {
                 let permits = Arc::clone(&self.permits);
@@ -198,6 +211,37 @@ impl BrokerTask {
                 }
             }
         }
+    }
+
+    /// Whether the next fetch must wait because it would forget (drop from the session) a
+    /// partition of which the application still holds unsettled records: forgetting releases
+    /// them on the broker, so their acknowledgements could no longer be applied. An assignment
+    /// change therefore takes effect once those records are settled (their acks ride on the
+    /// request that forgets the partition), or at the latest after one lock duration, when the
+    /// broker has released them anyway. Other partitions of this broker wait meanwhile, which
+    /// also keeps the forgotten partitions from acquiring new records.
+    fn must_defer_forget(&mut self, wanted: &BTreeSet<Tp>) -> bool {
+        let blocked = self.session.is_open() && {
+            let ledger = lock_ledger(&self.ctx.ledger);
+            let generation = self.session.generation();
+            self.session
+                .partitions()
+                .difference(wanted)
+                .any(|tp| ledger.holds_unsettled(self.broker, generation, &tp.topic, tp.partition))
+        };
+        if !blocked {
+            self.forget_blocked_since = None;
+            return false;
+        }
+        let since = *self.forget_blocked_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.lock_timeout {
+            return true;
+        }
+        debug!(
+            broker = self.broker,
+            "forgetting partitions with unsettled records after one lock duration"
+        );
+        false
     }
 
     fn take_command(&mut self, cmd: Command) {
@@ -351,6 +395,9 @@ impl BrokerTask {
         let received = Instant::now();
         let lock_deadline =
             received + Duration::from_millis(response.acquisition_lock_timeout_ms.max(0) as u64);
+        if response.acquisition_lock_timeout_ms > 0 {
+            self.lock_timeout = Duration::from_millis(response.acquisition_lock_timeout_ms as u64);
+        }
         let owner = Owner {
             broker: self.broker,
             generation: self.session.generation(),
