@@ -8,6 +8,10 @@
 //! drains its own share group (so each sees every record) in its own process, one after the
 //! other, so neither steals the broker's CPU from the other. Our side runs as a child process of
 //! this binary (`drain` subcommand) so its peak RSS is not inflated by the producer.
+//!
+//! The dev broker keeps only 5 MiB per partition (older batches are dropped), so a million
+//! 100-byte records on 8 partitions cannot be held at once: the run produces and drains them in
+//! rounds of `--round-records`, and adds up each client's drain time over the rounds.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -34,6 +38,9 @@ struct Args {
     /// Brokers in the dev cluster.
     #[arg(long, default_value_t = 3)]
     brokers: u32,
+    /// Records per round: what the dev broker retains per partition (5 MiB) bounds it.
+    #[arg(long, default_value_t = 250_000)]
+    round_records: u64,
     /// Record value size in bytes.
     #[arg(long, default_value_t = 100)]
     record_bytes: usize,
@@ -85,81 +92,128 @@ async fn compare(args: &Args) -> Result<()> {
     let broker = DevBroker::try_start(args.brokers, &[("bench", args.partitions)])?;
     broker.set_share_auto_offset_reset("earliest");
     let bootstrap = broker.bootstrap();
-    eprintln!(
-        "producing {} records of {} bytes to {} partitions...",
-        args.records, args.record_bytes, args.partitions
-    );
-    let produced = produce(
-        &bootstrap,
-        "bench",
-        numbered_records(args.records, args.record_bytes, args.partitions),
-        "none",
-    )
-    .await;
-    if produced.len() as u64 != args.records {
-        bail!(
-            "produced {} records, expected {}",
-            produced.len(),
-            args.records
+    // The dev broker keeps at most 5 MiB per partition and drops the oldest batches beyond that,
+    // so the records are produced and drained in rounds that fit, each drained by both clients
+    // before the next round is produced.
+    let rounds = args.records.div_ceil(args.round_records.max(1));
+    let mut reference_total = Totals::default();
+    let mut ours_total = Totals::default();
+    let mut peak_rss = 0u64;
+    let mut duplicates = 0u64;
+    for round in 0..rounds {
+        let count = args
+            .round_records
+            .min(args.records - round * args.round_records);
+        eprintln!(
+            "round {}/{rounds}: producing {count} records of {} bytes to {} partitions...",
+            round + 1,
+            args.record_bytes,
+            args.partitions
         );
-    }
-
-    eprintln!("draining with the reference ShareConsumer (librdkafka 2.16)...");
-    let mut reference = ReferenceShareConsumer::start_with(
-        &bootstrap,
-        "bench-reference",
-        &["bench"],
-        ReferenceOptions {
-            report_records: false,
-            max_records: args.records,
-            idle_exit: Duration::from_secs(20),
-        },
-    );
-    let reference = reference
-        .wait_summary(Duration::from_secs(1800))
-        .context("the reference consumer gave no summary")?;
-
-    eprintln!("draining with Spillway's share consumer...");
-    let exe = std::env::current_exe()?;
-    let output = tokio::process::Command::new(exe)
-        .args([
-            "drain",
-            "--bootstrap",
+        let produced = produce(
             &bootstrap,
-            "--group",
-            "bench-spillway",
-            "--topic",
             "bench",
-        ])
-        .args(["--records", &args.records.to_string()])
-        .stderr(Stdio::inherit())
-        .output()
-        .await?;
-    if !output.status.success() {
-        bail!("our drain process failed: {}", output.status);
-    }
-    let ours: DrainSummary =
-        serde_json::from_slice(&output.stdout).context("reading our drain summary")?;
+            numbered_records(count, args.record_bytes, args.partitions),
+            "none",
+        )
+        .await;
+        if produced.len() as u64 != count {
+            bail!("produced {} records, expected {count}", produced.len());
+        }
 
-    let ours_rate = ours.records as f64 / ours.seconds;
-    let reference_rate = reference.records as f64 / reference.seconds;
+        eprintln!("  draining with the reference ShareConsumer (librdkafka 2.16)...");
+        let mut reference = ReferenceShareConsumer::start_with(
+            &bootstrap,
+            "bench-reference",
+            &["bench"],
+            ReferenceOptions {
+                report_records: false,
+                max_records: count,
+                idle_exit: Duration::from_secs(20),
+            },
+        );
+        let reference = reference
+            .wait_summary(Duration::from_secs(1800))
+            .context("the reference consumer gave no summary")?;
+        reference_total.add(reference.records, reference.seconds, reference.cpu_seconds);
+
+        eprintln!("  draining with Spillway's share consumer...");
+        let exe = std::env::current_exe()?;
+        let output = tokio::process::Command::new(exe)
+            .args([
+                "drain",
+                "--bootstrap",
+                &bootstrap,
+                "--group",
+                "bench-spillway",
+            ])
+            .args(["--topic", "bench", "--records", &count.to_string()])
+            .stderr(Stdio::inherit())
+            .output()
+            .await?;
+        if !output.status.success() {
+            bail!("our drain process failed: {}", output.status);
+        }
+        let ours: DrainSummary =
+            serde_json::from_slice(&output.stdout).context("reading our drain summary")?;
+        ours_total.add(ours.records, ours.seconds, ours.cpu_seconds);
+        peak_rss = peak_rss.max(ours.peak_rss_bytes);
+        duplicates += ours.duplicates;
+    }
+
     println!(
-        "share_drain: {} records x {} B, {} partitions, {} brokers (dev broker)",
+        "share_drain: {} records x {} B, {} partitions, {} brokers (dev broker), {rounds} round(s)",
         args.records, args.record_bytes, args.partitions, args.brokers
     );
-    println!("  reference ShareConsumer : {:>10.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s)", reference_rate, reference.cpu_seconds * 1e6 / reference.records.max(1) as f64, reference.records, reference.seconds);
-    println!("  spillway ShareConsumer  : {:>10.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s, {} duplicate deliveries)", ours_rate, ours.cpu_seconds * 1e6 / ours.records.max(1) as f64, ours.records, ours.seconds, ours.duplicates);
+    println!("  reference ShareConsumer : {}", reference_total.line());
+    println!(
+        "  spillway ShareConsumer  : {} ({duplicates} duplicate deliveries)",
+        ours_total.line()
+    );
     println!(
         "  throughput ratio (spillway / reference): {:.2}",
-        ours_rate / reference_rate
+        ours_total.rate() / reference_total.rate()
     );
     println!(
         "  CPU per record ratio (spillway / reference): {:.2}",
-        (ours.cpu_seconds / ours.records.max(1) as f64)
-            / (reference.cpu_seconds / reference.records.max(1) as f64)
+        ours_total.cpu_per_record() / reference_total.cpu_per_record()
     );
-    println!("  spillway peak RSS: {:.1} MiB", mib(ours.peak_rss_bytes));
+    println!("  spillway peak RSS: {:.1} MiB", mib(peak_rss));
     Ok(())
+}
+
+/// Records, drain time (first record to last) and CPU time of one client over all rounds.
+#[derive(Default)]
+struct Totals {
+    records: u64,
+    seconds: f64,
+    cpu_seconds: f64,
+}
+
+impl Totals {
+    fn add(&mut self, records: u64, seconds: f64, cpu_seconds: f64) {
+        self.records += records;
+        self.seconds += seconds;
+        self.cpu_seconds += cpu_seconds;
+    }
+
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds.max(f64::EPSILON)
+    }
+
+    fn cpu_per_record(&self) -> f64 {
+        self.cpu_seconds / self.records.max(1) as f64
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s)",
+            self.rate(),
+            self.cpu_per_record() * 1e6,
+            self.records,
+            self.seconds
+        )
+    }
 }
 
 /// Drains `expected` records, acknowledging each with ACCEPT and committing once per poll, as
