@@ -296,6 +296,15 @@ impl Ledger {
         out
     }
 
+    /// Whether acks made for records acquired through `broker` (any session) are still waiting
+    /// to be sent or confirmed: only such brokers need a flush for `commit_sync`.
+    pub fn awaits_confirmation(&self, broker: i32) -> bool {
+        self.parts.values().flat_map(|m| m.values()).any(|p| {
+            p.owner.is_some_and(|o| o.broker == broker)
+                && (!p.pending.is_empty() || p.held.values().any(|h| h.acked))
+        })
+    }
+
     /// Whether `broker`'s session has acks waiting to be sent.
     pub fn has_pending(&self, broker: i32, generation: u64) -> bool {
         let owner = Some(Owner { broker, generation });
@@ -628,5 +637,25 @@ mod tests {
         let sent = ledger.take_pending(1, 1);
         assert_eq!(sent[0].2, acks(&[(9, GAP)]));
         assert!(ledger.take_pending(1, 1).is_empty());
+    }
+
+    #[test]
+    fn a_broker_awaits_confirmation_from_the_ack_until_its_response() {
+        let mut ledger = Ledger::default();
+        let t: Arc<str> = Arc::from("t");
+        ledger.acquire(&t, 0, OWNER, 7, 1);
+        assert!(
+            !ledger.awaits_confirmation(1),
+            "a held record without an ack has nothing to commit"
+        );
+        ledger
+            .acknowledge("t", 0, 7, AcknowledgeType::Accept)
+            .unwrap();
+        assert!(ledger.awaits_confirmation(1), "pending ack");
+        assert!(!ledger.awaits_confirmation(2), "another broker");
+        let sent = ledger.take_pending(1, 1);
+        assert!(ledger.awaits_confirmation(1), "ack in flight");
+        ledger.complete(&t, 0, &sent[0].2, Ok(()));
+        assert!(!ledger.awaits_confirmation(1), "ack confirmed");
     }
 }

@@ -316,10 +316,21 @@ impl ShareConsumer {
     /// previous call — including those that rode on fetches and those that failed locally.
     pub async fn commit_sync(&mut self, timeout: Duration) -> Result<CommitResult, ShareError> {
         let waits: Vec<_> = {
+            // A broker without unconfirmed acks has nothing to commit; flushing it anyway would
+            // wait for its fetch in flight (up to fetch_max_wait) for nothing.
+            // (The two locks are taken one after the other, never together.)
+            let ids: Vec<i32> = locked(&self.brokers).keys().copied().collect();
+            let due: Vec<i32> = {
+                let ledger = lock_ledger(&self.ledger);
+                ids.into_iter()
+                    .filter(|id| ledger.awaits_confirmation(*id))
+                    .collect()
+            };
             let brokers = locked(&self.brokers);
             brokers
-                .values()
-                .filter_map(|h| {
+                .iter()
+                .filter(|(id, _)| due.contains(id))
+                .filter_map(|(_, h)| {
                     let (tx, rx) = oneshot::channel();
                     h.commands.send(Command::Flush(tx)).ok().map(|_| rx)
                 })
