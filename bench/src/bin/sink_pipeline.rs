@@ -1,0 +1,773 @@
+//! Issue 3's benchmark: the sink pipeline measured against a reference in the same run, on one
+//! dev cluster per part.
+//!
+//! `cargo run --release -p spillway-bench --bin sink_pipeline -- [--part all|overhead|parallelism|memory]`
+//!
+//! * (a) `overhead`: a share-mode connector (one task) into the `file` sink, run by
+//!   `spillway_actors::Worker`, against the bare `spillway_kafka::share::ShareConsumer` draining
+//!   the same topic (ACCEPT every record, commit once per poll). Each uses its own share group
+//!   and runs in its own child process, one after the other.
+//! * (b) `parallelism`: a bench-only sink that takes 10 ms per `put`, on a one-partition topic:
+//!   share mode with 8 tasks (the dev broker's manual target assignment gives every member the
+//!   partition, as Apache Kafka does) against classic mode (one partition: one active task).
+//! * (c) `memory`: peak RSS of a worker process draining 1 KB records at full speed into the
+//!   `file` sink, against the bound its config gives: tasks × `task.inflight.batches` ×
+//!   `max.poll.records` × record size.
+//!
+//! Rates are measured over a steady window: from the first moment records were acknowledged
+//! (and, where the data is produced while the consumers already run, once all of it is in the
+//! topic) to the last acknowledgement; the records counted are those acknowledged inside it.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use async_trait::async_trait;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+use spillway_actors::settings::TaskSettings;
+use spillway_actors::Worker;
+use spillway_bench::{cpu_time, mib, peak_rss_bytes};
+use spillway_connectors::ConnectorRegistry;
+use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
+use spillway_core::connector::replicate_task_configs;
+use spillway_core::{
+    ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
+};
+use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
+use spillway_tests::{numbered_records, produce, DevBroker};
+
+/// `max.poll.records` when the flag does not say (the runtime's and the share consumer's
+/// default).
+const DEFAULT_MAX_POLL_RECORDS: usize = 500;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Part {
+    All,
+    Overhead,
+    Parallelism,
+    Memory,
+}
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    role: Option<Role>,
+    /// Which part to run.
+    #[arg(long, value_enum, default_value_t = Part::All)]
+    part: Part,
+    /// Brokers in the dev cluster.
+    #[arg(long, default_value_t = 3)]
+    brokers: u32,
+    /// (a) records to produce and drain.
+    #[arg(long, default_value_t = 200_000)]
+    overhead_records: u64,
+    /// (a) partitions of the topic.
+    #[arg(long, default_value_t = 8)]
+    overhead_partitions: i32,
+    /// (a) record value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    overhead_record_bytes: usize,
+    /// (b) records on the one-partition topic.
+    #[arg(long, default_value_t = 8_000)]
+    slow_records: u64,
+    /// (b) share-mode tasks.
+    #[arg(long, default_value_t = 8)]
+    slow_tasks: usize,
+    /// (b) milliseconds each `put` of the slow sink takes.
+    #[arg(long, default_value_t = 10)]
+    slow_put_ms: u64,
+    /// (b) `max.poll.records` (the batch each `put` gets), same in both modes.
+    #[arg(long, default_value_t = 100)]
+    slow_poll_records: usize,
+    /// (b) records per produce call (a produce call's records share broker batches, and a share
+    /// member acquires whole batches).
+    #[arg(long, default_value_t = 8_000)]
+    slow_produce_chunk: usize,
+    /// (c) records to produce and drain.
+    #[arg(long, default_value_t = 24_000)]
+    memory_records: u64,
+    /// (c) partitions of the topic.
+    #[arg(long, default_value_t = 8)]
+    memory_partitions: i32,
+    /// (c) tasks of the connector.
+    #[arg(long, default_value_t = 2)]
+    memory_tasks: usize,
+    /// (c) record value size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    memory_record_bytes: usize,
+    /// (c) `task.inflight.batches` (default: the runtime's).
+    #[arg(long)]
+    memory_inflight: Option<usize>,
+    /// (c) `max.poll.records`.
+    #[arg(long, default_value_t = DEFAULT_MAX_POLL_RECORDS)]
+    memory_poll_records: usize,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// Internal: drain with the bare share consumer and print a JSON summary.
+    Drain {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        records: u64,
+    },
+    /// Internal: run a share-mode file-sink connector in a worker and print a JSON summary.
+    Pipeline {
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        records: u64,
+        #[arg(long)]
+        tasks: usize,
+        #[arg(long)]
+        inflight: usize,
+        #[arg(long)]
+        max_poll_records: usize,
+        #[arg(long)]
+        file: String,
+    },
+}
+
+/// What one child process reports.
+#[derive(Serialize, Deserialize, Debug)]
+struct Summary {
+    /// Records acknowledged in all.
+    records: u64,
+    /// Records acknowledged inside the measured window.
+    window_records: u64,
+    /// Length of the window.
+    seconds: f64,
+    /// CPU time of the process over the whole drain.
+    cpu_seconds: f64,
+    /// Peak RSS at the end.
+    peak_rss_bytes: u64,
+    /// Peak RSS once the client (or worker) was up, before any record was read.
+    idle_rss_bytes: u64,
+}
+
+impl Summary {
+    fn rate(&self) -> f64 {
+        self.window_records as f64 / self.seconds.max(1e-9)
+    }
+
+    fn cpu_us_per_record(&self) -> f64 {
+        self.cpu_seconds * 1e6 / self.records.max(1) as f64
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    match &args.role {
+        Some(Role::Drain {
+            bootstrap,
+            group,
+            topic,
+            records,
+        }) => {
+            let summary = drain(bootstrap, group, topic, *records).await?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        Some(Role::Pipeline {
+            bootstrap,
+            name,
+            topic,
+            records,
+            tasks,
+            inflight,
+            max_poll_records,
+            file,
+        }) => {
+            let summary = pipeline(
+                bootstrap,
+                name,
+                topic,
+                *records,
+                *tasks,
+                *inflight,
+                *max_poll_records,
+                file,
+            )
+            .await?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        None => {
+            let all = args.part == Part::All;
+            if all || args.part == Part::Overhead {
+                overhead(&args).await?;
+            }
+            if all || args.part == Part::Parallelism {
+                parallelism(&args).await?;
+            }
+            if all || args.part == Part::Memory {
+                memory(&args).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBroker> {
+    let broker = DevBroker::try_start(brokers, &[(topic, partitions)])?;
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_heartbeat_interval(300);
+    Ok(broker)
+}
+
+async fn produce_all(
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    bytes: usize,
+    partitions: i32,
+) -> Result<()> {
+    eprintln!(
+        "producing {records} records of {bytes} bytes to {topic} ({partitions} partitions)..."
+    );
+    let produced = produce(
+        bootstrap,
+        topic,
+        numbered_records(records, bytes, partitions),
+        "none",
+    )
+    .await;
+    if produced.len() as u64 != records {
+        bail!("produced {} records, expected {records}", produced.len());
+    }
+    Ok(())
+}
+
+/// Runs this binary with `args` and reads the JSON summary it prints.
+async fn run_child(args: &[String]) -> Result<Summary> {
+    let exe = std::env::current_exe()?;
+    let output = tokio::process::Command::new(exe)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .await?;
+    if !output.status.success() {
+        bail!("child process {:?} failed: {}", args.first(), output.status);
+    }
+    serde_json::from_slice(&output.stdout).context("reading a child's summary")
+}
+
+fn temp_dir(part: &str) -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("spillway-bench-{part}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) Pipeline overhead.
+
+async fn overhead(args: &Args) -> Result<()> {
+    let (records, partitions, bytes) = (
+        args.overhead_records,
+        args.overhead_partitions,
+        args.overhead_record_bytes,
+    );
+    let broker = start_broker(args.brokers, "overhead", partitions)?;
+    let bootstrap = broker.bootstrap();
+    produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
+    let dir = temp_dir("overhead")?;
+    let common = |role: &str| -> Vec<String> {
+        vec![
+            role.into(),
+            "--bootstrap".into(),
+            bootstrap.clone(),
+            "--topic".into(),
+            "overhead".into(),
+            "--records".into(),
+            records.to_string(),
+        ]
+    };
+
+    eprintln!("(a) draining with the bare ShareConsumer...");
+    let mut drain_args = common("drain");
+    drain_args.extend(["--group".into(), "overhead-bare".into()]);
+    let bare = run_child(&drain_args).await?;
+
+    eprintln!("(a) draining with a share-mode connector into the file sink (1 task)...");
+    let mut pipeline_args = common("pipeline");
+    pipeline_args.extend([
+        "--name".into(),
+        "overhead-pipeline".into(),
+        "--tasks".into(),
+        "1".into(),
+        "--inflight".into(),
+        TaskSettings::default().inflight_batches.to_string(),
+        "--max-poll-records".into(),
+        DEFAULT_MAX_POLL_RECORDS.to_string(),
+        "--file".into(),
+        dir.join("overhead.txt").to_string_lossy().into_owned(),
+    ]);
+    let ours = run_child(&pipeline_args).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let ours = ours?;
+
+    println!(
+        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker)",
+        args.brokers
+    );
+    println!(
+        "  bare ShareConsumer          : {:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s window)",
+        bare.rate(),
+        bare.cpu_us_per_record(),
+        bare.window_records,
+        bare.seconds
+    );
+    println!(
+        "  share connector -> file sink: {:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s window)",
+        ours.rate(),
+        ours.cpu_us_per_record(),
+        ours.window_records,
+        ours.seconds
+    );
+    println!(
+        "  throughput ratio (pipeline / bare): {:.2}  (goal >= 0.85)",
+        ours.rate() / bare.rate()
+    );
+    Ok(())
+}
+
+/// Drains `expected` records with the bare share consumer: ACCEPT every record, commit once
+/// per poll (what the pipeline does per batch).
+async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Result<Summary> {
+    let mut consumer = ShareConsumer::connect(ShareConsumerConfig::new(bootstrap, group)).await?;
+    consumer.subscribe(&[topic]);
+    let idle_rss_bytes = peak_rss_bytes().unwrap_or(0);
+    let cpu_start = cpu_time();
+    let mut received = 0u64;
+    let mut window_start: Option<(Instant, u64)> = None;
+    let mut last = Instant::now();
+    let started = Instant::now();
+    while received < expected {
+        let records = consumer.poll(Duration::from_millis(500)).await?;
+        if records.is_empty() {
+            let idle = if window_start.is_some() {
+                last.elapsed()
+            } else {
+                started.elapsed()
+            };
+            if idle > Duration::from_secs(60) {
+                bail!("the bare consumer got no records for 60 s ({received} of {expected})");
+            }
+            continue;
+        }
+        consumer.acknowledge_all(records.iter(), AcknowledgeType::Accept)?;
+        received += records.len() as u64;
+        let results = consumer.commit_sync(Duration::from_secs(30)).await?;
+        if let Some((tp, Err(e))) = results.iter().find(|(_, r)| r.is_err()) {
+            eprintln!("commit for {tp:?} failed: {e}");
+        }
+        last = Instant::now();
+        window_start.get_or_insert((last, received));
+    }
+    let cpu_seconds = (cpu_time() - cpu_start).as_secs_f64();
+    consumer.close().await?;
+    let (start, before) = window_start.context("no records")?;
+    Ok(Summary {
+        records: received,
+        window_records: received - before,
+        seconds: last.duration_since(start).as_secs_f64(),
+        cpu_seconds,
+        peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
+        idle_rss_bytes,
+    })
+}
+
+/// A steady-state window of one connector's acknowledgements.
+struct Window {
+    records: u64,
+    seconds: f64,
+}
+
+impl Window {
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Waits until connector `name` has acknowledged (ACCEPTed and committed) `total` records. The
+/// window opens at the first sample at or after `not_before` that shows acknowledged records.
+async fn measure(
+    worker: &Worker,
+    name: &str,
+    total: u64,
+    not_before: Instant,
+    limit: Duration,
+) -> Result<Window> {
+    let deadline = Instant::now() + limit;
+    let mut start: Option<(Instant, u64)> = None;
+    loop {
+        let now = Instant::now();
+        let status = worker.status(name).context("connector not registered")?;
+        let accepted = status.totals().accepted;
+        if start.is_none() && now >= not_before && accepted > 0 {
+            if accepted >= total {
+                bail!("{name} acknowledged all {total} records before the window opened");
+            }
+            start = Some((now, accepted));
+        }
+        if accepted >= total {
+            let (t0, n0) = start.context("window never opened")?;
+            return Ok(Window {
+                records: accepted - n0,
+                seconds: now.duration_since(t0).as_secs_f64(),
+            });
+        }
+        if now > deadline {
+            bail!("{name} acknowledged {accepted} of {total} records in {limit:?}: {status:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A share-mode file-sink connector in a worker of this process, until `records` are
+/// acknowledged.
+#[allow(clippy::too_many_arguments)]
+async fn pipeline(
+    bootstrap: &str,
+    name: &str,
+    topic: &str,
+    records: u64,
+    tasks: usize,
+    inflight: usize,
+    max_poll_records: usize,
+    file: &str,
+) -> Result<Summary> {
+    let worker = Worker::start(
+        config(&[
+            ("bootstrap.servers", bootstrap),
+            ("task.inflight.batches", &inflight.to_string()),
+        ]),
+        ConnectorRegistry::builtin(),
+    )?;
+    let idle_rss_bytes = peak_rss_bytes().unwrap_or(0);
+    let cpu_start = cpu_time();
+    worker
+        .start_connector(config(&[
+            ("name", name),
+            ("connector.class", "FileStreamSink"),
+            ("topics", topic),
+            ("tasks.max", &tasks.to_string()),
+            ("value.converter", "string"),
+            ("file", file),
+            ("consumer.override.group.protocol", "share"),
+            (
+                "consumer.override.max.poll.records",
+                &max_poll_records.to_string(),
+            ),
+        ]))
+        .await?;
+    let window = measure(
+        &worker,
+        name,
+        records,
+        Instant::now(),
+        Duration::from_secs(600),
+    )
+    .await;
+    let cpu_seconds = (cpu_time() - cpu_start).as_secs_f64();
+    let peak = peak_rss_bytes().unwrap_or(0);
+    let accepted = worker.status(name).map_or(0, |s| s.totals().accepted);
+    worker.shutdown().await;
+    let window = window?;
+    Ok(Summary {
+        records: accepted,
+        window_records: window.records,
+        seconds: window.seconds,
+        cpu_seconds,
+        peak_rss_bytes: peak,
+        idle_rss_bytes,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) Parallelism beyond partitions.
+
+const SLOW_PUT_MS: &str = "slow.put.ms";
+
+fn slow_def() -> ConfigDef {
+    ConfigDef::new().define(
+        ConfigKey::new(
+            SLOW_PUT_MS,
+            ConfigType::Long,
+            Importance::High,
+            "How long each put takes.",
+        )
+        .default("10"),
+    )
+}
+
+/// A sink whose every `put` takes `slow.put.ms` and accepts the whole batch: a stand-in for a
+/// slow downstream system.
+#[derive(Default)]
+struct SlowConnector {
+    config: ConfigMap,
+}
+
+impl SinkConnector for SlowConnector {
+    fn version(&self) -> &str {
+        "bench"
+    }
+
+    fn config_def(&self) -> ConfigDef {
+        slow_def()
+    }
+
+    fn start(&mut self, config: &ConfigMap) -> Result<(), ConfigError> {
+        slow_def().parse(config)?;
+        self.config = config.clone();
+        Ok(())
+    }
+
+    fn task_configs(&self, max_tasks: usize) -> Result<Vec<ConfigMap>, ConfigError> {
+        Ok(replicate_task_configs(&self.config, max_tasks))
+    }
+
+    fn create_task(&self) -> Box<dyn SinkTask> {
+        Box::new(SlowTask::default())
+    }
+}
+
+#[derive(Default)]
+struct SlowTask {
+    delay: Duration,
+}
+
+#[async_trait]
+impl SinkTask for SlowTask {
+    async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
+        let ms = config
+            .get(SLOW_PUT_MS)
+            .map_or(Ok(10), |v| v.parse::<u64>())
+            .map_err(|e| SinkError::fatal(format!("{SLOW_PUT_MS}: {e}")))?;
+        self.delay = Duration::from_millis(ms);
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+        tokio::time::sleep(self.delay).await;
+        Ok(records.iter().map(|_| PutOutcome::Ok).collect())
+    }
+
+    async fn stop(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+async fn parallelism(args: &Args) -> Result<()> {
+    let (records, tasks, put_ms, poll) = (
+        args.slow_records,
+        args.slow_tasks,
+        args.slow_put_ms,
+        args.slow_poll_records,
+    );
+    let broker = start_broker(args.brokers, "slow", 1)?;
+    let bootstrap = broker.bootstrap();
+    let worker = Worker::start(
+        config(&[
+            ("bootstrap.servers", &bootstrap),
+            ("task.poll.timeout.ms", "100"),
+        ]),
+        ConnectorRegistry::builtin().with(&["slow"], || Box::new(SlowConnector::default())),
+    )?;
+    let connector = |name: &str, tasks: usize, share: bool| -> ConfigMap {
+        let mut c = config(&[
+            ("name", name),
+            ("connector.class", "slow"),
+            ("topics", "slow"),
+            ("key.converter", "bytearray"),
+            ("value.converter", "bytearray"),
+            ("tasks.max", &tasks.to_string()),
+            (SLOW_PUT_MS, &put_ms.to_string()),
+            ("consumer.override.max.poll.records", &poll.to_string()),
+        ]);
+        if share {
+            c.insert("consumer.override.group.protocol".into(), "share".into());
+        }
+        c
+    };
+
+    // Share mode: the members join the empty topic, get the partition by manual assignment, and
+    // only then does the data arrive.
+    eprintln!("(b) share mode: {tasks} tasks joining...");
+    worker
+        .start_connector(connector("slow-share", tasks, true))
+        .await?;
+    let group = "connect-slow-share";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let members = loop {
+        let members = broker.share_member_ids(group);
+        if members.len() >= tasks {
+            break members;
+        }
+        if Instant::now() > deadline {
+            bail!("only {} of {tasks} share members joined", members.len());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let assignment: Vec<(String, Vec<(String, i32)>)> = members
+        .iter()
+        .map(|m| (m.clone(), vec![("slow".to_owned(), 0)]))
+        .collect();
+    broker.share_target_assignment(group, &assignment);
+    // Every member learns its assignment on its next heartbeat (300 ms).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let chunk = args.slow_produce_chunk.max(1) as u64;
+    eprintln!(
+        "producing {records} records of 100 bytes to slow (1 partition, {chunk} per produce call)..."
+    );
+    let mut next = 0u64;
+    while next < records {
+        let n = chunk.min(records - next);
+        let batch: Vec<_> = numbered_records(next + n, 100, 1)
+            .into_iter()
+            .skip(next as usize)
+            .collect();
+        let produced = produce(&bootstrap, "slow", batch, "none").await;
+        if produced.len() as u64 != n {
+            bail!("produced {} records, expected {n}", produced.len());
+        }
+        next += n;
+    }
+    let share = measure(
+        &worker,
+        "slow-share",
+        records,
+        Instant::now(),
+        Duration::from_secs(300),
+    )
+    .await?;
+    let per_task: Vec<u64> = worker
+        .status("slow-share")
+        .map(|s| s.tasks.iter().map(|t| t.counts.accepted).collect())
+        .unwrap_or_default();
+    worker.stop_connector("slow-share").await?;
+
+    // Classic mode: one partition, so one task does all the work.
+    eprintln!("(b) classic mode: 1 task...");
+    worker
+        .start_connector(connector("slow-classic", 1, false))
+        .await?;
+    let classic = measure(
+        &worker,
+        "slow-classic",
+        records,
+        Instant::now(),
+        Duration::from_secs(300),
+    )
+    .await?;
+    worker.shutdown().await;
+
+    println!(
+        "(b) parallelism beyond partitions: {records} records, 1 partition, sink {put_ms} ms per put, max.poll.records {poll}"
+    );
+    println!(
+        "  classic mode, 1 task        : {:>9.0} rec/s  ({} records in {:.2} s window)",
+        classic.rate(),
+        classic.records,
+        classic.seconds
+    );
+    println!(
+        "  share mode, {tasks} tasks        : {:>9.0} rec/s  ({} records in {:.2} s window; accepted per task {per_task:?})",
+        share.rate(),
+        share.records,
+        share.seconds
+    );
+    println!(
+        "  throughput ratio (share / classic): {:.2}  (goal >= 4)",
+        share.rate() / classic.rate()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) Peak RSS against the configured bound.
+
+async fn memory(args: &Args) -> Result<()> {
+    let (records, partitions, bytes, tasks) = (
+        args.memory_records,
+        args.memory_partitions,
+        args.memory_record_bytes,
+        args.memory_tasks,
+    );
+    let inflight = args
+        .memory_inflight
+        .unwrap_or(TaskSettings::default().inflight_batches);
+    let poll = args.memory_poll_records;
+    let broker = start_broker(args.brokers, "memory", partitions)?;
+    let bootstrap = broker.bootstrap();
+    produce_all(&bootstrap, "memory", records, bytes, partitions).await?;
+    let dir = temp_dir("memory")?;
+    eprintln!("(c) draining with a share-mode connector ({tasks} tasks) into the file sink...");
+    let child_args: Vec<String> = vec![
+        "pipeline".into(),
+        "--bootstrap".into(),
+        bootstrap.clone(),
+        "--name".into(),
+        "memory".into(),
+        "--topic".into(),
+        "memory".into(),
+        "--records".into(),
+        records.to_string(),
+        "--tasks".into(),
+        tasks.to_string(),
+        "--inflight".into(),
+        inflight.to_string(),
+        "--max-poll-records".into(),
+        poll.to_string(),
+        "--file".into(),
+        dir.join("memory.txt").to_string_lossy().into_owned(),
+    ];
+    let ours = run_child(&child_args).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let ours = ours?;
+    let bound = (tasks * inflight * poll * bytes) as u64;
+    let growth = ours.peak_rss_bytes.saturating_sub(ours.idle_rss_bytes);
+    println!(
+        "(c) peak RSS: {records} records x {bytes} B, {partitions} partitions, {tasks} tasks, task.inflight.batches {inflight}, max.poll.records {poll}"
+    );
+    println!(
+        "  drained at {:>9.0} rec/s ({:.1} MiB/s)",
+        ours.rate(),
+        ours.rate() * bytes as f64 / (1024.0 * 1024.0)
+    );
+    println!(
+        "  bound from the config (tasks x inflight x max.poll.records x record size): {:.1} MiB",
+        mib(bound)
+    );
+    println!(
+        "  worker peak RSS: {:.1} MiB  (idle worker before the connector: {:.1} MiB; growth {:.1} MiB = {:.2} x bound)",
+        mib(ours.peak_rss_bytes),
+        mib(ours.idle_rss_bytes),
+        mib(growth),
+        growth as f64 / bound.max(1) as f64
+    );
+    println!(
+        "  data drained: {:.1} MiB; peak RSS / data = {:.2}",
+        mib(records * bytes as u64),
+        ours.peak_rss_bytes as f64 / (records * bytes as u64).max(1) as f64
+    );
+    Ok(())
+}
