@@ -6,7 +6,9 @@ use serde_json::Value as Json;
 use crate::config::ConfigMap;
 use crate::error::ConfigError;
 
-fn text_of(key: &str, value: &Json) -> Result<Option<String>, ConfigError> {
+/// The configuration text of one JSON value: scalars as written, arrays comma-separated (how
+/// configs hold lists), `null` as absent. Nested objects are refused naming the key.
+pub fn config_value_from_json(key: &str, value: &Json) -> Result<Option<String>, ConfigError> {
     let scalar = |v: &Json| match v {
         Json::String(s) => Some(s.clone()),
         Json::Number(n) => Some(n.to_string()),
@@ -58,12 +60,15 @@ pub fn config_map_from_json(text: &str) -> Result<ConfigMap, ConfigError> {
     };
     let mut map = ConfigMap::new();
     for (key, value) in body {
-        if let Some(text) = text_of(key, value)? {
+        if let Some(text) = config_value_from_json(key, value)? {
             map.insert(key.clone(), text);
         }
     }
     if let Some(name) = name {
-        if let (false, Some(text)) = (map.contains_key("name"), text_of("name", name)?) {
+        if let (false, Some(text)) = (
+            map.contains_key("name"),
+            config_value_from_json("name", name)?,
+        ) {
             map.insert("name".into(), text);
         }
     }

@@ -16,7 +16,7 @@ pub use group_protocol::{
     resolve_group_protocol, GroupProtocol, ProtocolSource, ResolvedProtocol,
     CONNECTOR_GROUP_PROTOCOL, WORKER_GROUP_PROTOCOL,
 };
-pub use json_map::config_map_from_json;
+pub use json_map::{config_map_from_json, config_value_from_json};
 pub use properties::{parse_properties, Properties, Property};
 pub use report::{ConfigInfo, KeyInfo, ValidationReport, ValueInfo};
 pub use sink_connector::{

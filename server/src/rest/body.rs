@@ -83,30 +83,8 @@ pub fn config(value: &Json, what: &str) -> Result<BTreeMap<String, String>, ApiE
 }
 
 fn text(key: &str, value: &Json) -> Result<Option<String>, ApiError> {
-    let scalar = |v: &Json| match v {
-        Json::String(s) => Some(s.clone()),
-        Json::Number(n) => Some(n.to_string()),
-        Json::Bool(b) => Some(b.to_string()),
-        _ => None,
-    };
-    match value {
-        Json::Null => Ok(None),
-        Json::Array(items) => items
-            .iter()
-            .map(|item| {
-                scalar(item).ok_or_else(|| {
-                    ApiError::BadRequest(format!("the list '{key}' holds {}; list items must be strings, numbers or booleans", kind(item)))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(|items| Some(items.join(","))),
-        other => scalar(other).map(Some).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "the value of '{key}' is {}; configuration values are strings, numbers, booleans or lists",
-                kind(other)
-            ))
-        }),
-    }
+    spillway_core::config::config_value_from_json(key, value)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 fn kind(value: &Json) -> &'static str {
