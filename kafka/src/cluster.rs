@@ -45,9 +45,11 @@ pub enum ClusterError {
         wait: Duration,
         last: String,
     },
-    #[error("FindCoordinator for group '{group}' failed with error {code} ({name}): {message}")]
+    #[error("FindCoordinator for {kind} '{key}' failed with error {code} ({name}): {message}")]
     Coordinator {
-        group: String,
+        /// "group" or "transactional id".
+        kind: &'static str,
+        key: String,
         code: i16,
         name: String,
         message: String,
@@ -56,6 +58,31 @@ pub enum ClusterError {
     Metadata { code: i16, name: String },
     #[error("invalid bootstrap server '{0}': expected host:port")]
     BadBootstrap(String),
+}
+
+/// Which coordinator FindCoordinator looks for (its KeyType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoordinatorKind {
+    /// KeyType 0: the group coordinator of a consumer or share group.
+    Group,
+    /// KeyType 1: the transaction coordinator of a transactional id.
+    Transaction,
+}
+
+impl CoordinatorKind {
+    fn key_type(self) -> i8 {
+        match self {
+            CoordinatorKind::Group => 0,
+            CoordinatorKind::Transaction => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            CoordinatorKind::Group => "group",
+            CoordinatorKind::Transaction => "transactional id",
+        }
+    }
 }
 
 /// One topic as the latest metadata describes it.
@@ -312,6 +339,17 @@ impl Cluster {
 
     /// Find the group coordinator (key type 0, GROUP) and return its broker id.
     pub async fn find_coordinator(&self, group: &str) -> Result<i32, ClusterError> {
+        self.find_coordinator_of(CoordinatorKind::Group, group)
+            .await
+    }
+
+    /// Find the coordinator of `kind` for `key` (a group id, or a transactional id) and return
+    /// its broker id; its address is remembered for [`Cluster::broker`].
+    pub async fn find_coordinator_of(
+        &self,
+        kind: CoordinatorKind,
+        key: &str,
+    ) -> Result<i32, ClusterError> {
         let conn = self.any_connection().await?;
         let version = conn.pick(
             FIND_COORDINATOR_KEY,
@@ -319,11 +357,11 @@ impl Cluster {
             FIND_COORDINATOR_VERSIONS.1,
         )?;
         let mut request = FindCoordinatorRequest::default();
-        request.key_type = 0;
+        request.key_type = kind.key_type();
         if version < 4 {
-            request.key = StrBytes::from_string(group.to_string());
+            request.key = StrBytes::from_string(key.to_string());
         } else {
-            request.coordinator_keys = vec![StrBytes::from_string(group.to_string())];
+            request.coordinator_keys = vec![StrBytes::from_string(key.to_string())];
         }
         let response = conn
             .request(&request, version, self.request_timeout)
@@ -356,7 +394,8 @@ impl Cluster {
         };
         if code != 0 {
             return Err(ClusterError::Coordinator {
-                group: group.to_string(),
+                kind: kind.name(),
+                key: key.to_string(),
                 code,
                 name: error_name(code),
                 message: message.unwrap_or_default(),

@@ -358,6 +358,39 @@ impl Connection {
         Ok((self.request(request, version, timeout).await?, version))
     }
 
+    /// Send a request whose api key is only known at run time, such as a draft API whose key
+    /// differs between drafts (KIP-1289's TxnShareAcknowledge), and return the response body
+    /// with the response header stripped. `flexible` picks request header v2 / response
+    /// header v1 (a flexible version) or v1 / v0.
+    ///
+    /// The caller checks [`Connection::pick`] first: a broker that does not know `api_key`
+    /// closes the connection instead of answering.
+    pub async fn request_raw<T: Encodable>(
+        &self,
+        api_key: i16,
+        version: i16,
+        flexible: bool,
+        body: &T,
+        timeout: Duration,
+    ) -> Result<Bytes, ConnectionError> {
+        let (request_header, response_header) = if flexible { (2, 1) } else { (1, 0) };
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let frame =
+            self.encode_frame_with(api_key, version, request_header, body, correlation_id)?;
+        let mut frame = self
+            .exchange(api_key, correlation_id, frame, timeout)
+            .await?;
+        ResponseHeader::decode(&mut frame, response_header).map_err(|e| {
+            ConnectionError::Decode {
+                addr: self.addr.clone(),
+                api_key,
+                version,
+                reason: format!("response header: {e}"),
+            }
+        })?;
+        Ok(frame)
+    }
+
     /// Send one request and return the whole response frame (header included).
     async fn request_frame<R: Request>(
         &self,
@@ -367,6 +400,17 @@ impl Connection {
     ) -> Result<Bytes, ConnectionError> {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
         let frame = self.encode_frame(request, version, correlation_id)?;
+        self.exchange(R::KEY, correlation_id, frame, timeout).await
+    }
+
+    /// Hand `frame` to the writer and wait for the response with `correlation_id`.
+    async fn exchange(
+        &self,
+        api_key: i16,
+        correlation_id: i32,
+        frame: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, ConnectionError> {
         let (tx, rx) = oneshot::channel();
         {
             let mut state = lock(&self.state);
@@ -397,7 +441,7 @@ impl Connection {
                 }
                 return Err(ConnectionError::Timeout {
                     addr: self.addr.clone(),
-                    api_key: R::KEY,
+                    api_key,
                     after: timeout,
                 });
             }
@@ -407,7 +451,7 @@ impl Connection {
         if got != correlation_id {
             return Err(ConnectionError::CorrelationMismatch {
                 addr: self.addr.clone(),
-                api_key: R::KEY,
+                api_key,
                 expected: correlation_id,
                 got,
             });
@@ -428,17 +472,33 @@ impl Connection {
         version: i16,
         correlation_id: i32,
     ) -> Result<Bytes, ConnectionError> {
+        self.encode_frame_with(
+            R::KEY,
+            version,
+            R::header_version(version),
+            request,
+            correlation_id,
+        )
+    }
+
+    fn encode_frame_with<T: Encodable>(
+        &self,
+        api_key: i16,
+        version: i16,
+        header_version: i16,
+        request: &T,
+        correlation_id: i32,
+    ) -> Result<Bytes, ConnectionError> {
         let encode_err = |e: anyhow::Error| ConnectionError::Encode {
-            api_key: R::KEY,
+            api_key,
             version,
             reason: e.to_string(),
         };
         let mut header = RequestHeader::default();
-        header.request_api_key = R::KEY;
+        header.request_api_key = api_key;
         header.request_api_version = version;
         header.correlation_id = correlation_id;
         header.client_id = Some(self.client_id.clone());
-        let header_version = R::header_version(version);
         let size = header
             .compute_size(header_version)
             .map_err(encode_err)?
@@ -450,7 +510,7 @@ impl Connection {
             .map_err(encode_err)?;
         request.encode(&mut buf, version).map_err(encode_err)?;
         let len = i32::try_from(buf.len() - 4).map_err(|_| ConnectionError::Encode {
-            api_key: R::KEY,
+            api_key,
             version,
             reason: format!("request of {} bytes does not fit a frame", buf.len() - 4),
         })?;
@@ -724,6 +784,51 @@ mod tests {
         }
         keys.sort();
         assert_eq!(keys, vec![66, 77]);
+    }
+
+    /// A body that is just these bytes, for [`Connection::request_raw`].
+    struct RawBody(Vec<u8>);
+
+    impl Encodable for RawBody {
+        fn encode<B: kafka_protocol::protocol::buf::ByteBufMut>(
+            &self,
+            buf: &mut B,
+            _version: i16,
+        ) -> anyhow::Result<()> {
+            buf.put_slice(&self.0);
+            Ok(())
+        }
+        fn compute_size(&self, _version: i16) -> anyhow::Result<usize> {
+            Ok(self.0.len())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_raw_request_carries_a_flexible_header_and_gets_its_body_back_without_one() {
+        let (client, mut broker) = duplex(4096);
+        let conn = Connection::from_stream(client, "fake:6", "cid");
+        let pending = tokio::spawn(async move {
+            conn.request_raw(94, 0, true, &RawBody(vec![0xAB, 0xCD]), T)
+                .await
+        });
+        let mut len = [0u8; 4];
+        broker.read_exact(&mut len).await.unwrap();
+        let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
+        broker.read_exact(&mut frame).await.unwrap();
+        let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let mut expected = Vec::new();
+        expected.extend_from_slice(&94i16.to_be_bytes()); // api key, as given at run time
+        expected.extend_from_slice(&0i16.to_be_bytes()); // api version
+        expected.extend_from_slice(&correlation.to_be_bytes());
+        expected.extend_from_slice(&3i16.to_be_bytes()); // client id: int16 length (not compact)
+        expected.extend_from_slice(b"cid");
+        expected.push(0); // header v2: empty tagged fields
+        expected.extend_from_slice(&[0xAB, 0xCD]); // the body
+        assert_eq!(frame, expected);
+        // Response header v1: correlation id, then an empty tagged-field section.
+        write_frame(&mut broker, correlation, &[0, 0x12, 0x34]).await;
+        let body = pending.await.unwrap().unwrap();
+        assert_eq!(&body[..], &[0x12, 0x34]);
     }
 
     #[tokio::test]

@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use uuid::Uuid;
+
 use super::{AckError, ShareError};
 
 /// What the application decided for a record (brief §5.2).
@@ -68,6 +70,72 @@ pub(crate) fn encode_batches(acks: &BTreeMap<i64, i8>) -> Vec<AckBatch> {
     batches
 }
 
+/// How a producer transaction that carried acknowledgements ended (KIP-1289).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionOutcome {
+    /// Committed: the broker settles the records (ACCEPT → acknowledged, REJECT → archived).
+    Committed,
+    /// Aborted. `staged_on_broker` says whether the broker accepted the acknowledgements into
+    /// the transaction: then the abort marker makes the records available again by itself;
+    /// if not, the broker still holds them for this member and the consumer releases them.
+    Aborted { staged_on_broker: bool },
+    /// The transaction produced nothing, so there is no output to make atomic with the
+    /// acknowledgements: they are sent the normal way (ShareFetch/ShareAcknowledge).
+    NoOutput,
+}
+
+/// The identity a transaction presents so the broker can fence a stale member (KIP-1289
+/// draft: `ShareConsumer.shareGroupMetadata()`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupMetadata {
+    pub group_id: String,
+    pub member_id: String,
+    /// The epoch from the latest heartbeat; 0 before the member joined.
+    pub member_epoch: i32,
+}
+
+/// One acknowledgement batch of a transaction: the inclusive offset range and either one wire
+/// type for the whole range or one per offset (1 = ACCEPT, 3 = REJECT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcknowledgementBatch {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub types: Vec<i8>,
+}
+
+/// The acknowledgements of one partition taken for a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionAcknowledgements {
+    pub topic: Arc<str>,
+    /// The id the share protocol names the topic by.
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub batches: Vec<AcknowledgementBatch>,
+}
+
+/// Acknowledgements taken out of a [`super::ShareConsumer`] to be applied by a producer
+/// transaction instead of ShareFetch/ShareAcknowledge, per partition in topic/partition order
+/// (KIP-1289 draft: `ShareConsumer.acknowledgementsForTransaction()`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransactionAcknowledgements {
+    pub partitions: Vec<PartitionAcknowledgements>,
+}
+
+impl TransactionAcknowledgements {
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+
+    /// How many records these acknowledgements settle.
+    pub fn record_count(&self) -> u64 {
+        self.partitions
+            .iter()
+            .flat_map(|p| &p.batches)
+            .map(|b| (b.last_offset - b.first_offset + 1).max(0) as u64)
+            .sum()
+    }
+}
+
 /// Which share session a partition's held records were acquired through. A new session (or a
 /// new leader) invalidates everything acquired through the old one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +144,32 @@ pub(crate) struct Owner {
     pub generation: u64,
 }
 
+/// Where a held record's settlement stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settlement {
+    /// Delivered (or buffered) and not acknowledged yet.
+    Unsettled,
+    /// Acknowledged by the application (or as GAP); the ack is pending or in flight to the
+    /// broker through ShareFetch/ShareAcknowledge.
+    Acked,
+    /// Acknowledged for a producer transaction (KIP-1289); waiting to be taken by
+    /// [`Ledger::take_for_transaction`]. Never sent through ShareFetch/ShareAcknowledge.
+    Staged,
+    /// Taken into a producer transaction; settled by the transaction's outcome, which
+    /// [`Ledger::finish_transaction`] reports.
+    InTransaction,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Held {
     delivery_count: i16,
-    /// Acknowledged by the application (or as GAP); the ack is pending or in flight.
-    acked: bool,
+    settlement: Settlement,
+}
+
+impl Held {
+    fn is_settled(&self) -> bool {
+        self.settlement != Settlement::Unsettled
+    }
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +177,8 @@ struct PartState {
     owner: Option<Owner>,
     held: HashMap<i64, Held>,
     pending: BTreeMap<i64, i8>,
+    /// Acks made for a producer transaction and not taken yet: offset → wire type.
+    staged: BTreeMap<i64, i8>,
     /// Delivered records whose session or leader was lost before the application settled them.
     /// Acknowledging one is not a usage error: it is accepted and reported as this failure by
     /// the next `commit_sync`.
@@ -105,7 +196,7 @@ impl PartState {
             self.lost.clear();
         }
         for (offset, held) in self.held.drain() {
-            if !held.acked {
+            if !held.is_settled() {
                 self.lost.insert(offset, error.clone());
             }
         }
@@ -168,16 +259,171 @@ impl Ledger {
         }
         let owner = part.owner.ok_or_else(not_held)?;
         let held = part.held.get_mut(&offset).ok_or_else(not_held)?;
-        if held.acked {
+        if held.is_settled() {
             return Err(ShareError::AlreadyAcknowledged {
                 topic: topic.to_string(),
                 partition,
                 offset,
             });
         }
-        held.acked = true;
+        held.settlement = Settlement::Acked;
         part.pending.insert(offset, kind.wire());
         Ok(owner.broker)
+    }
+
+    /// The application's decision for a held record, to be applied by a producer transaction
+    /// (KIP-1289) instead of ShareFetch/ShareAcknowledge. Only ACCEPT and REJECT are allowed:
+    /// a RELEASE means "not processed", which a transaction has nothing to make atomic with.
+    pub fn acknowledge_for_transaction(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        kind: AcknowledgeType,
+    ) -> Result<(), ShareError> {
+        let refuse = |reason: String| ShareError::TransactionAck {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            reason,
+        };
+        if kind == AcknowledgeType::Release {
+            return Err(refuse(
+                "RELEASE cannot be part of a transaction (only ACCEPT and REJECT can); \
+                 acknowledge the record with acknowledge(record, Release), which sends it the \
+                 normal way"
+                    .to_string(),
+            ));
+        }
+        let not_held = || ShareError::NotHeld {
+            topic: topic.to_string(),
+            partition,
+            offset,
+        };
+        let part = self
+            .parts
+            .get_mut(topic)
+            .and_then(|m| m.get_mut(&partition))
+            .ok_or_else(not_held)?;
+        if let Some(error) = part.lost.get(&offset) {
+            return Err(refuse(format!("{error}; leave it out of the transaction")));
+        }
+        if part.owner.is_none() {
+            return Err(not_held());
+        }
+        let held = part.held.get_mut(&offset).ok_or_else(not_held)?;
+        if held.is_settled() {
+            return Err(ShareError::AlreadyAcknowledged {
+                topic: topic.to_string(),
+                partition,
+                offset,
+            });
+        }
+        held.settlement = Settlement::Staged;
+        part.staged.insert(offset, kind.wire());
+        Ok(())
+    }
+
+    /// Withdraw every ack staged for a transaction and not taken yet: the transaction they
+    /// were meant for is aborted, so the records are RELEASEd the normal way and come back.
+    pub fn release_staged(&mut self) {
+        for part in self.parts.values_mut().flat_map(|m| m.values_mut()) {
+            for offset in std::mem::take(&mut part.staged).into_keys() {
+                if let Some(held) = part.held.get_mut(&offset) {
+                    held.settlement = Settlement::Acked;
+                }
+                part.pending.insert(offset, AcknowledgeType::Release.wire());
+            }
+        }
+    }
+
+    /// Topics with acks staged for a transaction (so their ids can be resolved before
+    /// [`Ledger::take_for_transaction`] takes anything).
+    pub fn staged_topics(&self) -> Vec<Arc<str>> {
+        self.parts
+            .iter()
+            .filter(|(_, m)| m.values().any(|p| !p.staged.is_empty()))
+            .map(|(t, _)| Arc::clone(t))
+            .collect()
+    }
+
+    /// Take every ack staged for a transaction, sorted by topic and partition. From here on
+    /// those records are settled by the transaction: nothing about them goes out through
+    /// ShareFetch/ShareAcknowledge until [`Ledger::finish_transaction`] says otherwise.
+    pub fn take_for_transaction(&mut self) -> Vec<(Arc<str>, i32, Vec<AckBatch>)> {
+        let mut out = Vec::new();
+        for (topic, parts) in self.parts.iter_mut() {
+            for (&partition, part) in parts.iter_mut() {
+                if part.staged.is_empty() {
+                    continue;
+                }
+                let staged = std::mem::take(&mut part.staged);
+                for offset in staged.keys() {
+                    if let Some(held) = part.held.get_mut(offset) {
+                        held.settlement = Settlement::InTransaction;
+                    }
+                }
+                out.push((Arc::clone(topic), partition, encode_batches(&staged)));
+            }
+        }
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
+    }
+
+    /// Settle records taken into a transaction by its outcome. Only records still in that
+    /// transaction are touched: one whose lock expired and that was delivered again since is
+    /// a new delivery and stays as it is.
+    pub fn finish_transaction(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batches: &[AckBatch],
+        outcome: TransactionOutcome,
+    ) {
+        let Some(part) = self
+            .parts
+            .get_mut(topic)
+            .and_then(|m| m.get_mut(&partition))
+        else {
+            return;
+        };
+        for batch in batches {
+            for offset in batch.first..=batch.last {
+                let in_transaction = part
+                    .held
+                    .get(&offset)
+                    .is_some_and(|h| h.settlement == Settlement::InTransaction);
+                if !in_transaction {
+                    continue;
+                }
+                match outcome {
+                    TransactionOutcome::NoOutput => {
+                        let at = (offset - batch.first) as usize;
+                        let kind = batch.types.get(at).or(batch.types.first());
+                        if let (Some(&kind), Some(held)) = (kind, part.held.get_mut(&offset)) {
+                            held.settlement = Settlement::Acked;
+                            part.pending.insert(offset, kind);
+                        }
+                    }
+                    TransactionOutcome::Committed
+                    | TransactionOutcome::Aborted {
+                        staged_on_broker: true,
+                    } => {
+                        part.held.remove(&offset);
+                    }
+                    TransactionOutcome::Aborted {
+                        staged_on_broker: false,
+                    } => {
+                        // The broker never saw these acks, so it still holds the records
+                        // for us: release them now rather than waiting out their locks.
+                        if let Some(held) = part.held.get_mut(&offset) {
+                            held.settlement = Settlement::Acked;
+                        }
+                        part.pending.insert(offset, AcknowledgeType::Release.wire());
+                    }
+                }
+            }
+        }
     }
 
     /// Make `owner` the session a partition's records come from. Records held through any other
@@ -209,8 +455,9 @@ impl Ledger {
                     Some(e) => part.lose_held(e),
                     None => part.held.clear(),
                 }
-                let had_pending = !part.pending.is_empty();
+                let had_pending = !part.pending.is_empty() || !part.staged.is_empty();
                 part.pending.clear();
+                part.staged.clear();
                 (error, had_pending)
             }
         };
@@ -236,8 +483,9 @@ impl Ledger {
             Some(held) => {
                 // Re-acquired after its lock ran out: a genuine redelivery.
                 held.delivery_count = delivery_count;
-                held.acked = false;
+                held.settlement = Settlement::Unsettled;
                 part.pending.remove(&offset);
+                part.staged.remove(&offset);
                 Acquire::Deliver
             }
             None => {
@@ -245,7 +493,7 @@ impl Ledger {
                     offset,
                     Held {
                         delivery_count,
-                        acked: false,
+                        settlement: Settlement::Unsettled,
                     },
                 );
                 Acquire::Deliver
@@ -272,7 +520,7 @@ impl Ledger {
             offset,
             Held {
                 delivery_count,
-                acked: true,
+                settlement: Settlement::Acked,
             },
         );
         part.pending.insert(offset, kind);
@@ -301,7 +549,8 @@ impl Ledger {
     pub fn awaits_confirmation(&self, broker: i32) -> bool {
         self.parts.values().flat_map(|m| m.values()).any(|p| {
             p.owner.is_some_and(|o| o.broker == broker)
-                && (!p.pending.is_empty() || p.held.values().any(|h| h.acked))
+                && (!p.pending.is_empty()
+                    || p.held.values().any(|h| h.settlement == Settlement::Acked))
         })
     }
 
@@ -327,7 +576,7 @@ impl Ledger {
         self.parts
             .get(topic)
             .and_then(|m| m.get(&partition))
-            .is_some_and(|p| p.owner == owner && p.held.values().any(|h| !h.acked))
+            .is_some_and(|p| p.owner == owner && p.held.values().any(|h| !h.is_settled()))
     }
 
     /// The outcome of acks that were sent: the records are settled either way (an ack the
@@ -345,7 +594,11 @@ impl Ledger {
             .and_then(|m| m.get_mut(&partition))
         {
             for offset in acks.keys() {
-                if part.held.get(offset).is_some_and(|h| h.acked) {
+                if part
+                    .held
+                    .get(offset)
+                    .is_some_and(|h| h.settlement == Settlement::Acked)
+                {
                     part.held.remove(offset);
                 }
             }
@@ -376,7 +629,8 @@ impl Ledger {
                 let err = error(topic, partition);
                 part.owner = None;
                 part.lose_held(&err);
-                if !std::mem::take(&mut part.pending).is_empty() {
+                let had_staged = !std::mem::take(&mut part.staged).is_empty();
+                if !std::mem::take(&mut part.pending).is_empty() || had_staged {
                     failed.push((Arc::clone(topic), partition, err));
                 }
             }
@@ -657,5 +911,255 @@ mod tests {
         assert!(ledger.awaits_confirmation(1), "ack in flight");
         ledger.complete(&t, 0, &sent[0].2, Ok(()));
         assert!(!ledger.awaits_confirmation(1), "ack confirmed");
+    }
+    fn held_ledger(offsets: std::ops::RangeInclusive<i64>) -> (Ledger, Arc<str>) {
+        let mut ledger = Ledger::default();
+        let t: Arc<str> = Arc::from("t");
+        for offset in offsets {
+            assert_eq!(ledger.acquire(&t, 0, OWNER, offset, 1), Acquire::Deliver);
+        }
+        (ledger, t)
+    }
+
+    fn stage(ledger: &mut Ledger, offsets: &[i64], kind: AcknowledgeType) {
+        for &offset in offsets {
+            ledger
+                .acknowledge_for_transaction("t", 0, offset, kind)
+                .unwrap_or_else(|e| panic!("staging {offset}: {e}"));
+        }
+    }
+
+    #[test]
+    fn acks_for_a_transaction_are_batched_per_partition_and_never_sent_the_normal_way() {
+        let (mut ledger, t) = held_ledger(10..=20);
+        ledger.acquire(&t, 1, OWNER, 5, 1);
+        stage(&mut ledger, &[10, 11, 12], AcknowledgeType::Accept);
+        stage(&mut ledger, &[13], AcknowledgeType::Reject);
+        stage(&mut ledger, &[15, 16], AcknowledgeType::Accept);
+        ledger
+            .acknowledge_for_transaction("t", 1, 5, AcknowledgeType::Reject)
+            .unwrap();
+        assert!(!ledger.has_pending(1, 1), "staged acks are not pending");
+        assert!(ledger.take_pending(1, 1).is_empty());
+        assert!(
+            !ledger.awaits_confirmation(1),
+            "commit_sync has nothing to flush for staged acks"
+        );
+        let taken = ledger.take_for_transaction();
+        assert_eq!(
+            taken,
+            vec![
+                (
+                    Arc::clone(&t),
+                    0,
+                    vec![
+                        AckBatch {
+                            first: 10,
+                            last: 13,
+                            types: vec![1, 1, 1, 3]
+                        },
+                        AckBatch {
+                            first: 15,
+                            last: 16,
+                            types: vec![1]
+                        },
+                    ]
+                ),
+                (
+                    Arc::clone(&t),
+                    1,
+                    vec![AckBatch {
+                        first: 5,
+                        last: 5,
+                        types: vec![3]
+                    }]
+                ),
+            ]
+        );
+        assert!(ledger.take_for_transaction().is_empty(), "taken only once");
+        assert!(ledger.take_pending(1, 1).is_empty(), "and never sent");
+    }
+
+    #[test]
+    fn release_cannot_go_into_a_transaction_and_still_goes_the_normal_way() {
+        let (mut ledger, _) = held_ledger(1..=1);
+        let err = ledger
+            .acknowledge_for_transaction("t", 0, 1, AcknowledgeType::Release)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "record t-0@1 cannot be acknowledged in a transaction: RELEASE cannot be part of a \
+             transaction (only ACCEPT and REJECT can); acknowledge the record with \
+             acknowledge(record, Release), which sends it the normal way"
+        );
+        ledger
+            .acknowledge("t", 0, 1, AcknowledgeType::Release)
+            .unwrap();
+        assert!(ledger.take_for_transaction().is_empty());
+        assert_eq!(ledger.take_pending(1, 1)[0].2, acks(&[(1, 2)]));
+    }
+
+    #[test]
+    fn a_record_is_settled_once_whichever_way_it_goes() {
+        let (mut ledger, _) = held_ledger(1..=2);
+        stage(&mut ledger, &[1], AcknowledgeType::Accept);
+        assert!(matches!(
+            ledger.acknowledge("t", 0, 1, AcknowledgeType::Accept),
+            Err(ShareError::AlreadyAcknowledged { offset: 1, .. })
+        ));
+        assert!(matches!(
+            ledger.acknowledge_for_transaction("t", 0, 1, AcknowledgeType::Reject),
+            Err(ShareError::AlreadyAcknowledged { offset: 1, .. })
+        ));
+        ledger
+            .acknowledge("t", 0, 2, AcknowledgeType::Accept)
+            .unwrap();
+        assert!(matches!(
+            ledger.acknowledge_for_transaction("t", 0, 2, AcknowledgeType::Accept),
+            Err(ShareError::AlreadyAcknowledged { offset: 2, .. })
+        ));
+        assert!(matches!(
+            ledger.acknowledge_for_transaction("t", 0, 3, AcknowledgeType::Accept),
+            Err(ShareError::NotHeld { offset: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn a_record_whose_session_was_lost_cannot_join_a_transaction() {
+        let (mut ledger, _) = held_ledger(1..=1);
+        ledger.invalidate(1, None, |topic, partition| AckError::SessionLost {
+            broker: 1,
+            topic: topic.to_string(),
+            partition,
+            reason: "test".into(),
+        });
+        let err = ledger
+            .acknowledge_for_transaction("t", 0, 1, AcknowledgeType::Accept)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("leave it out of the transaction"),
+            "{err}"
+        );
+        assert!(ledger.take_for_transaction().is_empty());
+    }
+
+    #[test]
+    fn staged_acks_of_a_lost_session_are_dropped_and_reported() {
+        let (mut ledger, _) = held_ledger(1..=1);
+        stage(&mut ledger, &[1], AcknowledgeType::Accept);
+        ledger.invalidate(1, None, |topic, partition| AckError::SessionLost {
+            broker: 1,
+            topic: topic.to_string(),
+            partition,
+            reason: "test".into(),
+        });
+        assert!(ledger.take_for_transaction().is_empty());
+        assert!(matches!(
+            ledger.take_results()[&("t".to_string(), 0)],
+            Err(AckError::SessionLost { .. })
+        ));
+    }
+
+    #[test]
+    fn records_in_a_transaction_are_not_delivered_twice_when_the_broker_sends_them_again() {
+        let (mut ledger, t) = held_ledger(1..=1);
+        stage(&mut ledger, &[1], AcknowledgeType::Accept);
+        ledger.take_for_transaction();
+        // The dev broker re-sends held records (brief §8.6 #14).
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 1, 1), Acquire::Duplicate);
+        // After the lock expired the broker delivers it again: a new delivery.
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 1, 2), Acquire::Deliver);
+    }
+
+    #[test]
+    fn a_committed_transaction_settles_its_records() {
+        let (mut ledger, t) = held_ledger(1..=3);
+        stage(&mut ledger, &[1, 2, 3], AcknowledgeType::Accept);
+        let taken = ledger.take_for_transaction();
+        ledger.finish_transaction("t", 0, &taken[0].2, TransactionOutcome::Committed);
+        assert!(ledger.take_pending(1, 1).is_empty());
+        assert!(!ledger.awaits_confirmation(1));
+        // Forgotten: a new acquisition of the same offset is a new delivery.
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 2, 1), Acquire::Deliver);
+    }
+
+    #[test]
+    fn an_abort_before_the_broker_staged_the_acks_releases_the_records() {
+        let (mut ledger, t) = held_ledger(1..=3);
+        stage(&mut ledger, &[1, 2], AcknowledgeType::Accept);
+        let taken = ledger.take_for_transaction();
+        ledger.finish_transaction(
+            "t",
+            0,
+            &taken[0].2,
+            TransactionOutcome::Aborted {
+                staged_on_broker: false,
+            },
+        );
+        assert!(ledger.awaits_confirmation(1));
+        let sent = ledger.take_pending(1, 1);
+        assert_eq!(sent[0].2, acks(&[(1, 2), (2, 2)]), "RELEASE, not ACCEPT");
+        ledger.complete(&t, 0, &sent[0].2, Ok(()));
+        assert!(!ledger.awaits_confirmation(1));
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 1, 2), Acquire::Deliver);
+    }
+
+    #[test]
+    fn an_abort_after_the_broker_staged_the_acks_leaves_the_records_to_the_broker() {
+        let (mut ledger, _) = held_ledger(1..=3);
+        stage(&mut ledger, &[1, 2], AcknowledgeType::Accept);
+        let taken = ledger.take_for_transaction();
+        ledger.finish_transaction(
+            "t",
+            0,
+            &taken[0].2,
+            TransactionOutcome::Aborted {
+                staged_on_broker: true,
+            },
+        );
+        assert!(ledger.take_pending(1, 1).is_empty());
+    }
+
+    #[test]
+    fn finishing_a_transaction_leaves_records_delivered_again_since_alone() {
+        let (mut ledger, t) = held_ledger(1..=1);
+        stage(&mut ledger, &[1], AcknowledgeType::Accept);
+        let taken = ledger.take_for_transaction();
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 1, 2), Acquire::Deliver);
+        ledger.finish_transaction(
+            "t",
+            0,
+            &taken[0].2,
+            TransactionOutcome::Aborted {
+                staged_on_broker: false,
+            },
+        );
+        assert!(
+            ledger.take_pending(1, 1).is_empty(),
+            "the new delivery is not released behind the application's back"
+        );
+        assert!(ledger.holds_unsettled(1, 1, "t", 0));
+    }
+
+    #[test]
+    fn acks_of_a_transaction_without_output_go_the_normal_way_with_their_types() {
+        let (mut ledger, _) = held_ledger(1..=3);
+        stage(&mut ledger, &[1, 3], AcknowledgeType::Accept);
+        stage(&mut ledger, &[2], AcknowledgeType::Reject);
+        let taken = ledger.take_for_transaction();
+        ledger.finish_transaction("t", 0, &taken[0].2, TransactionOutcome::NoOutput);
+        assert_eq!(
+            ledger.take_pending(1, 1)[0].2,
+            acks(&[(1, 1), (2, 3), (3, 1)])
+        );
+    }
+
+    #[test]
+    fn staged_acks_of_an_aborted_transaction_are_released() {
+        let (mut ledger, _) = held_ledger(1..=2);
+        stage(&mut ledger, &[1, 2], AcknowledgeType::Accept);
+        ledger.release_staged();
+        assert!(ledger.take_for_transaction().is_empty());
+        assert_eq!(ledger.take_pending(1, 1)[0].2, acks(&[(1, 2), (2, 2)]));
     }
 }

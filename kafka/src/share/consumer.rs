@@ -31,7 +31,11 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use super::ack::Ledger;
+use super::ack::AckBatch;
+use super::ack::{
+    AcknowledgementBatch, Ledger, PartitionAcknowledgements, ShareGroupMetadata,
+    TransactionAcknowledgements, TransactionOutcome,
+};
 use super::fetch::{
     lock_ledger, spawn_broker, BrokerHandle, Command, Delivery, FetchContext, FetchParams,
 };
@@ -109,6 +113,8 @@ impl ShareConsumerConfig {
 /// A native KIP-932 share-group consumer.
 pub struct ShareConsumer {
     config: ShareConsumerConfig,
+    /// For topic ids of acknowledgements taken into a transaction.
+    cluster: Arc<Cluster>,
     member_id: String,
     ledger: Arc<Mutex<Ledger>>,
     brokers: Arc<Mutex<HashMap<i32, BrokerHandle>>>,
@@ -194,6 +200,7 @@ impl ShareConsumer {
         }));
         Ok(ShareConsumer {
             config,
+            cluster,
             member_id,
             ledger,
             brokers,
@@ -309,6 +316,126 @@ impl ShareConsumer {
             ledger.acknowledge(&r.topic, r.partition, r.offset, kind)?;
         }
         Ok(())
+    }
+
+    /// The group, member id and member epoch a producer transaction presents with this
+    /// consumer's acknowledgements (KIP-1289), so that the broker can fence a stale member.
+    pub fn share_group_metadata(&self) -> ShareGroupMetadata {
+        ShareGroupMetadata {
+            group_id: self.config.group_id.clone(),
+            member_id: self.member_id.clone(),
+            member_epoch: self.member_epoch(),
+        }
+    }
+
+    /// Settle a held record through a producer transaction instead of ShareFetch or
+    /// ShareAcknowledge (KIP-1289): the acknowledgement waits for
+    /// [`ShareConsumer::acknowledgements_for_transaction`] and is never sent the normal way.
+    /// Only ACCEPT and REJECT are allowed; a RELEASE goes through
+    /// [`ShareConsumer::acknowledge`].
+    ///
+    /// The Java draft diverts acks already made with `acknowledge`; here the choice is made
+    /// per acknowledgement because the fetch tasks send pending acks in the background, so an
+    /// ack made the normal way may already be on the wire when the transaction asks for it.
+    pub fn acknowledge_for_transaction(
+        &self,
+        record: &ShareRecord,
+        kind: AcknowledgeType,
+    ) -> Result<(), ShareError> {
+        lock_ledger(&self.ledger).acknowledge_for_transaction(
+            &record.topic,
+            record.partition,
+            record.offset,
+            kind,
+        )
+    }
+
+    /// [`ShareConsumer::acknowledge_for_transaction`] for many records under one lock; stops
+    /// at the first that cannot be acknowledged (the ones before it stay staged).
+    pub fn acknowledge_all_for_transaction<'a>(
+        &self,
+        records: impl IntoIterator<Item = &'a ShareRecord>,
+        kind: AcknowledgeType,
+    ) -> Result<(), ShareError> {
+        let mut ledger = lock_ledger(&self.ledger);
+        for r in records {
+            ledger.acknowledge_for_transaction(&r.topic, r.partition, r.offset, kind)?;
+        }
+        Ok(())
+    }
+
+    /// Take every acknowledgement made with [`ShareConsumer::acknowledge_for_transaction`]
+    /// since the last call, as acknowledgement batches per topic id and partition. They now
+    /// belong to the caller's transaction; report its end with
+    /// [`ShareConsumer::finish_transaction`]. Empty when nothing was staged.
+    pub fn acknowledgements_for_transaction(
+        &self,
+    ) -> Result<TransactionAcknowledgements, ShareError> {
+        let mut ledger = lock_ledger(&self.ledger);
+        // Resolve every topic id first, so that a failure takes nothing.
+        let mut ids = HashMap::new();
+        for topic in ledger.staged_topics() {
+            let id = self
+                .cluster
+                .topic(&topic)
+                .map(|meta| meta.id)
+                .filter(|id| !id.is_nil())
+                .ok_or_else(|| ShareError::UnknownTopicId {
+                    topic: topic.to_string(),
+                })?;
+            ids.insert(topic, id);
+        }
+        let partitions = ledger
+            .take_for_transaction()
+            .into_iter()
+            .map(|(topic, partition, batches)| PartitionAcknowledgements {
+                topic_id: ids[&topic],
+                topic,
+                partition,
+                batches: batches
+                    .into_iter()
+                    .map(|b| AcknowledgementBatch {
+                        first_offset: b.first,
+                        last_offset: b.last,
+                        types: b.types,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(TransactionAcknowledgements { partitions })
+    }
+
+    /// Withdraw the acknowledgements staged with
+    /// [`ShareConsumer::acknowledge_for_transaction`] and not taken yet, because the
+    /// transaction they were meant for was aborted: their records are RELEASEd the normal way
+    /// and come back.
+    pub fn release_transaction_acknowledgements(&self) {
+        lock_ledger(&self.ledger).release_staged();
+    }
+
+    /// Tell the consumer how the transaction that took `acks` ended. Committed, or aborted
+    /// after the broker staged them: the records are settled by the broker and forgotten
+    /// here. Aborted before the broker staged them: the broker still holds them for us, so
+    /// they are RELEASEd the normal way (with the next request to their leader) and come
+    /// back with a higher delivery count.
+    pub fn finish_transaction(
+        &self,
+        acks: &TransactionAcknowledgements,
+        outcome: TransactionOutcome,
+    ) {
+        let mut ledger = lock_ledger(&self.ledger);
+        for p in &acks.partitions {
+            let batches: Vec<AckBatch> = p
+                .batches
+                .iter()
+                .map(|b| AckBatch {
+                    first: b.first_offset,
+                    last: b.last_offset,
+                    types: b.types.clone(),
+                })
+                .collect();
+            ledger.finish_transaction(&p.topic, p.partition, &batches, outcome);
+        }
     }
 
     /// Send every acknowledgement made so far (ShareAcknowledge to each leader that has some)

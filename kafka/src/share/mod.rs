@@ -24,7 +24,10 @@ use bytes::Bytes;
 use thiserror::Error;
 use uuid::Uuid;
 
-pub use ack::AcknowledgeType;
+pub use ack::{
+    AcknowledgeType, AcknowledgementBatch, PartitionAcknowledgements, ShareGroupMetadata,
+    TransactionAcknowledgements, TransactionOutcome,
+};
 pub use consumer::{ShareConsumer, ShareConsumerConfig};
 
 use crate::cluster::ClusterError;
@@ -124,6 +127,17 @@ pub enum ShareError {
         last: i64,
         reason: String,
     },
+    #[error(
+        "record {topic}-{partition}@{offset} cannot be acknowledged in a transaction: {reason}"
+    )]
+    TransactionAck {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        reason: String,
+    },
+    #[error("topic '{topic}' has no known topic id, so its acknowledgements cannot go into a transaction; nothing was taken, try again after the next metadata refresh")]
+    UnknownTopicId { topic: String },
     #[error("invalid share consumer config: {0}")]
     Config(String),
     #[error("the share consumer is closed")]
