@@ -7,12 +7,20 @@ use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Valida
 use spillway_core::error::ConfigError;
 use spillway_core::ConfigMap;
 
+use super::wire::DraftLayout;
+
 /// Api key of TxnShareAcknowledge. The drafts disagree (93 in PR #22357, 94 in another
 /// apache/kafka snapshot, 95 in the author's fork), so it is a setting.
 pub const API_KEY_CONFIG: &str = "exactly.once.kip1289.api.key";
 /// How long to wait for the coordinator lookup, the producer-identity fetch and the
 /// TxnShareAcknowledge response.
 pub const REQUEST_TIMEOUT_CONFIG: &str = "exactly.once.kip1289.request.timeout.ms";
+
+/// Which draft's field layout to speak: `types-array` (the brief's §7.3; keys 94 and 95) or
+/// `single-type` (the apache/kafka snapshot declaring key 93).
+pub const SCHEMA_CONFIG: &str = "exactly.once.kip1289.schema";
+
+const SCHEMAS: &[&str] = &["types-array", "single-type"];
 
 /// The api key PR apache/kafka#22357 declares.
 pub const DEFAULT_API_KEY: i16 = 93;
@@ -35,6 +43,21 @@ pub fn config_def() -> ConfigDef {
         )
         .define(
             ConfigKey::new(
+                SCHEMA_CONFIG,
+                ConfigType::String,
+                Importance::Low,
+                "Which draft layout of TxnShareAcknowledge to use. types-array: an \
+                 AcknowledgeTypes array per batch and an ErrorMessage per partition result \
+                 (the KIP-1289 brief, drafts with keys 94 and 95). single-type: one \
+                 AcknowledgeType per batch and no ErrorMessage (the apache/kafka snapshot \
+                 declaring key 93).",
+            )
+            .default("types-array")
+            .validator(Validator::OneOf(SCHEMAS))
+            .group("Exactly-once (KIP-1289 draft)", 2),
+        )
+        .define(
+            ConfigKey::new(
                 REQUEST_TIMEOUT_CONFIG,
                 ConfigType::Int,
                 Importance::Low,
@@ -44,7 +67,7 @@ pub fn config_def() -> ConfigDef {
             )
             .default("30000")
             .validator(Validator::Between(1, i32::MAX as i64))
-            .group("Exactly-once (KIP-1289 draft)", 2),
+            .group("Exactly-once (KIP-1289 draft)", 3),
         )
 }
 
@@ -52,6 +75,7 @@ pub fn config_def() -> ConfigDef {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kip1289Settings {
     pub api_key: i16,
+    pub layout: DraftLayout,
     pub request_timeout: Duration,
 }
 
@@ -59,6 +83,7 @@ impl Default for Kip1289Settings {
     fn default() -> Self {
         Kip1289Settings {
             api_key: DEFAULT_API_KEY,
+            layout: DraftLayout::TypesArray,
             request_timeout: Duration::from_secs(30),
         }
     }
@@ -70,9 +95,15 @@ impl Kip1289Settings {
         let parsed = config_def().parse(props)?;
         let api_key = parsed.int(API_KEY_CONFIG)?;
         let timeout = parsed.int(REQUEST_TIMEOUT_CONFIG)?;
+        // One of SCHEMAS (ignoring case), by the validator.
+        let layout = match parsed.string(SCHEMA_CONFIG)? {
+            Some(s) if s.eq_ignore_ascii_case("single-type") => DraftLayout::SingleType,
+            _ => DraftLayout::TypesArray,
+        };
         Ok(Kip1289Settings {
             // Range-checked by the validator.
             api_key: i16::try_from(api_key).unwrap_or(DEFAULT_API_KEY),
+            layout,
             request_timeout: Duration::from_millis(timeout as u64),
         })
     }
@@ -104,7 +135,20 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(s.api_key, 95);
+        assert_eq!(s.layout, DraftLayout::TypesArray);
         assert_eq!(s.request_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn the_single_type_draft_layout_can_be_chosen_and_others_are_refused() {
+        let s = Kip1289Settings::from_props(&props(&[(SCHEMA_CONFIG, "single-type")])).unwrap();
+        assert_eq!(s.layout, DraftLayout::SingleType);
+        let err = Kip1289Settings::from_props(&props(&[(SCHEMA_CONFIG, "v2")])).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains(SCHEMA_CONFIG) && msg.contains("types-array, single-type"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -145,7 +145,8 @@ impl Kip1289Producer {
                 identity.producer_epoch,
                 &consumer.share_group_metadata(),
                 acks,
-            )?;
+            )?
+            .with_layout(self.settings.layout);
             let coordinator = self
                 .cluster
                 .find_coordinator_of(CoordinatorKind::Transaction, &self.transactional_id)
@@ -415,7 +416,10 @@ pub async fn send_txn_share_acknowledge(
     let body = conn
         .request_raw(api_key, VERSION, true, request, timeout)
         .await?;
-    Ok(TxnShareAcknowledgeResponse::from_bytes(body)?)
+    Ok(TxnShareAcknowledgeResponse::from_bytes(
+        body,
+        request.layout,
+    )?)
 }
 
 /// Run a blocking rdkafka transaction call off the async threads.

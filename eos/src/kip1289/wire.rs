@@ -23,6 +23,20 @@ use uuid::Uuid;
 /// The only version any draft defines.
 pub const VERSION: i16 = 0;
 
+/// The drafts disagree on two fields besides the api key; this picks which layout to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DraftLayout {
+    /// `AcknowledgeTypes: []int8` per batch (one type, or one per offset), and an
+    /// `ErrorMessage` per partition result: the brief's §7.3, the apache/kafka snapshot with
+    /// key 94 and the author's fork (key 95).
+    #[default]
+    TypesArray,
+    /// A single `AcknowledgeType: int8` per batch, and no `ErrorMessage` in partition results:
+    /// the apache/kafka snapshot that declares key 93. Batches with mixed types are sent as one
+    /// batch per run of equal types.
+    SingleType,
+}
+
 /// Wire values of the acknowledge types a transaction may carry.
 const ACCEPT: i8 = 1;
 const REJECT: i8 = 3;
@@ -111,6 +125,8 @@ pub struct TxnShareAcknowledgeRequest {
     /// Lets the broker fence a member that was removed from the group.
     pub member_epoch: i32,
     pub topics: Vec<TopicAcknowledgements>,
+    /// Which draft's layout the batches are encoded in (not a field on the wire).
+    pub layout: DraftLayout,
 }
 
 /// `Topics[]` of the request.
@@ -178,9 +194,16 @@ impl TxnShareAcknowledgeRequest {
             member_id: member.member_id.clone(),
             member_epoch: member.member_epoch,
             topics,
+            layout: DraftLayout::default(),
         };
         request.validate()?;
         Ok(request)
+    }
+
+    /// The same request in another draft's layout.
+    pub fn with_layout(mut self, layout: DraftLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// Everything the draft requires of a request, checked before anything is sent.
@@ -357,14 +380,29 @@ fn put_request<B: BufMut>(buf: &mut B, r: &TxnShareAcknowledgeRequest) -> anyhow
         buf.put_slice(topic.topic_id.as_bytes());
         put_compact_array(buf, &topic.partitions, |buf, partition| {
             buf.put_i32(partition.partition_index);
-            put_compact_array(buf, &partition.batches, |buf, batch| {
-                buf.put_i64(batch.first_offset);
-                buf.put_i64(batch.last_offset);
-                put_compact_len(buf, batch.acknowledge_types.len())?;
-                batch.acknowledge_types.iter().for_each(|t| buf.put_i8(*t));
-                put_no_tagged_fields(buf);
-                Ok(())
-            })?;
+            match r.layout {
+                DraftLayout::TypesArray => {
+                    put_compact_array(buf, &partition.batches, |buf, batch| {
+                        buf.put_i64(batch.first_offset);
+                        buf.put_i64(batch.last_offset);
+                        put_compact_len(buf, batch.acknowledge_types.len())?;
+                        batch.acknowledge_types.iter().for_each(|t| buf.put_i8(*t));
+                        put_no_tagged_fields(buf);
+                        Ok(())
+                    })?;
+                }
+                DraftLayout::SingleType => {
+                    let runs: Vec<(i64, i64, i8)> =
+                        partition.batches.iter().flat_map(uniform_runs).collect();
+                    put_compact_array(buf, &runs, |buf, &(first, last, kind)| {
+                        buf.put_i64(first);
+                        buf.put_i64(last);
+                        buf.put_i8(kind);
+                        put_no_tagged_fields(buf);
+                        Ok(())
+                    })?;
+                }
+            }
             put_no_tagged_fields(buf);
             Ok(())
         })?;
@@ -373,6 +411,26 @@ fn put_request<B: BufMut>(buf: &mut B, r: &TxnShareAcknowledgeRequest) -> anyhow
     })?;
     put_no_tagged_fields(buf);
     Ok(())
+}
+
+/// A batch as runs of one type each: (first, last, type).
+fn uniform_runs(batch: &Batch) -> Vec<(i64, i64, i8)> {
+    let types = &batch.acknowledge_types;
+    if types.len() <= 1 {
+        return types
+            .first()
+            .map(|&t| (batch.first_offset, batch.last_offset, t))
+            .into_iter()
+            .collect();
+    }
+    let mut runs: Vec<(i64, i64, i8)> = Vec::new();
+    for (offset, &kind) in (batch.first_offset..).zip(types) {
+        match runs.last_mut() {
+            Some(run) if run.2 == kind && run.1 + 1 == offset => run.1 = offset,
+            _ => runs.push((offset, offset, kind)),
+        }
+    }
+    runs
 }
 
 fn check_version(version: i16) -> anyhow::Result<()> {
@@ -514,7 +572,10 @@ impl Reader {
 impl TxnShareAcknowledgeResponse {
     /// Decode a response body (the response header already stripped). Bytes after the body
     /// are ignored, as newer brokers may append fields.
-    pub fn from_bytes(body: Bytes) -> Result<TxnShareAcknowledgeResponse, WireError> {
+    pub fn from_bytes(
+        body: Bytes,
+        layout: DraftLayout,
+    ) -> Result<TxnShareAcknowledgeResponse, WireError> {
         let mut r = Reader { buf: body };
         let decode = |r: &mut Reader| -> Result<TxnShareAcknowledgeResponse, String> {
             let throttle_time_ms = r.i32("ThrottleTimeMs")?;
@@ -524,7 +585,10 @@ impl TxnShareAcknowledgeResponse {
                 let partitions = r.array("Partitions", |r| {
                     let partition_index = r.i32("PartitionIndex")?;
                     let error_code = r.i16("ErrorCode")?;
-                    let error_message = r.compact_nullable_string("ErrorMessage")?;
+                    let error_message = match layout {
+                        DraftLayout::TypesArray => r.compact_nullable_string("ErrorMessage")?,
+                        DraftLayout::SingleType => None,
+                    };
                     r.tagged_fields("partition tagged fields")?;
                     Ok(PartitionResult {
                         partition_index,
@@ -874,8 +938,11 @@ mod tests {
 
     #[test]
     fn the_response_is_decoded_as_the_draft_schema_says() {
-        let response =
-            TxnShareAcknowledgeResponse::from_bytes(Bytes::from(response_bytes())).unwrap();
+        let response = TxnShareAcknowledgeResponse::from_bytes(
+            Bytes::from(response_bytes()),
+            DraftLayout::TypesArray,
+        )
+        .unwrap();
         assert_eq!(
             response,
             TxnShareAcknowledgeResponse {
@@ -904,13 +971,85 @@ mod tests {
     fn a_truncated_response_is_an_error_not_a_panic() {
         let full = response_bytes();
         for cut in [0, 3, 6, 7, 20, full.len() - 1] {
-            let err = TxnShareAcknowledgeResponse::from_bytes(Bytes::copy_from_slice(&full[..cut]))
-                .unwrap_err();
+            let err = TxnShareAcknowledgeResponse::from_bytes(
+                Bytes::copy_from_slice(&full[..cut]),
+                DraftLayout::TypesArray,
+            )
+            .unwrap_err();
             assert!(
                 err.to_string()
                     .starts_with("cannot decode the TxnShareAcknowledge v0 response"),
                 "cut at {cut}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn the_single_type_draft_sends_one_int8_per_batch_split_into_runs() {
+        let body = TxnShareAcknowledgeRequest::new(
+            "tx",
+            0x0102_0304_0506_0708,
+            7,
+            &member(),
+            &acks(vec![partition(TOPIC_A, 0, &[(10, 13, &[1, 1, 3, 1])])]),
+        )
+        .unwrap()
+        .with_layout(DraftLayout::SingleType)
+        .to_bytes()
+        .unwrap();
+        let mut want: Vec<u8> = Vec::new();
+        // Header fields as in the other layout.
+        want.extend([3, b't', b'x', 2, b'g']);
+        want.extend([1, 2, 3, 4, 5, 6, 7, 8, 0, 7]);
+        want.extend([3, b'm', b'1', 0, 0, 0, 5]);
+        // One topic, one partition (index 0).
+        want.push(2);
+        want.extend(TOPIC_A.as_bytes());
+        want.push(2);
+        want.extend([0, 0, 0, 0]);
+        // AcknowledgementBatches: 10..=13 with ACCEPT, ACCEPT, REJECT, ACCEPT becomes three
+        // runs, each FirstOffset, LastOffset, AcknowledgeType (a plain int8), tagged fields.
+        want.push(4);
+        for (first, last, kind) in [(10i64, 11i64, 1u8), (12, 12, 3), (13, 13, 1)] {
+            want.extend(first.to_be_bytes());
+            want.extend(last.to_be_bytes());
+            want.push(kind);
+            want.push(0);
+        }
+        // Partition, topic and request tagged fields.
+        want.extend([0, 0, 0]);
+        assert_eq!(body.as_ref(), want.as_slice());
+    }
+
+    #[test]
+    fn the_single_type_drafts_response_has_no_error_message() {
+        let mut b: Vec<u8> = Vec::new();
+        b.extend(0i32.to_be_bytes());
+        b.extend(0i16.to_be_bytes());
+        // One topic, one partition: PartitionIndex 2, ErrorCode 110, tagged fields.
+        b.push(2);
+        b.extend(TOPIC_B.as_bytes());
+        b.push(2);
+        b.extend([0, 0, 0, 2, 0, 110, 0]);
+        b.push(0);
+        b.push(0);
+        let response = TxnShareAcknowledgeResponse::from_bytes(
+            Bytes::from(b.clone()),
+            DraftLayout::SingleType,
+        )
+        .unwrap();
+        assert_eq!(
+            response.responses[0].partitions,
+            vec![PartitionResult {
+                partition_index: 2,
+                error_code: 110,
+                error_message: None
+            }]
+        );
+        // Read with the other layout the same bytes are short by the message.
+        assert!(
+            TxnShareAcknowledgeResponse::from_bytes(Bytes::from(b), DraftLayout::TypesArray)
+                .is_err()
+        );
     }
 }
