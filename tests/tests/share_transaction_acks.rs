@@ -142,7 +142,13 @@ async fn an_aborted_transaction_releases_its_records_at_once() {
     // Long locks: a record that comes back quickly was released, not expired.
     broker.set_share_record_lock_duration(60_000);
     broker.create_topic("src", 1);
-    produce(&broker.bootstrap(), "src", numbered_records(4, 50, 1), "none").await;
+    produce(
+        &broker.bootstrap(),
+        "src",
+        numbered_records(4, 50, 1),
+        "none",
+    )
+    .await;
     let mut c = consumer(&broker, "txn-abort", "src").await;
     let first = poll_until(&mut c, 4, Duration::from_secs(20), |c, records| {
         c.acknowledge_all_for_transaction(records, AcknowledgeType::Reject)

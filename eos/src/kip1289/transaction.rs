@@ -178,7 +178,9 @@ pub struct Kip1289Transaction<'a> {
 }
 
 impl Kip1289Transaction<'_> {
-    /// Produce one record in the transaction and wait for its delivery.
+    /// Produce one record in the transaction and wait for its delivery. After an error, call
+    /// [`Kip1289Transaction::abort`]: a transaction that is dropped stays open on the producer
+    /// (until its timeout), and the next [`Kip1289Producer::begin`] fails.
     pub async fn send<K, P>(
         &mut self,
         record: FutureRecord<'_, K, P>,
@@ -435,12 +437,14 @@ where
     let producer = producer.clone();
     match tokio::task::spawn_blocking(move || call(&producer)).await {
         Ok(result) => result.map_err(|e| Kip1289Error::producer(transactional_id, during, e)),
-        Err(join) => Err(Kip1289Error::producer(
-            transactional_id,
-            during,
-            KafkaError::Canceled,
-        ))
-        .inspect_err(|_| warn!(%join, "transaction call panicked or was cancelled")),
+        Err(join) => {
+            warn!(%join, during, "a blocking producer call panicked or was cancelled");
+            Err(Kip1289Error::producer(
+                transactional_id,
+                during,
+                KafkaError::Canceled,
+            ))
+        }
     }
 }
 
