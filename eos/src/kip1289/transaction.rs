@@ -554,6 +554,25 @@ mod tests {
         assert!(rest.is_empty(), "no bytes were written: {rest:?}");
     }
 
+    #[tokio::test]
+    async fn a_broker_that_hangs_up_on_the_request_gives_a_connection_error() {
+        let (client, mut broker) = duplex(1 << 16);
+        let mut conn = Connection::from_stream(client, "fake:3", "cid");
+        // Advertised, yet the broker closes the connection, as one that does not know the key
+        // would.
+        conn.set_versions(HashMap::from([(93, (0, 0))]));
+        let call =
+            tokio::spawn(
+                async move { send_txn_share_acknowledge(&conn, 93, &request(&[0]), T).await },
+            );
+        let mut len = [0u8; 4];
+        broker.read_exact(&mut len).await.unwrap();
+        drop(broker);
+        let err = call.await.unwrap().unwrap_err();
+        assert!(matches!(err, Kip1289Error::Connection(_)), "{err}");
+        assert!(err.to_string().contains("closed the connection"), "{err}");
+    }
+
     #[test]
     fn only_partitions_the_broker_accepted_count_as_staged() {
         let response = TxnShareAcknowledgeResponse {
