@@ -25,10 +25,15 @@ use crate::settings::TaskSettings;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
 use crate::task::{spawn_task, RunningTask, TaskSpec};
+use crate::tenancy::TenantScope;
 
 /// Everything decided about a connector before it runs (see `Worker::start_connector`).
 #[derive(Clone)]
 pub struct ConnectorPlan {
+    /// The connector's name in the worker (its name, or `tenant/name` for a tenant's).
+    pub key: String,
+    /// Its tenant: prefix of its names in Kafka, and the budget its tasks share.
+    pub scope: TenantScope,
     pub config: SinkConnectorConfig,
     pub worker: ConfigMap,
     pub protocol: GroupProtocol,
@@ -51,6 +56,8 @@ struct Slot {
     retiring: bool,
     /// Killed on request: not restarted.
     killed: bool,
+    /// Stopping to be started again (a restart of this task alone).
+    restarting: bool,
 }
 
 pub struct ConnectorActor {
@@ -85,6 +92,11 @@ impl Handler<Ready> for ConnectorActor {
     fn handle(&mut self, _msg: Ready, _ctx: &mut Context<Self>) {}
 }
 
+/// Restart one task: a graceful stop, then a new run; the other tasks go on.
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct RestartTask(pub u32);
+
 /// Kill a task as a crash would; it is not restarted.
 #[derive(Message)]
 #[rtype(result = "Result<(), RuntimeError>")]
@@ -103,8 +115,9 @@ impl ConnectorActor {
         }
     }
 
+    /// The connector's name in the worker (the key of its status).
     fn name(&self) -> &str {
-        &self.plan.config.name
+        &self.plan.key
     }
 
     /// The configuration the plugin sees: the user's, plus where it reads from.
@@ -171,12 +184,13 @@ impl ConnectorActor {
             restarts: 0,
             retiring: false,
             killed: false,
+            restarting: false,
         });
         slot.generation = generation;
         slot.running = Some(running);
         let trace = None;
         self.board
-            .set_task(&self.plan.config.name, id, State::Running, trace);
+            .set_task(&self.plan.key, id, State::Running, trace);
     }
 
     fn task_spec(
@@ -209,6 +223,7 @@ impl ConnectorActor {
             settings: plan.settings.clone(),
             counters: Arc::default(),
             reporter: Self::reporter(ctx),
+            throttle: plan.scope.throttle.clone(),
         })
     }
 
@@ -223,7 +238,7 @@ impl ConnectorActor {
 
 /// Connects a share-group member or a consumer-group member for task `id`.
 fn source_factory(plan: &ConnectorPlan, id: u32) -> SourceFactory {
-    let client_id = format!("{}-{id}", plan.config.name);
+    let client_id = plan.scope.prefixed(&format!("{}-{id}", plan.config.name));
     // Worker-wide `consumer.*` settings, then the connector's `consumer.override.*` ones.
     let mut overrides: BTreeMap<String, String> = plan
         .worker
@@ -347,6 +362,11 @@ impl Handler<TaskEvent> for ConnectorActor {
                 if let Some(r) = slot.running.take() {
                     r.kill();
                 }
+                if slot.restarting && !slot.retiring && !self.stopping {
+                    slot.restarting = false;
+                    self.spawn(task, ctx);
+                    return;
+                }
                 if slot.retiring {
                     self.slots.remove(&task);
                     self.board.remove_task(&name, task);
@@ -370,6 +390,12 @@ impl Handler<TaskEvent> for ConnectorActor {
                 }
                 if let Some(r) = slot.running.take() {
                     r.kill();
+                }
+                if slot.restarting && !slot.retiring && !stopping {
+                    // Failed while stopping for its restart: the restart was asked for anyway.
+                    slot.restarting = false;
+                    self.spawn(task, ctx);
+                    return;
                 }
                 if stopping || slot.retiring {
                     if slot.retiring {
@@ -460,7 +486,7 @@ impl Handler<StopConnector> for ConnectorActor {
             ctx.run_later(self.plan.settings.shutdown_timeout, |act, _ctx| {
                 for (id, slot) in act.slots.iter_mut() {
                     if let Some(r) = slot.running.take() {
-                        warn!(connector = %act.plan.config.name, task = id, "task did not stop in time; cutting it off");
+                        warn!(connector = %act.plan.key, task = id, "task did not stop in time; cutting it off");
                         r.kill();
                     }
                 }
@@ -469,6 +495,62 @@ impl Handler<StopConnector> for ConnectorActor {
         }
         self.finish_stop_if_done();
         MessageResult(rx)
+    }
+}
+
+impl Handler<RestartTask> for ConnectorActor {
+    type Result = Result<(), RuntimeError>;
+
+    fn handle(&mut self, msg: RestartTask, ctx: &mut Context<Self>) -> Self::Result {
+        let name = self.name().to_owned();
+        let id = msg.0;
+        let unknown = || RuntimeError::UnknownTask {
+            connector: name.clone(),
+            task: id,
+        };
+        if self.stopping {
+            return Err(RuntimeError::Task(format!(
+                "connector {name} is stopping; its tasks cannot be restarted"
+            )));
+        }
+        let slot = self.slots.get_mut(&id).ok_or_else(unknown)?;
+        if slot.retiring {
+            return Err(unknown());
+        }
+        slot.killed = false;
+        slot.restarts = 0;
+        self.board.set_restarts(&name, id, 0);
+        let Some(running) = &slot.running else {
+            info!(connector = %name, task = id, "starting the task again");
+            self.spawn(id, ctx);
+            return Ok(());
+        };
+        if slot.restarting {
+            return Ok(());
+        }
+        info!(connector = %name, task = id, "restarting the task");
+        slot.restarting = true;
+        running.drain();
+        let generation = slot.generation;
+        self.board.set_task(&name, id, State::Restarting, None);
+        // A task that does not finish its graceful stop in time is cut off and started anew.
+        ctx.run_later(self.plan.settings.shutdown_timeout, move |act, ctx| {
+            let Some(slot) = act.slots.get_mut(&id) else {
+                return;
+            };
+            if slot.generation != generation || !slot.restarting {
+                return;
+            }
+            if let Some(r) = slot.running.take() {
+                warn!(connector = %act.plan.key, task = id, "task did not stop in time for its restart; cutting it off");
+                r.kill();
+            }
+            slot.restarting = false;
+            if !act.stopping {
+                act.spawn(id, ctx);
+            }
+        });
+        Ok(())
     }
 }
 

@@ -20,6 +20,7 @@ use crate::error::RuntimeError;
 use crate::messages::{Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
+use crate::tenancy::{Debt, Throttle};
 
 /// Connects the task's source (on the task's own thread, so its background work lives there).
 pub type SourceFactory = Box<
@@ -47,6 +48,12 @@ pub struct ConsumerActor {
     failure: Option<String>,
     progressed: bool,
     finished: bool,
+    /// The tenant's records/s and bytes/s budget, when it has one.
+    throttle: Option<Arc<Throttle>>,
+    /// What the polls so far cost and the budget has not paid yet.
+    debt: Debt,
+    /// A wake-up is scheduled for when the budget can pay the debt.
+    throttled: bool,
 }
 
 /// What a ConsumerActor needs to run.
@@ -60,6 +67,7 @@ pub struct ConsumerSetup {
     pub commit_timeout: Duration,
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
+    pub throttle: Option<Arc<Throttle>>,
 }
 
 impl ConsumerActor {
@@ -83,6 +91,9 @@ impl ConsumerActor {
             failure: None,
             progressed: false,
             finished: false,
+            throttle: s.throttle,
+            debt: Debt::default(),
+            throttled: false,
         }
     }
 
@@ -108,8 +119,30 @@ impl ConsumerActor {
             if self.in_flight == 0 {
                 self.close_step(ctx);
             }
-        } else if self.in_flight < self.max_inflight {
+        } else if self.in_flight < self.max_inflight && !self.over_budget(ctx) {
             self.poll_step(ctx);
+        }
+    }
+
+    /// True while the tenant's budget has not paid for the records already polled; then a
+    /// wake-up is scheduled for when it can. Commits go on meanwhile: only polling waits.
+    fn over_budget(&mut self, ctx: &mut Context<Self>) -> bool {
+        if self.throttled {
+            return true;
+        }
+        let Some(throttle) = &self.throttle else {
+            return false;
+        };
+        match throttle.pay(&mut self.debt) {
+            None => false,
+            Some(wait) => {
+                self.throttled = true;
+                ctx.run_later(wait, |act, ctx| {
+                    act.throttled = false;
+                    act.step(ctx);
+                });
+                true
+            }
         }
     }
 
@@ -131,6 +164,10 @@ impl ConsumerActor {
                 Ok(polled) => {
                     if !polled.records.is_empty() || !polled.changes.is_empty() {
                         TaskCounters::add(&act.counters.read, polled.records.len());
+                        if act.throttle.is_some() {
+                            act.debt.records += polled.records.len() as u64;
+                            act.debt.bytes += polled.records.iter().map(record_bytes).sum::<u64>();
+                        }
                         act.in_flight += 1;
                         act.next_seq += 1;
                         act.converter.do_send(SourceBatch {
@@ -214,6 +251,13 @@ impl ConsumerActor {
             });
         }));
     }
+}
+
+/// What a record weighs against a bytes/s budget: key, value and headers.
+fn record_bytes(record: &spillway_core::RawRecord) -> u64 {
+    let len = |b: &Option<bytes::Bytes>| b.as_ref().map_or(0, |b| b.len());
+    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + len(v)).sum();
+    (len(&record.key) + len(&record.value) + headers) as u64
 }
 
 /// Counts the verdicts that took effect.

@@ -23,8 +23,10 @@ pub mod source;
 pub mod status;
 pub mod supervisor;
 pub mod task;
+pub mod tenancy;
 pub mod worker;
 
 pub use error::RuntimeError;
 pub use status::{ConnectorStatus, Counts, State, TaskStatus};
+pub use tenancy::{OverridePolicy, TenantScope, Throttle};
 pub use worker::Worker;

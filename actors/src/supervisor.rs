@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use actix::prelude::*;
 
 use crate::connector::{
-    ConnectorActor, ConnectorPlan, KillTask, Ready, SetTaskCount, StopConnector,
+    ConnectorActor, ConnectorPlan, KillTask, Ready, RestartTask, SetTaskCount, StopConnector,
 };
 use crate::error::RuntimeError;
 use crate::status::StatusBoard;
@@ -52,6 +52,25 @@ pub struct Resize(pub String, pub usize);
 #[rtype(result = "Result<(), RuntimeError>")]
 pub struct Kill(pub String, pub u32);
 
+/// Restart one task of a connector.
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct RestartOne(pub String, pub u32);
+
+impl Handler<RestartOne> for Supervisor {
+    type Result = ResponseFuture<Result<(), RuntimeError>>;
+
+    fn handle(&mut self, msg: RestartOne, _ctx: &mut Context<Self>) -> Self::Result {
+        let found = self.find(&msg.0);
+        Box::pin(async move {
+            found?
+                .send(RestartTask(msg.1))
+                .await
+                .map_err(|_| RuntimeError::WorkerStopped)?
+        })
+    }
+}
+
 /// Names of the running connectors.
 #[derive(Message)]
 #[rtype(result = "Vec<String>")]
@@ -61,7 +80,7 @@ impl Handler<Start> for Supervisor {
     type Result = ResponseFuture<Result<(), RuntimeError>>;
 
     fn handle(&mut self, msg: Start, _ctx: &mut Context<Self>) -> Self::Result {
-        let name = msg.0.config.name.clone();
+        let name = msg.0.key.clone();
         if self.connectors.contains_key(&name) {
             return Box::pin(async move { Err(RuntimeError::ConnectorExists(name)) });
         }

@@ -15,6 +15,7 @@ use crate::messages::{Drain, Reporter};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
+use crate::tenancy::Throttle;
 
 /// Everything one run of a task needs.
 pub struct TaskSpec {
@@ -34,6 +35,8 @@ pub struct TaskSpec {
     pub settings: TaskSettings,
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
+    /// The tenant's records/s and bytes/s budget, shared with its other tasks.
+    pub throttle: Option<Arc<Throttle>>,
 }
 
 /// A running task.
@@ -78,6 +81,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             settings,
             counters,
             reporter,
+            throttle,
         } = spec;
         let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
         let sink = SinkActor::new(
@@ -107,6 +111,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             commit_timeout: settings.commit_timeout,
             counters,
             reporter,
+            throttle,
         })
     });
     RunningTask {
@@ -293,6 +298,7 @@ mod tests {
         dlq: Option<Arc<MemoryDeadLetters>>,
         inflight: usize,
         pipeline: ConfigMap,
+        throttle: Option<Arc<Throttle>>,
     }
 
     impl Default for Options {
@@ -306,6 +312,7 @@ mod tests {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
+                throttle: None,
             }
         }
     }
@@ -360,6 +367,7 @@ mod tests {
             reporter: Arc::new(move |e| {
                 let _ = tx.send(e);
             }),
+            throttle: o.throttle,
         });
         Run {
             seen,
@@ -429,6 +437,33 @@ mod tests {
         assert!(seen.closed, "the group is left on a graceful stop");
         assert!(seen.max_outstanding <= 2, "in-flight batches stay bounded");
         assert_eq!(run.counters.snapshot().accepted, 7);
+    }
+
+    #[actix::test]
+    async fn a_records_budget_slows_polling_down_without_dropping_records() {
+        // 30 records/s with a burst of 30: the first 30 go at once, the other 30 take at
+        // least (30 - one batch of 3) / 30 s, whatever the machine's speed.
+        let sink = ScriptedSink::default();
+        let records = (0..60).map(|i| raw(i, &format!("r{i}"))).collect();
+        let started = std::time::Instant::now();
+        let mut run = start(
+            records,
+            sink.clone(),
+            Options {
+                throttle: Some(Arc::new(Throttle::new(Some(30), None))),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 60).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        assert!(
+            elapsed >= 0.9,
+            "60 records under a 30 records/s budget took only {elapsed:.2}s"
+        );
+        assert_eq!(sink.written.lock().unwrap().len(), 60, "nothing dropped");
+        assert!(verdicts(&run)
+            .iter()
+            .all(|(_, d)| *d == Disposition::Accept));
     }
 
     #[actix::test]

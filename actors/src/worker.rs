@@ -25,7 +25,8 @@ use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::status::{ConnectorStatus, StatusBoard};
-use crate::supervisor::{Kill, List, Resize, Start, Stop, Supervisor};
+use crate::supervisor::{Kill, List, Resize, RestartOne, Start, Stop, Supervisor};
+use crate::tenancy::{OverridePolicy, TenantScope, OVERRIDE_POLICY};
 
 /// How long the share-group id check may take.
 const GROUP_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,6 +41,8 @@ pub struct Worker {
     thread: Option<JoinHandle<()>>,
     /// The configuration each connector runs with, to tell a resize from a reconfiguration.
     configs: Mutex<BTreeMap<String, ConfigMap>>,
+    /// `connector.client.config.override.policy`: the overrides the `default` tenant may set.
+    policy: OverridePolicy,
 }
 
 impl Worker {
@@ -56,6 +59,12 @@ impl Worker {
         }
         resolve_group_protocol(&ConfigMap::new(), &config).map_err(RuntimeError::WorkerConfig)?;
         TaskSettings::resolve(&ConfigMap::new(), &config).map_err(RuntimeError::WorkerConfig)?;
+        let policy = match config.get(OVERRIDE_POLICY) {
+            Some(text) => {
+                OverridePolicy::parse(OVERRIDE_POLICY, text).map_err(RuntimeError::WorkerConfig)?
+            }
+            None => OverridePolicy::All,
+        };
         let board = StatusBoard::default();
         let supervisor_board = board.clone();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -80,7 +89,13 @@ impl Worker {
             system,
             thread: Some(thread),
             configs: Mutex::new(BTreeMap::new()),
+            policy,
         })
+    }
+
+    /// The worker's `connector.client.config.override.policy` (Connect's default: All).
+    pub fn override_policy(&self) -> OverridePolicy {
+        self.policy
     }
 
     pub fn config(&self) -> &ConfigMap {
@@ -94,12 +109,25 @@ impl Worker {
 
     /// Validates `config`, checks its group, and starts its tasks.
     pub async fn start_connector(&self, config: ConfigMap) -> Result<(), RuntimeError> {
-        let plan = self.plan(&config).await?;
+        let key = config.get("name").cloned().unwrap_or_default();
+        let scope = TenantScope::default_tenant(self.policy);
+        self.start_tenant_connector(key, scope, config).await
+    }
+
+    /// Starts a connector of a tenant under `key`, the name the worker's other methods know
+    /// it by (a tenant's connectors may share names with another tenant's).
+    pub async fn start_tenant_connector(
+        &self,
+        key: String,
+        scope: TenantScope,
+        config: ConfigMap,
+    ) -> Result<(), RuntimeError> {
+        let plan = self.plan(key, scope, &config).await?;
         self.start_plan(plan, config).await
     }
 
     async fn start_plan(&self, plan: ConnectorPlan, config: ConfigMap) -> Result<(), RuntimeError> {
-        let name = plan.config.name.clone();
+        let name = plan.key.clone();
         self.supervisor
             .send(Start(plan))
             .await
@@ -124,10 +152,23 @@ impl Worker {
     /// connector moves between share and classic mode, e.g. rolling back by removing
     /// `consumer.override.group.protocol`).
     pub async fn reconfigure_connector(&self, config: ConfigMap) -> Result<(), RuntimeError> {
-        let name = config.get("name").cloned().unwrap_or_default();
+        let key = config.get("name").cloned().unwrap_or_default();
+        let scope = TenantScope::default_tenant(self.policy);
+        self.reconfigure_tenant_connector(key, scope, config).await
+    }
+
+    /// [`reconfigure_connector`](Self::reconfigure_connector) for a tenant's connector started
+    /// with [`start_tenant_connector`](Self::start_tenant_connector).
+    pub async fn reconfigure_tenant_connector(
+        &self,
+        key: String,
+        scope: TenantScope,
+        config: ConfigMap,
+    ) -> Result<(), RuntimeError> {
+        let name = key;
         let current = self.configs().get(&name).cloned();
         let Some(current) = current else {
-            return self.start_connector(config).await;
+            return self.start_tenant_connector(name, scope, config).await;
         };
         let without_tasks = |c: &ConfigMap| {
             let mut c = c.clone();
@@ -146,7 +187,7 @@ impl Worker {
         }
         // Decide (and check) the new configuration before stopping the running one, so a
         // refused configuration leaves the connector running as it was.
-        let plan = self.plan(&config).await?;
+        let plan = self.plan(name.clone(), scope, &config).await?;
         self.stop_connector(&name).await?;
         self.start_plan(plan, config).await
     }
@@ -168,6 +209,16 @@ impl Worker {
     pub async fn kill_task(&self, name: &str, task: u32) -> Result<(), RuntimeError> {
         self.supervisor
             .send(Kill(name.to_owned(), task))
+            .await
+            .map_err(|_| RuntimeError::WorkerStopped)?
+    }
+
+    /// Restarts one task of a running connector: it stops gracefully (in-flight batches
+    /// finish, acknowledgements are committed), then runs again; the other tasks go on.
+    /// A task that failed for good, or was killed, is started again.
+    pub async fn restart_task(&self, name: &str, task: u32) -> Result<(), RuntimeError> {
+        self.supervisor
+            .send(RestartOne(name.to_owned(), task))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)?
     }
@@ -199,13 +250,26 @@ impl Worker {
     }
 
     /// Everything decided before a connector runs.
-    async fn plan(&self, config: &ConfigMap) -> Result<ConnectorPlan, RuntimeError> {
+    async fn plan(
+        &self,
+        key: String,
+        scope: TenantScope,
+        config: &ConfigMap,
+    ) -> Result<ConnectorPlan, RuntimeError> {
         let name = config.get("name").cloned().unwrap_or_default();
         let refused = |source: ConfigError| RuntimeError::Config {
             connector: name.clone(),
             source,
         };
-        let parsed = SinkConnectorConfig::parse(config).map_err(refused)?;
+        let mut parsed = SinkConnectorConfig::parse(config).map_err(refused)?;
+        let owner = match &scope.prefix {
+            Some(tenant) => format!("tenant {tenant}"),
+            None => format!("the worker ({OVERRIDE_POLICY})"),
+        };
+        if let Some(refusal) = scope.policy.violations(config, &owner).into_iter().next() {
+            return Err(refused(refusal));
+        }
+        scope.namespace(&mut parsed);
         let resolved = resolve_group_protocol(config, &self.config).map_err(refused)?;
         let settings = TaskSettings::resolve(config, &self.config).map_err(refused)?;
         let plugin = self
@@ -219,7 +283,7 @@ impl Worker {
             .or_else(|| self.config.get(BOOTSTRAP_SERVERS))
             .cloned()
             .unwrap_or_default();
-        let group_id = parsed.group_id();
+        let group_id = scope.group_id(&parsed);
         let topics = match (&parsed.topics, resolved.protocol.is_share()) {
             (TopicSelection::Names(names), _) => names.clone(),
             (TopicSelection::Pattern(regex), false) => vec![format!("^{}$", regex.as_str())],
@@ -249,7 +313,8 @@ impl Worker {
         let dead_letters = match &parsed.errors.dead_letter_queue {
             None => None,
             Some(_) => {
-                let overrides = spillway_core::convert::strip_prefix(config, "producer.override.");
+                let overrides =
+                    spillway_core::convert::strip_prefix(&parsed.originals, "producer.override.");
                 let producer = IdempotentProducer::new(
                     &bootstrap,
                     overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -259,6 +324,8 @@ impl Worker {
             }
         };
         Ok(ConnectorPlan {
+            key,
+            scope,
             config: parsed,
             worker: self.config.clone(),
             protocol: resolved.protocol,
@@ -444,11 +511,11 @@ mod tests {
         )
         .expect("worker starts");
         let plan = worker
-            .plan(&config(&[
-                ("name", "p"),
-                ("connector.class", "file"),
-                ("topics", "t"),
-            ]))
+            .plan(
+                "p".into(),
+                TenantScope::default(),
+                &config(&[("name", "p"), ("connector.class", "file"), ("topics", "t")]),
+            )
             .await
             .expect("valid");
         assert_eq!(

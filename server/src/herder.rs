@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Serialize;
-use spillway_actors::settings::runtime_config_def;
-use spillway_actors::{RuntimeError, State, Worker};
+use spillway_actors::settings::{runtime_config_def, TaskSettings};
+use spillway_actors::{OverridePolicy, RuntimeError, State, Worker};
 use spillway_connectors::runtime_keys::TASK_ID;
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{
@@ -30,9 +30,11 @@ use spillway_storage::{
 use tracing::{info, warn};
 
 use crate::secrets;
+pub use crate::tenants::DEFAULT_TENANT;
+use crate::tenants::{Quotas, TenantError, TenantInfo, Tenants};
 
-/// The tenant every connector belongs to while authentication is off.
-pub const DEFAULT_TENANT: &str = "default";
+/// `max.poll.records` when neither the connector nor the worker sets it.
+const DEFAULT_MAX_POLL_RECORDS: u64 = 500;
 
 /// How long reading committed offsets from Kafka may take.
 const OFFSETS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,6 +60,24 @@ pub enum HerderError {
     Storage(#[from] StorageError),
     #[error("{0}")]
     Runtime(#[from] RuntimeError),
+    /// A change would take a tenant over one of its quotas.
+    #[error("Tenant {tenant} would exceed its quota {quota}={limit}: {detail}. Lower the request, stop or delete connectors, or ask the worker admin to raise the quota")]
+    Quota {
+        tenant: String,
+        quota: &'static str,
+        limit: u64,
+        detail: String,
+    },
+    #[error(transparent)]
+    Tenant(#[from] TenantError),
+    #[error("Tenant {tenant} still owns connectors ({}); delete them first, or delete the tenant with ?deleteConnectors=true to stop and delete them", .connectors.join(", "))]
+    TenantHasConnectors {
+        tenant: String,
+        connectors: Vec<String>,
+    },
+    /// The request is valid but cannot be done in the connector's current state.
+    #[error("{0}")]
+    Conflict(String),
     #[error("cannot read the committed offsets of group '{group}' from {bootstrap}: {reason}")]
     Offsets {
         group: String,
@@ -164,6 +184,25 @@ pub struct Herder {
     failures: Mutex<BTreeMap<String, String>>,
     /// The task records last written to the store, so unchanged statuses are not rewritten.
     persisted: Mutex<BTreeMap<(String, u32), TaskRecord>>,
+    tenants: Tenants,
+}
+
+/// What a tenant's connectors take of its quotas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub connectors: u64,
+    /// `tasks.max` of every connector not STOPPED.
+    pub tasks: u64,
+    #[serde(rename = "inflight.records")]
+    pub inflight_records: u64,
+}
+
+/// A tenant with what it uses (`GET /tenants/{tenant}`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantDetails {
+    #[serde(flatten)]
+    pub tenant: TenantInfo,
+    pub usage: Usage,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -171,8 +210,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn key(name: &str) -> ConnectorKey {
-    ConnectorKey::new(DEFAULT_TENANT, name)
+fn key(tenant: &str, name: &str) -> ConnectorKey {
+    ConnectorKey::new(tenant, name)
+}
+
+/// The connector's name in the worker: `tenant/name`. Tenant names hold no `/`, so the key
+/// splits back at its first `/`, and two tenants' connectors of one name never meet.
+fn runtime_key(tenant: &str, name: &str) -> String {
+    format!("{tenant}/{name}")
+}
+
+fn split_runtime_key(key: &str) -> Option<ConnectorKey> {
+    let (tenant, name) = key.split_once('/')?;
+    Some(ConnectorKey::new(tenant, name))
 }
 
 fn to_state_name(state: State) -> String {
@@ -185,8 +235,9 @@ impl Herder {
         store: Arc<dyn StateStore>,
         registry: ConnectorRegistry,
         worker_id: String,
-    ) -> Herder {
-        Herder {
+    ) -> Result<Herder, HerderError> {
+        let tenants = Tenants::load(Arc::clone(&store), worker.override_policy())?;
+        Ok(Herder {
             worker_config: worker.config().clone(),
             worker,
             store,
@@ -195,7 +246,8 @@ impl Herder {
             control: Arc::new(tokio::sync::Mutex::new(())),
             failures: Mutex::default(),
             persisted: Mutex::default(),
-        }
+            tenants,
+        })
     }
 
     pub fn worker_id(&self) -> &str {
@@ -216,77 +268,87 @@ impl Herder {
         _guard: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(), HerderError> {
         for (key, record) in self.store.connectors()? {
-            if key.tenant != DEFAULT_TENANT {
+            let runtime = runtime_key(&key.tenant, &key.name);
+            if !self.tenants.exists(&key.tenant) {
+                warn!(tenant = %key.tenant, connector = %key.name, "the connector's tenant is gone; not starting it");
                 continue;
             }
             for (task, stored) in self.store.tasks(&key)? {
-                lock(&self.persisted).insert((key.name.clone(), task), stored);
+                lock(&self.persisted).insert((runtime.clone(), task), stored);
             }
-            info!(connector = %key.name, target = %record.target_state, "restoring");
+            info!(tenant = %key.tenant, connector = %key.name, target = %record.target_state, "restoring");
             if record.target_state == TargetState::Running {
-                self.start(&key.name, record.config).await;
+                self.start(&key, record.config).await;
             }
         }
         Ok(())
     }
 
     /// Starts a connector in the worker, remembering a failure for the status API.
-    async fn start(&self, name: &str, config: ConfigMap) {
-        lock(&self.failures).remove(name);
-        if let Err(e) = self.worker.start_connector(config.clone()).await {
-            self.failed(name, &config, &e);
+    async fn start(&self, key: &ConnectorKey, config: ConfigMap) {
+        let runtime = runtime_key(&key.tenant, &key.name);
+        lock(&self.failures).remove(&runtime);
+        let scope = self.tenants.scope(&key.tenant);
+        if let Err(e) = self
+            .worker
+            .start_tenant_connector(runtime, scope, config.clone())
+            .await
+        {
+            self.failed(key, &config, &e);
         }
     }
 
     /// Logs why a connector cannot run and keeps it for the status API, secrets hidden.
-    fn failed(&self, name: &str, config: &ConfigMap, error: &RuntimeError) {
+    fn failed(&self, key: &ConnectorKey, config: &ConfigMap, error: &RuntimeError) {
         let message = self.redact(config, &error.to_string());
-        warn!(connector = %name, error = %message, "the connector cannot start");
-        lock(&self.failures).insert(name.to_owned(), message);
+        warn!(tenant = %key.tenant, connector = %key.name, error = %message, "the connector cannot start");
+        lock(&self.failures).insert(runtime_key(&key.tenant, &key.name), message);
     }
 
     /// Stops a connector in the worker if it runs there.
-    async fn halt(&self, name: &str) -> Result<(), HerderError> {
-        lock(&self.failures).remove(name);
-        match self.worker.stop_connector(name).await {
+    async fn halt(&self, key: &ConnectorKey) -> Result<(), HerderError> {
+        let runtime = runtime_key(&key.tenant, &key.name);
+        lock(&self.failures).remove(&runtime);
+        match self.worker.stop_connector(&runtime).await {
             Ok(()) | Err(RuntimeError::UnknownConnector(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
-    fn record(&self, name: &str) -> Result<ConnectorRecord, HerderError> {
+    /// The stored connector; a connector of another tenant is as unknown as a missing one.
+    fn record(&self, tenant: &str, name: &str) -> Result<ConnectorRecord, HerderError> {
         self.store
-            .connector(&key(name))?
+            .connector(&key(tenant, name))?
             .ok_or_else(|| HerderError::UnknownConnector(name.to_owned()))
     }
 
-    /// The names of every connector, sorted.
-    pub fn connector_names(&self) -> Result<Vec<String>, HerderError> {
+    /// The names of the tenant's connectors, sorted.
+    pub fn connector_names(&self, tenant: &str) -> Result<Vec<String>, HerderError> {
         Ok(self
             .store
             .connectors()?
             .into_iter()
-            .filter(|(k, _)| k.tenant == DEFAULT_TENANT)
+            .filter(|(k, _)| k.tenant == tenant)
             .map(|(k, _)| k.name)
             .collect())
     }
 
     /// The configuration, secrets hidden.
-    pub fn config(&self, name: &str) -> Result<ConfigMap, HerderError> {
-        Ok(self.masked(&self.record(name)?.config))
+    pub fn config(&self, tenant: &str, name: &str) -> Result<ConfigMap, HerderError> {
+        Ok(self.masked(&self.record(tenant, name)?.config))
     }
 
-    pub fn info(&self, name: &str) -> Result<ConnectorInfo, HerderError> {
-        let record = self.record(name)?;
-        Ok(self.info_of(name, &record))
+    pub fn info(&self, tenant: &str, name: &str) -> Result<ConnectorInfo, HerderError> {
+        let record = self.record(tenant, name)?;
+        Ok(self.info_of(tenant, name, &record))
     }
 
-    fn info_of(&self, name: &str, record: &ConnectorRecord) -> ConnectorInfo {
+    fn info_of(&self, tenant: &str, name: &str, record: &ConnectorRecord) -> ConnectorInfo {
         ConnectorInfo {
             name: name.to_owned(),
             config: self.masked(&record.config),
             tasks: self
-                .task_ids(name, record)
+                .task_ids(tenant, name, record)
                 .into_iter()
                 .map(|task| TaskId {
                     connector: name.to_owned(),
@@ -299,12 +361,12 @@ impl Herder {
 
     /// The tasks a connector has: none when STOPPED (KIP-875), the running ones when RUNNING,
     /// those its plugin would make when PAUSED.
-    fn task_ids(&self, name: &str, record: &ConnectorRecord) -> Vec<u32> {
+    fn task_ids(&self, tenant: &str, name: &str, record: &ConnectorRecord) -> Vec<u32> {
         match record.target_state {
             TargetState::Stopped => Vec::new(),
             TargetState::Running => self
                 .worker
-                .status(name)
+                .status(&runtime_key(tenant, name))
                 .map(|s| s.tasks.iter().map(|t| t.id).collect())
                 .unwrap_or_default(),
             TargetState::Paused => (0..self.task_count(&record.config) as u32).collect(),
@@ -331,8 +393,9 @@ impl Herder {
     }
 
     /// Connect's status answer.
-    pub fn status(&self, name: &str) -> Result<ConnectorStateInfo, HerderError> {
-        let record = self.record(name)?;
+    pub fn status(&self, tenant: &str, name: &str) -> Result<ConnectorStateInfo, HerderError> {
+        let record = self.record(tenant, name)?;
+        let runtime = runtime_key(tenant, name);
         let state = |state: String, trace: Option<String>| StateInfo {
             state,
             worker_id: self.worker_id.clone(),
@@ -348,14 +411,14 @@ impl Herder {
             TargetState::Stopped => (state("STOPPED".into(), None), Vec::new()),
             TargetState::Paused => (
                 state("PAUSED".into(), None),
-                self.task_ids(name, &record)
+                self.task_ids(tenant, name, &record)
                     .into_iter()
                     .map(|id| task(id, "PAUSED".into(), None))
                     .collect(),
             ),
             TargetState::Running => {
-                let failure = lock(&self.failures).get(name).cloned();
-                match (failure, self.worker.status(name)) {
+                let failure = lock(&self.failures).get(&runtime).cloned();
+                match (failure, self.worker.status(&runtime)) {
                     (Some(trace), _) => (state("FAILED".into(), Some(trace)), Vec::new()),
                     (None, Some(status)) => (
                         state(
@@ -386,8 +449,13 @@ impl Herder {
         })
     }
 
-    pub fn task_status(&self, name: &str, task: u32) -> Result<TaskState, HerderError> {
-        self.status(name)?
+    pub fn task_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        task: u32,
+    ) -> Result<TaskState, HerderError> {
+        self.status(tenant, name)?
             .tasks
             .into_iter()
             .find(|t| t.id == task)
@@ -398,8 +466,8 @@ impl Herder {
     }
 
     /// The configuration of each task, as the connector splits it; secrets hidden.
-    pub fn task_configs(&self, name: &str) -> Result<Vec<TaskInfo>, HerderError> {
-        let record = self.record(name)?;
+    pub fn task_configs(&self, tenant: &str, name: &str) -> Result<Vec<TaskInfo>, HerderError> {
+        let record = self.record(tenant, name)?;
         if record.target_state == TargetState::Stopped {
             return Ok(Vec::new());
         }
@@ -431,9 +499,107 @@ impl Herder {
             .collect())
     }
 
+    /// What one connector takes of its tenant's quotas in `target`.
+    fn footprint(&self, config: &ConfigMap, target: TargetState) -> Usage {
+        if target == TargetState::Stopped {
+            return Usage {
+                connectors: 1,
+                ..Usage::default()
+            };
+        }
+        let tasks = config
+            .get("tasks.max")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(1);
+        let batches = TaskSettings::resolve(config, &self.worker_config)
+            .map(|s| s.inflight_batches as u64)
+            .unwrap_or(1);
+        let poll = config
+            .get("consumer.override.max.poll.records")
+            .or_else(|| self.worker_config.get("consumer.max.poll.records"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_MAX_POLL_RECORDS);
+        Usage {
+            connectors: 1,
+            tasks,
+            inflight_records: tasks.saturating_mul(batches).saturating_mul(poll),
+        }
+    }
+
+    /// What the tenant's connectors take of its quotas, leaving out `except`.
+    fn usage(&self, tenant: &str, except: Option<&str>) -> Result<Usage, HerderError> {
+        let mut usage = Usage::default();
+        for (k, record) in self.store.connectors()? {
+            if k.tenant != tenant || Some(k.name.as_str()) == except {
+                continue;
+            }
+            let one = self.footprint(&record.config, record.target_state);
+            usage.connectors += one.connectors;
+            usage.tasks = usage.tasks.saturating_add(one.tasks);
+            usage.inflight_records = usage.inflight_records.saturating_add(one.inflight_records);
+        }
+        Ok(usage)
+    }
+
+    /// Refuses a connector (new or changed) that would take its tenant over a quota.
+    fn check_quotas(
+        &self,
+        tenant: &str,
+        name: &str,
+        config: &ConfigMap,
+        target: TargetState,
+    ) -> Result<(), HerderError> {
+        let quotas = self.tenants.quotas(tenant);
+        if quotas == Quotas::default() {
+            return Ok(());
+        }
+        let others = self.usage(tenant, Some(name))?;
+        let this = self.footprint(config, target);
+        let over = |quota: &'static str, limit: Option<u64>, total: u64, detail: String| match limit
+        {
+            Some(limit) if total > limit => Err(HerderError::Quota {
+                tenant: tenant.to_owned(),
+                quota,
+                limit,
+                detail,
+            }),
+            _ => Ok(()),
+        };
+        let connectors = others.connectors + 1;
+        over(
+            "connectors",
+            quotas.connectors,
+            connectors,
+            format!("it would own {connectors} connectors"),
+        )?;
+        let tasks = others.tasks.saturating_add(this.tasks);
+        over(
+            "tasks",
+            quotas.tasks,
+            tasks,
+            format!(
+                "its connectors would have {tasks} tasks (tasks.max of every connector not STOPPED; {name} asks for {})",
+                this.tasks
+            ),
+        )?;
+        let inflight = others
+            .inflight_records
+            .saturating_add(this.inflight_records);
+        over(
+            "inflight.records",
+            quotas.inflight_records,
+            inflight,
+            format!(
+                "its tasks could hold {inflight} records in flight (tasks.max x task.inflight.batches x max.poll.records of every connector not STOPPED; {name} asks for {})",
+                this.inflight_records
+            ),
+        )
+    }
+
     /// Creates a connector (`POST /connectors`).
     pub async fn create(
         &self,
+        tenant: &str,
         mut config: ConfigMap,
         name: &str,
         initial: TargetState,
@@ -442,22 +608,25 @@ impl Herder {
             .entry("name".to_owned())
             .or_insert_with(|| name.to_owned());
         let _guard = self.control.lock().await;
-        if self.store.connector(&key(name))?.is_some() {
+        if self.store.connector(&key(tenant, name))?.is_some() {
             return Err(HerderError::ConnectorExists(name.to_owned()));
         }
-        self.check(&config)?;
+        self.check(tenant, &config)?;
+        self.check_quotas(tenant, name, &config, initial)?;
         let record = ConnectorRecord::new(config.clone(), initial);
-        self.store.put_connector(&key(name), &record)?;
-        info!(connector = %name, target = %initial, "created");
+        let key = key(tenant, name);
+        self.store.put_connector(&key, &record)?;
+        info!(tenant, connector = %name, target = %initial, "created");
         if initial == TargetState::Running {
-            self.start(name, config).await;
+            self.start(&key, config).await;
         }
-        Ok(self.info_of(name, &record))
+        Ok(self.info_of(tenant, name, &record))
     }
 
     /// Creates or replaces a configuration (`PUT /connectors/{name}/config`); true when created.
     pub async fn put_config(
         &self,
+        tenant: &str,
         name: &str,
         mut config: ConfigMap,
     ) -> Result<(bool, ConnectorInfo), HerderError> {
@@ -473,16 +642,18 @@ impl Herder {
             }
         }
         let _guard = self.control.lock().await;
-        self.write_config(name, config).await
+        self.write_config(tenant, name, config).await
     }
 
     /// Writes a whole configuration and applies it; the caller holds the control lock.
     async fn write_config(
         &self,
+        tenant: &str,
         name: &str,
         mut config: ConfigMap,
     ) -> Result<(bool, ConnectorInfo), HerderError> {
-        let existing = self.store.connector(&key(name))?;
+        let key = key(tenant, name);
+        let existing = self.store.connector(&key)?;
         let created = existing.is_none();
         let mut record = existing
             .unwrap_or_else(|| ConnectorRecord::new(ConfigMap::new(), TargetState::Running));
@@ -494,24 +665,31 @@ impl Herder {
                 }
             }
         }
-        self.check(&config)?;
+        self.check(tenant, &config)?;
+        self.check_quotas(tenant, name, &config, record.target_state)?;
         record.config = config.clone();
-        self.store.put_connector(&key(name), &record)?;
-        info!(connector = %name, created, "configuration written");
+        self.store.put_connector(&key, &record)?;
+        info!(tenant, connector = %name, created, "configuration written");
+        let runtime = runtime_key(tenant, name);
         if record.target_state == TargetState::Running {
-            if created || lock(&self.failures).contains_key(name) {
-                self.halt(name).await?;
-                self.start(name, config).await;
-            } else if let Err(e) = self.worker.reconfigure_connector(config.clone()).await {
-                self.failed(name, &config, &e);
+            if created || lock(&self.failures).contains_key(&runtime) {
+                self.halt(&key).await?;
+                self.start(&key, config).await;
+            } else if let Err(e) = self
+                .worker
+                .reconfigure_tenant_connector(runtime, self.tenants.scope(tenant), config.clone())
+                .await
+            {
+                self.failed(&key, &config, &e);
             }
         }
-        Ok((created, self.info_of(name, &record)))
+        Ok((created, self.info_of(tenant, name, &record)))
     }
 
     /// Changes some keys (`PATCH /connectors/{name}/config`); a `None` value removes the key.
     pub async fn patch_config(
         &self,
+        tenant: &str,
         name: &str,
         patch: BTreeMap<String, Option<String>>,
     ) -> Result<ConnectorInfo, HerderError> {
@@ -523,7 +701,7 @@ impl Herder {
             }
         }
         let _guard = self.control.lock().await;
-        let mut config = self.record(name)?.config;
+        let mut config = self.record(tenant, name)?.config;
         for (k, v) in patch {
             match v {
                 Some(v) => {
@@ -535,34 +713,50 @@ impl Herder {
             }
         }
         config.insert("name".into(), name.to_owned());
-        let (_, info) = self.write_config(name, config).await?;
+        let (_, info) = self.write_config(tenant, name, config).await?;
         Ok(info)
     }
 
     /// Deletes a connector: stops it, then forgets it.
-    pub async fn delete(&self, name: &str) -> Result<(), HerderError> {
+    pub async fn delete(&self, tenant: &str, name: &str) -> Result<(), HerderError> {
         let _guard = self.control.lock().await;
-        self.record(name)?;
-        self.halt(name).await?;
-        self.store.delete_connector(&key(name))?;
-        lock(&self.persisted).retain(|(n, _), _| n != name);
-        info!(connector = %name, "deleted");
+        self.delete_locked(tenant, name).await
+    }
+
+    async fn delete_locked(&self, tenant: &str, name: &str) -> Result<(), HerderError> {
+        self.record(tenant, name)?;
+        let key = key(tenant, name);
+        self.halt(&key).await?;
+        self.store.delete_connector(&key)?;
+        let runtime = runtime_key(tenant, name);
+        lock(&self.persisted).retain(|(n, _), _| *n != runtime);
+        info!(tenant, connector = %name, "deleted");
         Ok(())
     }
 
     /// Moves a connector to `target`: PAUSED and STOPPED stop its tasks (keeping the
     /// configuration), RUNNING starts them again.
-    pub async fn set_target(&self, name: &str, target: TargetState) -> Result<(), HerderError> {
+    pub async fn set_target(
+        &self,
+        tenant: &str,
+        name: &str,
+        target: TargetState,
+    ) -> Result<(), HerderError> {
         let _guard = self.control.lock().await;
-        let record = self.record(name)?;
+        let record = self.record(tenant, name)?;
         if record.target_state == target {
             return Ok(());
         }
-        self.store.set_target_state(&key(name), target)?;
-        info!(connector = %name, from = %record.target_state, to = %target, "target state");
+        if record.target_state == TargetState::Stopped {
+            // A stopped connector takes no tasks of the quota; coming back it does again.
+            self.check_quotas(tenant, name, &record.config, target)?;
+        }
+        let key = key(tenant, name);
+        self.store.set_target_state(&key, target)?;
+        info!(tenant, connector = %name, from = %record.target_state, to = %target, "target state");
         match target {
-            TargetState::Running => self.start(name, record.config).await,
-            TargetState::Paused | TargetState::Stopped => self.halt(name).await?,
+            TargetState::Running => self.start(&key, record.config).await,
+            TargetState::Paused | TargetState::Stopped => self.halt(&key).await?,
         }
         Ok(())
     }
@@ -570,24 +764,41 @@ impl Herder {
     /// Restarts a connector (`POST /connectors/{name}/restart`). Returns `None` for the plain
     /// request (Connect answers 204), or the status showing what restarts (202).
     ///
-    /// The worker restarts a connector with all its tasks, so a restart that touches anything
-    /// restarts everything and the answer marks every task RESTARTING.
+    /// Restarting the connector instance restarts it with all its tasks (the worker runs the
+    /// instance and its tasks as one); `includeTasks=true&onlyFailed=true` on a connector that
+    /// did not fail restarts only the failed tasks, each on its own.
     pub async fn restart(
         &self,
+        tenant: &str,
         name: &str,
         request: RestartRequest,
     ) -> Result<Option<ConnectorStateInfo>, HerderError> {
-        let mut status = self.status(name)?;
+        let mut status = self.status(tenant, name)?;
         let plain = !request.include_tasks && !request.only_failed;
         let connector_failed = status.connector.state == "FAILED";
-        let task_failed = status.tasks.iter().any(|t| t.state == "FAILED");
-        let wanted = match (request.include_tasks, request.only_failed) {
-            (_, false) => true,
-            (false, true) => connector_failed,
-            (true, true) => connector_failed || task_failed,
-        };
+        let failed_tasks: Vec<u32> = status
+            .tasks
+            .iter()
+            .filter(|t| t.state == "FAILED")
+            .map(|t| t.id)
+            .collect();
+        if request.include_tasks && request.only_failed && !connector_failed {
+            for id in &failed_tasks {
+                self.restart_task(tenant, name, *id).await?;
+            }
+            for t in status
+                .tasks
+                .iter_mut()
+                .filter(|t| failed_tasks.contains(&t.id))
+            {
+                t.state = "RESTARTING".into();
+                t.trace = None;
+            }
+            return Ok(Some(status));
+        }
+        let wanted = !request.only_failed || connector_failed;
         if wanted {
-            self.restart_all(name).await?;
+            self.restart_all(tenant, name).await?;
             if !plain {
                 status.connector.state = "RESTARTING".into();
                 status.connector.trace = None;
@@ -600,28 +811,59 @@ impl Herder {
         Ok((!plain).then_some(status))
     }
 
-    /// Restarts one task (`POST /connectors/{name}/tasks/{id}/restart`); see [`Self::restart`].
-    pub async fn restart_task(&self, name: &str, task: u32) -> Result<(), HerderError> {
-        self.task_status(name, task)?;
-        self.restart_all(name).await
+    /// Restarts one task (`POST /connectors/{name}/tasks/{id}/restart`): it stops gracefully
+    /// and runs again while the connector's other tasks go on.
+    pub async fn restart_task(
+        &self,
+        tenant: &str,
+        name: &str,
+        task: u32,
+    ) -> Result<(), HerderError> {
+        let _guard = self.control.lock().await;
+        let record = self.record(tenant, name)?;
+        let runtime = runtime_key(tenant, name);
+        if record.target_state != TargetState::Running
+            || lock(&self.failures).contains_key(&runtime)
+        {
+            // Not running (or its instance failed to start): only an existing task id is
+            // accepted, and there is nothing to restart on its own.
+            drop(_guard);
+            self.task_status(tenant, name, task)?;
+            return Ok(());
+        }
+        match self.worker.restart_task(&runtime, task).await {
+            Ok(()) => {
+                info!(tenant, connector = %name, task, "task restarted");
+                Ok(())
+            }
+            Err(RuntimeError::UnknownTask { .. }) | Err(RuntimeError::UnknownConnector(_)) => {
+                Err(HerderError::UnknownTask {
+                    connector: name.to_owned(),
+                    task,
+                })
+            }
+            Err(RuntimeError::Task(message)) => Err(HerderError::Conflict(message)),
+            Err(e) => Err(e.into()),
+        }
     }
 
-    async fn restart_all(&self, name: &str) -> Result<(), HerderError> {
+    async fn restart_all(&self, tenant: &str, name: &str) -> Result<(), HerderError> {
         let _guard = self.control.lock().await;
-        let record = self.record(name)?;
-        self.store.count_connector_restart(&key(name))?;
+        let record = self.record(tenant, name)?;
+        let key = key(tenant, name);
+        self.store.count_connector_restart(&key)?;
         if record.target_state == TargetState::Running {
-            info!(connector = %name, "restarting");
-            self.halt(name).await?;
-            self.start(name, record.config).await;
+            info!(tenant, connector = %name, "restarting");
+            self.halt(&key).await?;
+            self.start(&key, record.config).await;
         }
         Ok(())
     }
 
     /// The topics a connector reads (`GET /connectors/{name}/topics`): the configured names,
     /// or the pattern for `topics.regex`.
-    pub fn topics(&self, name: &str) -> Result<Vec<String>, HerderError> {
-        let record = self.record(name)?;
+    pub fn topics(&self, tenant: &str, name: &str) -> Result<Vec<String>, HerderError> {
+        let record = self.record(tenant, name)?;
         let parsed =
             SinkConnectorConfig::parse(&record.config).map_err(|source| RuntimeError::Config {
                 connector: name.to_owned(),
@@ -633,11 +875,13 @@ impl Herder {
         })
     }
 
-    /// The connector's offsets (`GET /connectors/{name}/offsets`): the consumer group's
-    /// committed offsets in classic mode. A share group has no offsets per partition — each
-    /// record is acknowledged on its own — so share mode answers with an empty list and says so.
-    pub async fn offsets(&self, name: &str) -> Result<Offsets, HerderError> {
-        let record = self.record(name)?;
+    /// Where a connector reads: group protocol, group id (with its tenant's prefix), cluster.
+    fn group_of(
+        &self,
+        tenant: &str,
+        name: &str,
+        record: &ConnectorRecord,
+    ) -> Result<(SinkConnectorConfig, bool, String, String), HerderError> {
         let refused = |source: ConfigError| RuntimeError::Config {
             connector: name.to_owned(),
             source,
@@ -645,23 +889,32 @@ impl Herder {
         let parsed = SinkConnectorConfig::parse(&record.config).map_err(refused)?;
         let protocol =
             resolve_group_protocol(&record.config, &self.worker_config).map_err(refused)?;
-        let group = parsed.group_id();
-        if protocol.protocol.is_share() {
-            return Ok(Offsets {
-                offsets: Vec::new(),
-                message: Some(format!(
-                    "connector {name} reads through share group '{group}' ({protocol}). A share group \
-                     acknowledges records one by one instead of committing an offset per partition, so \
-                     there are no sink offsets to show; records not yet acknowledged are delivered again"
-                )),
-            });
-        }
+        let group = self.tenants.scope(tenant).group_id(&parsed);
         let bootstrap = parsed
             .consumer_overrides
             .get("bootstrap.servers")
             .or_else(|| self.worker_config.get("bootstrap.servers"))
             .cloned()
             .unwrap_or_default();
+        Ok((parsed, protocol.protocol.is_share(), group, bootstrap))
+    }
+
+    /// The connector's offsets (`GET /connectors/{name}/offsets`): the consumer group's
+    /// committed offsets in classic mode. A share group has no offsets per partition — each
+    /// record is acknowledged on its own — so share mode answers with an empty list and says so.
+    pub async fn offsets(&self, tenant: &str, name: &str) -> Result<Offsets, HerderError> {
+        let record = self.record(tenant, name)?;
+        let (parsed, share, group, bootstrap) = self.group_of(tenant, name, &record)?;
+        if share {
+            return Ok(Offsets {
+                offsets: Vec::new(),
+                message: Some(format!(
+                    "connector {name} reads through share group '{group}'. A share group \
+                     acknowledges records one by one instead of committing an offset per partition, so \
+                     there are no sink offsets to show; records not yet acknowledged are delivered again"
+                )),
+            });
+        }
         let topics = parsed.topics.clone();
         let (g, b) = (group.clone(), bootstrap.clone());
         let read = tokio::task::spawn_blocking(move || committed_offsets(&b, &g, &topics)).await;
@@ -680,8 +933,9 @@ impl Herder {
         })
     }
 
-    /// The `validate` answer for `config`, secrets hidden.
-    pub fn validate(&self, config: &ConfigMap) -> ValidationReport {
+    /// The `validate` answer for `config` in `tenant`, secrets hidden; it includes the
+    /// client overrides the tenant's override policy refuses.
+    pub fn validate(&self, tenant: &str, config: &ConfigMap) -> ValidationReport {
         let class = config.get(CONNECTOR_CLASS).cloned().unwrap_or_default();
         let (mut report, plugin_error) = match self.registry.create(&class) {
             Ok(plugin) => (plugin.validate(config), None),
@@ -694,6 +948,12 @@ impl Herder {
         if let Err(e) = resolve_group_protocol(config, &self.worker_config) {
             errors.extend(e.flatten().into_iter().cloned());
         }
+        let owner = if tenant == DEFAULT_TENANT {
+            format!("the worker ({})", spillway_actors::tenancy::OVERRIDE_POLICY)
+        } else {
+            format!("tenant {tenant}")
+        };
+        errors.extend(self.tenants.scope(tenant).policy.violations(config, &owner));
         for error in errors {
             let key = error.key().unwrap_or(CONNECTOR_CLASS).to_owned();
             let message = error.to_string();
@@ -725,8 +985,8 @@ impl Herder {
     }
 
     /// Refuses a configuration with errors.
-    fn check(&self, config: &ConfigMap) -> Result<(), HerderError> {
-        let report = self.validate(config);
+    fn check(&self, tenant: &str, config: &ConfigMap) -> Result<(), HerderError> {
+        let report = self.validate(tenant, config);
         if report.is_valid() {
             Ok(())
         } else {
@@ -770,12 +1030,91 @@ impl Herder {
         self.registry.create(plugin).is_ok()
     }
 
+    /// The worker's tenants (token lookup, scopes, quotas).
+    pub fn tenants(&self) -> &Tenants {
+        &self.tenants
+    }
+
+    /// A tenant with what its connectors use of its quotas.
+    pub fn tenant_details(&self, name: &str) -> Result<TenantDetails, HerderError> {
+        Ok(TenantDetails {
+            tenant: self.tenants.get(name)?,
+            usage: self.usage(name, None)?,
+        })
+    }
+
+    /// Creates a tenant; the answer holds its token, shown this once.
+    pub async fn create_tenant(
+        &self,
+        name: &str,
+        quotas: Quotas,
+        policy: Option<OverridePolicy>,
+    ) -> Result<(TenantInfo, String), HerderError> {
+        let _guard = self.control.lock().await;
+        let created = self.tenants.create(name, quotas, policy)?;
+        info!(tenant = %name, "tenant created");
+        Ok(created)
+    }
+
+    /// Replaces a tenant's quotas (and policy when given). Lower quotas than what the tenant
+    /// uses are accepted: running connectors go on, and further growth is refused.
+    pub async fn update_tenant(
+        &self,
+        name: &str,
+        quotas: Quotas,
+        policy: Option<OverridePolicy>,
+    ) -> Result<TenantDetails, HerderError> {
+        let _guard = self.control.lock().await;
+        self.tenants.update(name, quotas, policy)?;
+        info!(tenant = %name, ?quotas, "tenant quotas changed");
+        drop(_guard);
+        self.tenant_details(name)
+    }
+
+    /// Gives a tenant a new token; the old one stops working at once.
+    pub async fn rotate_token(&self, name: &str) -> Result<String, HerderError> {
+        let _guard = self.control.lock().await;
+        let token = self.tenants.rotate_token(name)?;
+        info!(tenant = %name, "tenant token rotated");
+        Ok(token)
+    }
+
+    /// Deletes a tenant. One that still owns connectors is refused unless
+    /// `delete_connectors`, which stops and deletes them first.
+    pub async fn delete_tenant(
+        &self,
+        name: &str,
+        delete_connectors: bool,
+    ) -> Result<(), HerderError> {
+        let _guard = self.control.lock().await;
+        self.tenants.get(name)?;
+        if name == DEFAULT_TENANT {
+            return Err(TenantError::Invalid("the default tenant cannot be deleted".into()).into());
+        }
+        let owned = self.connector_names(name)?;
+        if !owned.is_empty() && !delete_connectors {
+            return Err(HerderError::TenantHasConnectors {
+                tenant: name.to_owned(),
+                connectors: owned,
+            });
+        }
+        for connector in owned {
+            self.delete_locked(name, &connector).await?;
+        }
+        self.tenants.delete(name)?;
+        info!(tenant = %name, "tenant deleted");
+        Ok(())
+    }
+
     /// Writes the tasks' states, traces and restart counts to the store when they changed.
     pub fn persist_task_statuses(&self) -> Result<(), HerderError> {
         for status in self.worker.statuses() {
+            let Some(key) = split_runtime_key(&status.name) else {
+                continue;
+            };
             let config = self
                 .store
-                .connector(&key(&status.name))?
+                .connector(&key)?
                 .map(|r| r.config)
                 .unwrap_or_default();
             for task in status.tasks {
@@ -788,7 +1127,7 @@ impl Herder {
                 if lock(&self.persisted).get(&id) == Some(&record) {
                     continue;
                 }
-                if self.store.put_task(&key(&status.name), task.id, &record)? {
+                if self.store.put_task(&key, task.id, &record)? {
                     lock(&self.persisted).insert(id, record);
                 }
             }

@@ -6,4 +6,5 @@ pub mod herder;
 pub mod rest;
 pub mod secrets;
 pub mod standalone;
+pub mod tenants;
 pub mod worker_cmd;

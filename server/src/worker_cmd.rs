@@ -33,6 +33,10 @@ pub const LISTENERS: &str = "listeners";
 pub const REST_ADVERTISED_HOST_NAME: &str = "rest.advertised.host.name";
 pub const REST_MAX_BODY_BYTES: &str = "rest.max.body.bytes";
 pub const STATE_DIR: &str = "state.dir";
+pub const REST_AUTH_ENABLED: &str = "rest.auth.enabled";
+pub const REST_ADMIN_TOKEN: &str = "rest.admin.token";
+/// Shortest admin token accepted: it guards every tenant.
+const MIN_ADMIN_TOKEN_LEN: usize = 16;
 
 /// How often task statuses are compared with the store and written when they changed.
 const STATUS_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
@@ -65,10 +69,35 @@ pub fn worker_rest_config_def() -> ConfigDef {
                 .validator(Validator::AtLeast(1024)),
         )
         .define(
+            ConfigKey::new(REST_AUTH_ENABLED, ConfigType::Boolean, Importance::High, "Whether the REST API requires bearer tokens: the admin's (rest.admin.token) or a tenant's. Off, there is one tenant, default, and the API is Kafka Connect's.")
+                .default("false"),
+        )
+        .define(
+            ConfigKey::new(REST_ADMIN_TOKEN, ConfigType::Password, Importance::High, "The admin's bearer token when rest.auth.enabled=true: manages tenants and acts on every tenant's connectors.")
+                .null_default(),
+        )
+        .define(
             ConfigKey::new(STATE_DIR, ConfigType::String, Importance::High, "Directory of the worker's durable state (connector configurations, target states, task statuses).")
                 .default("spillway-state")
                 .validator(Validator::NonEmptyString),
         )
+}
+
+/// How the REST API authenticates, from `rest.auth.enabled` and `rest.admin.token`.
+fn auth_settings(config: &ConfigMap) -> Result<rest::auth::AuthSettings> {
+    let parsed = worker_rest_config_def().parse(config)?;
+    if !parsed.boolean(REST_AUTH_ENABLED)? {
+        return Ok(rest::auth::AuthSettings::default());
+    }
+    let Some(token) = parsed.password(REST_ADMIN_TOKEN)? else {
+        bail!("{REST_AUTH_ENABLED}=true needs {REST_ADMIN_TOKEN}: set the admin's bearer token (at least {MIN_ADMIN_TOKEN_LEN} characters)");
+    };
+    if token.expose().trim().len() < MIN_ADMIN_TOKEN_LEN {
+        bail!("{REST_ADMIN_TOKEN} is shorter than {MIN_ADMIN_TOKEN_LEN} characters; use a long random token, it guards every tenant");
+    }
+    Ok(rest::auth::AuthSettings::with_admin_token(
+        token.expose().trim(),
+    ))
 }
 
 /// Where the REST API listens, from `listeners` or `rest.host.name` / `rest.port`.
@@ -143,6 +172,7 @@ impl RunningWorker {
             .unwrap_or(rest::DEFAULT_MAX_BODY_BYTES);
         let advertised = parsed.string(REST_ADVERTISED_HOST_NAME)?.map(str::to_owned);
         let (host, port) = listen_address(&config)?;
+        let auth = auth_settings(&config)?;
 
         std::fs::create_dir_all(&state_dir)
             .with_context(|| format!("cannot create state.dir {}", state_dir.display()))?;
@@ -162,7 +192,7 @@ impl RunningWorker {
 
         let bootstrap = config.get("bootstrap.servers").cloned().unwrap_or_default();
         let worker = Worker::start(config, registry.clone())?;
-        let herder = Arc::new(Herder::new(worker, Arc::new(store), registry, worker_id));
+        let herder = Arc::new(Herder::new(worker, Arc::new(store), registry, worker_id)?);
         let ready = Arc::new(AtomicBool::new(false));
         let server = rest::serve(
             listener,
@@ -171,6 +201,7 @@ impl RunningWorker {
                 ready: Arc::clone(&ready),
                 kafka_cluster_id: kafka_cluster_id(bootstrap).await,
                 max_body_bytes,
+                auth,
             },
         )?;
         let handle = server.handle();
@@ -284,5 +315,28 @@ mod tests {
         assert!(err.to_string().contains("https://a:1"), "{err}");
         let err = listen_address(&config(&[(REST_PORT, "70000")])).expect_err("port");
         assert!(err.to_string().contains("70000"), "{err}");
+    }
+
+    #[test]
+    fn authentication_needs_a_long_admin_token() {
+        assert!(!auth_settings(&ConfigMap::new()).expect("off").enabled);
+        let err = auth_settings(&config(&[(REST_AUTH_ENABLED, "true")])).expect_err("no token");
+        assert!(err.to_string().contains(REST_ADMIN_TOKEN), "{err}");
+        let err = auth_settings(&config(&[
+            (REST_AUTH_ENABLED, "true"),
+            (REST_ADMIN_TOKEN, "short"),
+        ]))
+        .expect_err("short");
+        assert!(err.to_string().contains("16 characters"), "{err}");
+        let on = auth_settings(&config(&[
+            (REST_AUTH_ENABLED, "true"),
+            (REST_ADMIN_TOKEN, "0123456789abcdef0123"),
+        ]))
+        .expect("on");
+        assert!(on.enabled);
+        assert_eq!(
+            on.admin_token_digest.as_deref(),
+            Some(crate::tenants::digest("0123456789abcdef0123").as_str())
+        );
     }
 }

@@ -621,7 +621,8 @@ async fn the_openapi_document_describes_exactly_the_routes_the_server_answers() 
         let concrete = path
             .replace("{name}", "nope")
             .replace("{task}", "0")
-            .replace("{plugin}", "file");
+            .replace("{plugin}", "file")
+            .replace("{tenant}", "default");
         let body = matches!(method, "POST" | "PUT" | "PATCH").then(|| "{}".to_owned());
         let answer = api
             .send(

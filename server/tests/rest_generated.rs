@@ -176,11 +176,12 @@ async fn generated_requests_for_every_documented_operation_never_get_a_5xx() {
     for round in 0..ROUNDS_PER_OPERATION {
         for (method, path) in &operations {
             let mut concrete = path.clone();
-            for param in ["{name}", "{task}", "{plugin}"] {
+            for param in ["{name}", "{task}", "{plugin}", "{tenant}"] {
                 let text = match (param, rng.gen_range(0..3)) {
                     ("{task}", 0) => rng.gen_range(0..3).to_string(),
                     ("{name}", 0) => format!("gen-{}", rng.gen_range(0..5)),
                     ("{plugin}", 0) => "file".to_owned(),
+                    ("{tenant}", 0 | 1) => "default".to_owned(),
                     _ => word(&mut rng),
                 };
                 concrete = concrete.replace(param, &segment(&text));

@@ -1,5 +1,6 @@
 //! `/connectors/...`: Kafka Connect's connector resources, with its paths, status codes and
-//! JSON shapes.
+//! JSON shapes. The same handlers answer `/tenants/{tenant}/connectors/...`; [`Caller`] says
+//! which tenant's connectors a request acts on.
 
 use std::str::FromStr;
 
@@ -9,11 +10,33 @@ use serde_json::{json, Map, Value as Json};
 use spillway_storage::TargetState;
 
 use crate::herder::RestartRequest;
+use crate::rest::auth::Caller;
 use crate::rest::body;
 use crate::rest::error::ApiError;
 use crate::rest::Api;
 
 type Params = Query<Vec<(String, String)>>;
+
+/// `{name}` of a connector path (beside `{tenant}` on tenant-scoped paths).
+#[derive(serde::Deserialize)]
+pub struct NamePath {
+    name: String,
+}
+
+/// `{name}` and `{task}` of a task path.
+#[derive(serde::Deserialize)]
+pub struct TaskPath {
+    name: String,
+    task: String,
+}
+
+/// Where a new connector is found: its path under the caller's routes.
+fn location(request: &HttpRequest, name: &str) -> String {
+    match request.match_info().get("tenant") {
+        Some(tenant) => format!("/tenants/{tenant}/connectors/{name}"),
+        None => format!("/connectors/{name}"),
+    }
+}
 
 /// A boolean query parameter (`includeTasks=true`); absent means false.
 fn flag(params: &Params, name: &str) -> Result<bool, ApiError> {
@@ -39,8 +62,13 @@ fn task_id(name: &str, task: &str) -> Result<u32, ApiError> {
 
 /// `GET /connectors`: the names, or with `expand=status` / `expand=info` an object keyed by
 /// name holding what was asked for.
-pub async fn list(api: Data<Api>, params: Params) -> Result<HttpResponse, ApiError> {
-    let names = api.herder.connector_names()?;
+pub async fn list(
+    api: Data<Api>,
+    caller: Caller,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = caller.tenant.as_str();
+    let names = api.herder.connector_names(tenant)?;
     let expand: Vec<&str> = params
         .iter()
         .filter(|(k, _)| k == "expand")
@@ -55,13 +83,13 @@ pub async fn list(api: Data<Api>, params: Params) -> Result<HttpResponse, ApiErr
         let mut entry = Map::new();
         // A connector deleted between listing and reading is left out.
         if status {
-            match api.herder.status(&name) {
+            match api.herder.status(tenant, &name) {
                 Ok(s) => entry.insert("status".into(), json!(s)),
                 Err(_) => continue,
             };
         }
         if info {
-            match api.herder.info(&name) {
+            match api.herder.info(tenant, &name) {
                 Ok(i) => entry.insert("info".into(), json!(i)),
                 Err(_) => continue,
             };
@@ -74,6 +102,7 @@ pub async fn list(api: Data<Api>, params: Params) -> Result<HttpResponse, ApiErr
 /// `POST /connectors`: `{name, config, initial_state?}` → 201 with the connector's info.
 pub async fn create(
     api: Data<Api>,
+    caller: Caller,
     request: HttpRequest,
     payload: Payload,
 ) -> Result<HttpResponse, ApiError> {
@@ -125,38 +154,58 @@ pub async fn create(
             )))
         }
     };
-    let info = api.herder.create(config, &name, initial).await?;
+    let info = api
+        .herder
+        .create(&caller.tenant, config, &name, initial)
+        .await?;
     Ok(HttpResponse::Created()
-        .insert_header(("Location", format!("/connectors/{name}")))
+        .insert_header(("Location", location(&request, &name)))
         .json(info))
 }
 
-pub async fn info(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(api.herder.info(&name)?))
+pub async fn info(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    Ok(HttpResponse::Ok().json(api.herder.info(&caller.tenant, name)?))
 }
 
-pub async fn delete(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    api.herder.delete(&name).await?;
+pub async fn delete(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    api.herder.delete(&caller.tenant, name).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
-pub async fn get_config(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(api.herder.config(&name)?))
+pub async fn get_config(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    Ok(HttpResponse::Ok().json(api.herder.config(&caller.tenant, name)?))
 }
 
 /// `PUT /connectors/{name}/config`: 201 when created, 200 when updated.
 pub async fn put_config(
     api: Data<Api>,
-    name: Path<String>,
+    caller: Caller,
+    path: Path<NamePath>,
     request: HttpRequest,
     payload: Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
     let json = body::read_json(&request, payload, api.max_body_bytes).await?;
     let config = body::config(&json, "the configuration")?;
-    let (created, info) = api.herder.put_config(&name, config).await?;
+    let (created, info) = api.herder.put_config(&caller.tenant, name, config).await?;
     Ok(if created {
         HttpResponse::Created()
-            .insert_header(("Location", format!("/connectors/{name}")))
+            .insert_header(("Location", location(&request, name)))
             .json(info)
     } else {
         HttpResponse::Ok().json(info)
@@ -166,80 +215,135 @@ pub async fn put_config(
 /// `PATCH /connectors/{name}/config`: changes the keys given; `null` removes a key.
 pub async fn patch_config(
     api: Data<Api>,
-    name: Path<String>,
+    caller: Caller,
+    path: Path<NamePath>,
     request: HttpRequest,
     payload: Payload,
 ) -> Result<HttpResponse, ApiError> {
     let json = body::read_json(&request, payload, api.max_body_bytes).await?;
     let patch = body::settings(&json, "the configuration patch")?;
-    Ok(HttpResponse::Ok().json(api.herder.patch_config(&name, patch).await?))
+    Ok(HttpResponse::Ok().json(
+        api.herder
+            .patch_config(&caller.tenant, &path.name, patch)
+            .await?,
+    ))
 }
 
-pub async fn status(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(api.herder.status(&name)?))
+pub async fn status(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    Ok(HttpResponse::Ok().json(api.herder.status(&caller.tenant, name)?))
 }
 
-pub async fn tasks(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(api.herder.task_configs(&name)?))
+pub async fn tasks(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    Ok(HttpResponse::Ok().json(api.herder.task_configs(&caller.tenant, name)?))
 }
 
 pub async fn task_status(
     api: Data<Api>,
-    path: Path<(String, String)>,
+    caller: Caller,
+    path: Path<TaskPath>,
 ) -> Result<HttpResponse, ApiError> {
-    let (name, task) = path.into_inner();
-    let task = task_id(&name, &task)?;
-    Ok(HttpResponse::Ok().json(api.herder.task_status(&name, task)?))
+    let task = task_id(&path.name, &path.task)?;
+    Ok(HttpResponse::Ok().json(api.herder.task_status(&caller.tenant, &path.name, task)?))
 }
 
 /// `POST /connectors/{name}/restart?includeTasks=&onlyFailed=`: 204 for the plain request,
 /// 202 with the status showing what restarts otherwise (KIP-745).
 pub async fn restart(
     api: Data<Api>,
-    name: Path<String>,
+    caller: Caller,
+    path: Path<NamePath>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
     let request = RestartRequest {
         include_tasks: flag(&params, "includeTasks")?,
         only_failed: flag(&params, "onlyFailed")?,
     };
-    Ok(match api.herder.restart(&name, request).await? {
-        None => HttpResponse::NoContent().finish(),
-        Some(status) => HttpResponse::Accepted().json(status),
-    })
+    Ok(
+        match api
+            .herder
+            .restart(&caller.tenant, &path.name, request)
+            .await?
+        {
+            None => HttpResponse::NoContent().finish(),
+            Some(status) => HttpResponse::Accepted().json(status),
+        },
+    )
 }
 
 pub async fn restart_task(
     api: Data<Api>,
-    path: Path<(String, String)>,
+    caller: Caller,
+    path: Path<TaskPath>,
 ) -> Result<HttpResponse, ApiError> {
-    let (name, task) = path.into_inner();
-    let task = task_id(&name, &task)?;
-    api.herder.restart_task(&name, task).await?;
+    let task = task_id(&path.name, &path.task)?;
+    api.herder
+        .restart_task(&caller.tenant, &path.name, task)
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
-pub async fn pause(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    api.herder.set_target(&name, TargetState::Paused).await?;
+pub async fn pause(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    api.herder
+        .set_target(&caller.tenant, name, TargetState::Paused)
+        .await?;
     Ok(HttpResponse::Accepted().finish())
 }
 
-pub async fn resume(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    api.herder.set_target(&name, TargetState::Running).await?;
+pub async fn resume(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    api.herder
+        .set_target(&caller.tenant, name, TargetState::Running)
+        .await?;
     Ok(HttpResponse::Accepted().finish())
 }
 
-pub async fn stop(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    api.herder.set_target(&name, TargetState::Stopped).await?;
+pub async fn stop(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    api.herder
+        .set_target(&caller.tenant, name, TargetState::Stopped)
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
 /// `GET /connectors/{name}/topics`: `{name: {topics: [...]}}`.
-pub async fn topics(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    let topics = api.herder.topics(&name)?;
+pub async fn topics(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    let topics = api.herder.topics(&caller.tenant, name)?;
     Ok(HttpResponse::Ok().json(json!({ name.as_str(): { "topics": topics } })))
 }
 
-pub async fn offsets(api: Data<Api>, name: Path<String>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(api.herder.offsets(&name).await?))
+pub async fn offsets(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let name = &path.name;
+    Ok(HttpResponse::Ok().json(api.herder.offsets(&caller.tenant, name).await?))
 }

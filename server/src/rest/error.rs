@@ -7,6 +7,7 @@ use spillway_actors::RuntimeError;
 use spillway_storage::StorageError;
 
 use crate::herder::HerderError;
+use crate::tenants::TenantError;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,12 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("Plugin type '{plugin}' does not match connector.class '{class}' in the request body")]
     PluginMismatch { plugin: String, class: String },
+    /// No valid bearer token (with `rest.auth.enabled=true`).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A valid token that may not do this.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 /// The body of every error answer.
@@ -48,6 +55,19 @@ impl ResponseError for ApiError {
                 HerderError::Runtime(RuntimeError::Config { .. }) => StatusCode::BAD_REQUEST,
                 HerderError::Runtime(RuntimeError::UnknownConnector(_)) => StatusCode::NOT_FOUND,
                 HerderError::Storage(StorageError::InvalidName { .. }) => StatusCode::BAD_REQUEST,
+                HerderError::Quota { .. } => StatusCode::FORBIDDEN,
+                HerderError::TenantHasConnectors { .. } | HerderError::Conflict(_) => {
+                    StatusCode::CONFLICT
+                }
+                HerderError::Tenant(e) => match e {
+                    TenantError::Unknown(_) => StatusCode::NOT_FOUND,
+                    TenantError::Exists(_) => StatusCode::CONFLICT,
+                    TenantError::Invalid(_) => StatusCode::BAD_REQUEST,
+                    TenantError::Storage(StorageError::InvalidName { .. }) => {
+                        StatusCode::BAD_REQUEST
+                    }
+                    TenantError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                },
                 HerderError::Storage(_) | HerderError::Runtime(_) | HerderError::Offsets { .. } => {
                     StatusCode::INTERNAL_SERVER_ERROR
                 }
@@ -58,6 +78,8 @@ impl ResponseError for ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -66,7 +88,11 @@ impl ResponseError for ApiError {
         if status.is_server_error() {
             tracing::error!(status = status.as_u16(), error = %self, "request failed");
         }
-        HttpResponse::build(status).json(ErrorBody {
+        let mut response = HttpResponse::build(status);
+        if status == StatusCode::UNAUTHORIZED {
+            response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        response.json(ErrorBody {
             error_code: status.as_u16(),
             message: self.to_string(),
         })

@@ -2,12 +2,17 @@
 //! Connect's tooling works unchanged. [`endpoints`] is the one list of routes: the server is
 //! built from it and the OpenAPI document (`openapi.json`, served at `/openapi.json`) is tested
 //! against it.
+//!
+//! Tenants: every `/connectors/...` route is also served under `/tenants/{tenant}`, and
+//! `/tenants` manages the tenants; [`auth`] says who may do what.
 
 mod admin;
+pub mod auth;
 mod body;
 mod connectors;
 mod error;
 mod plugins;
+mod tenants;
 
 use std::net::TcpListener;
 use std::sync::atomic::AtomicBool;
@@ -35,25 +40,69 @@ pub struct Api {
     pub ready: Arc<AtomicBool>,
     pub kafka_cluster_id: Option<String>,
     pub max_body_bytes: usize,
+    pub auth: auth::AuthSettings,
 }
 
 /// One route: method, path (in OpenAPI's `{param}` form, which actix shares) and handler.
 pub struct Endpoint {
     pub method: Method,
-    pub path: &'static str,
+    pub path: String,
     route: fn() -> Route,
 }
 
-const fn endpoint(method: Method, path: &'static str, route: fn() -> Route) -> Endpoint {
+fn endpoint(method: Method, path: &str, route: fn() -> Route) -> Endpoint {
     Endpoint {
         method,
-        path,
+        path: path.to_owned(),
         route,
     }
 }
 
+/// The tenant routes: `/tenants` management, and every `/connectors/...` route again under
+/// `/tenants/{tenant}`.
+fn tenant_endpoints(connector_routes: &[Endpoint]) -> Vec<Endpoint> {
+    let mut all = vec![
+        endpoint(Method::GET, "/tenants", || web::get().to(tenants::list)),
+        endpoint(Method::POST, "/tenants", || web::post().to(tenants::create)),
+        endpoint(Method::GET, "/tenants/{tenant}", || {
+            web::get().to(tenants::get)
+        }),
+        endpoint(Method::PUT, "/tenants/{tenant}", || {
+            web::put().to(tenants::put)
+        }),
+        endpoint(Method::PATCH, "/tenants/{tenant}", || {
+            web::patch().to(tenants::patch)
+        }),
+        endpoint(Method::DELETE, "/tenants/{tenant}", || {
+            web::delete().to(tenants::delete)
+        }),
+        endpoint(Method::POST, "/tenants/{tenant}/token", || {
+            web::post().to(tenants::rotate_token)
+        }),
+    ];
+    all.extend(
+        connector_routes
+            .iter()
+            .filter(|e| e.path.starts_with("/connectors"))
+            .map(|e| Endpoint {
+                method: e.method.clone(),
+                path: format!("/tenants/{{tenant}}{}", e.path),
+                route: e.route,
+            }),
+    );
+    all
+}
+
 /// Every route the server answers.
 pub fn endpoints() -> Vec<Endpoint> {
+    let mut all = connect_endpoints();
+    let tenant_routes = tenant_endpoints(&all);
+    all.extend(tenant_routes);
+    all
+}
+
+/// Kafka Connect's routes.
+fn connect_endpoints() -> Vec<Endpoint> {
     vec![
         endpoint(Method::GET, "/", || web::get().to(admin::root)),
         endpoint(Method::GET, "/health", || web::get().to(admin::health)),
@@ -162,10 +211,10 @@ pub fn configure(config: &mut web::ServiceConfig) {
             ApiError::NotFound(format!("no resource at {}: {e}", request.path())).into()
         }));
     let all = endpoints();
-    let mut paths: Vec<&'static str> = Vec::new();
+    let mut paths: Vec<&str> = Vec::new();
     for e in &all {
-        if !paths.contains(&e.path) {
-            paths.push(e.path);
+        if !paths.contains(&e.path.as_str()) {
+            paths.push(&e.path);
         }
     }
     for path in paths {
@@ -181,11 +230,14 @@ pub fn configure(config: &mut web::ServiceConfig) {
 /// Starts serving on `listener`; the returned server runs until stopped.
 pub fn serve(listener: TcpListener, api: Api) -> std::io::Result<Server> {
     let api = Data::new(api);
-    Ok(
-        HttpServer::new(move || App::new().app_data(api.clone()).configure(configure))
-            .workers(2)
-            .disable_signals()
-            .listen(listener)?
-            .run(),
-    )
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(api.clone())
+            .wrap(actix_web::middleware::from_fn(auth::authenticate))
+            .configure(configure)
+    })
+    .workers(2)
+    .disable_signals()
+    .listen(listener)?
+    .run())
 }

@@ -5,6 +5,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use spillway_core::config::sink_connector::CONNECTOR_CLASS;
 
 use crate::herder::HerderError;
+use crate::rest::auth::Caller;
 use crate::rest::body;
 use crate::rest::error::ApiError;
 use crate::rest::Api;
@@ -21,6 +22,7 @@ pub async fn config(api: Data<Api>, plugin: Path<String>) -> Result<HttpResponse
 /// for a readable request; clients look at `error_count`.
 pub async fn validate(
     api: Data<Api>,
+    caller: Caller,
     plugin: Path<String>,
     request: HttpRequest,
     payload: Payload,
@@ -52,5 +54,5 @@ pub async fn validate(
             config.insert(CONNECTOR_CLASS.into(), plugin.into_inner());
         }
     }
-    Ok(HttpResponse::Ok().json(api.herder.validate(&config)))
+    Ok(HttpResponse::Ok().json(api.herder.validate(&caller.tenant, &config)))
 }

@@ -12,7 +12,9 @@ use spillway::worker_cmd::RunningWorker;
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
 use spillway_core::connector::replicate_task_configs;
-use spillway_core::{ConfigError, ConfigMap, SinkConnector, SinkTask};
+use spillway_core::{
+    ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
+};
 use spillway_tests::DevBroker;
 
 /// A dev broker whose share groups read from the earliest offset and give up locks quickly.
@@ -47,11 +49,24 @@ pub fn worker_config(broker: &DevBroker, state_dir: &Path) -> ConfigMap {
 
 /// The built-in sinks plus `vault`, a sink with a password key and a secret-named int key.
 pub fn registry() -> ConnectorRegistry {
-    ConnectorRegistry::builtin().with(&["vault"], || Box::new(VaultConnector::default()))
+    ConnectorRegistry::builtin()
+        .with(&["vault"], || Box::new(VaultConnector::default()))
+        .with(&["slow"], || Box::new(SlowConnector::default()))
 }
 
 pub async fn start_worker(broker: &DevBroker, state_dir: &Path) -> (RunningWorker, Client) {
-    let worker = RunningWorker::start(worker_config(broker, state_dir), registry())
+    start_worker_with(broker, state_dir, &[]).await
+}
+
+/// [`start_worker`] with more worker properties.
+pub async fn start_worker_with(
+    broker: &DevBroker,
+    state_dir: &Path,
+    extra: &[(&str, &str)],
+) -> (RunningWorker, Client) {
+    let mut properties = worker_config(broker, state_dir);
+    properties.extend(config(extra));
+    let worker = RunningWorker::start(properties, registry())
         .await
         .expect("the worker starts");
     let client = Client::new(&format!("http://{}", worker.address()));
@@ -84,6 +99,8 @@ impl Answer {
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    /// Sent as `Authorization: Bearer <token>`.
+    token: Option<String>,
 }
 
 impl Client {
@@ -91,6 +108,15 @@ impl Client {
         Client {
             base: base.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
+            token: None,
+        }
+    }
+
+    /// The same server, called with `token`.
+    pub fn with_token(&self, token: &str) -> Client {
+        Client {
+            token: Some(token.to_owned()),
+            ..self.clone()
         }
     }
 
@@ -99,6 +125,9 @@ impl Client {
             .http
             .request(method.clone(), format!("{}{path}", self.base))
             .timeout(Duration::from_secs(60));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
@@ -213,5 +242,93 @@ impl SinkConnector for VaultConnector {
 
     fn create_task(&self) -> Box<dyn SinkTask> {
         Box::new(spillway_connectors::file::FileSinkTask::default())
+    }
+}
+
+/// A sink that takes `slow.put.ms` for every batch, or with `slow.fail=true` fails every
+/// batch for good: a tenant in trouble.
+#[derive(Default)]
+pub struct SlowConnector {
+    config: ConfigMap,
+}
+
+fn slow_def() -> ConfigDef {
+    ConfigDef::new()
+        .define(
+            ConfigKey::new(
+                "slow.put.ms",
+                ConfigType::Long,
+                Importance::Low,
+                "Time per batch.",
+            )
+            .default("1000"),
+        )
+        .define(
+            ConfigKey::new(
+                "slow.fail",
+                ConfigType::Boolean,
+                Importance::Low,
+                "Fail batches.",
+            )
+            .default("false"),
+        )
+}
+
+impl SinkConnector for SlowConnector {
+    fn version(&self) -> &str {
+        "1.0"
+    }
+
+    fn config_def(&self) -> ConfigDef {
+        slow_def()
+    }
+
+    fn start(&mut self, config: &ConfigMap) -> Result<(), ConfigError> {
+        slow_def().parse(config)?;
+        self.config = config.clone();
+        Ok(())
+    }
+
+    fn task_configs(&self, max_tasks: usize) -> Result<Vec<ConfigMap>, ConfigError> {
+        Ok(replicate_task_configs(&self.config, max_tasks))
+    }
+
+    fn create_task(&self) -> Box<dyn SinkTask> {
+        Box::new(SlowTask::default())
+    }
+}
+
+#[derive(Default)]
+struct SlowTask {
+    put_time: Duration,
+    fail: bool,
+}
+
+#[async_trait::async_trait]
+impl SinkTask for SlowTask {
+    async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
+        let parsed = slow_def()
+            .parse(config)
+            .map_err(|e| SinkError::fatal(e.to_string()))?;
+        let ms = parsed
+            .long("slow.put.ms")
+            .map_err(|e| SinkError::fatal(e.to_string()))?;
+        self.put_time = Duration::from_millis(ms.unsigned_abs());
+        self.fail = parsed
+            .boolean("slow.fail")
+            .map_err(|e| SinkError::fatal(e.to_string()))?;
+        Ok(())
+    }
+
+    async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+        if self.fail {
+            return Err(SinkError::fatal("the slow sink was told to fail"));
+        }
+        tokio::time::sleep(self.put_time).await;
+        Ok(records.iter().map(|_| PutOutcome::Ok).collect())
+    }
+
+    async fn stop(&mut self) -> Result<(), SinkError> {
+        Ok(())
     }
 }

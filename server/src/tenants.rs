@@ -1,0 +1,511 @@
+//! Tenants: who owns connectors, their quotas, client override policy and bearer token.
+//!
+//! A tenant is kept in the state store as a [`Tenant`] whose settings map holds, as text:
+//! `quota.connectors`, `quota.tasks`, `quota.records.per.second`, `quota.bytes.per.second`,
+//! `quota.inflight.records` (absent: unlimited), `client.config.override.policy` and
+//! `token.sha256`. Only the SHA-256 digest of a token is stored: tokens are 256 random bits,
+//! so a fast digest is as good as a password hash and lets a request find its tenant in one
+//! lookup. The token itself is shown once, in the answer that created (or rotated) it.
+//!
+//! The `default` tenant always exists (unlimited, the worker's override policy, no token);
+//! the admin may give it quotas, which are then stored like any tenant's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use base64::Engine as _;
+use rand::RngCore as _;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use spillway_actors::{OverridePolicy, TenantScope, Throttle};
+use spillway_storage::{StateStore, StorageError, Tenant};
+
+/// The tenant of every connector while authentication is off.
+pub const DEFAULT_TENANT: &str = "default";
+
+const TOKEN_DIGEST: &str = "token.sha256";
+const POLICY: &str = "client.config.override.policy";
+
+/// The quotas of one tenant; `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Quotas {
+    pub connectors: Option<u64>,
+    pub tasks: Option<u64>,
+    #[serde(rename = "records.per.second")]
+    pub records_per_second: Option<u32>,
+    #[serde(rename = "bytes.per.second")]
+    pub bytes_per_second: Option<u32>,
+    /// Records the tenant's tasks may hold between poll and commit: the sum over its
+    /// connectors of `tasks.max × task.inflight.batches × max.poll.records`.
+    #[serde(rename = "inflight.records")]
+    pub inflight_records: Option<u64>,
+}
+
+/// The quota names, as in the API and the store (`quota.<name>`).
+pub const QUOTA_NAMES: [&str; 5] = [
+    "connectors",
+    "tasks",
+    "records.per.second",
+    "bytes.per.second",
+    "inflight.records",
+];
+
+impl Quotas {
+    /// Sets one quota by name; `None` removes it. The error says what is wrong.
+    pub fn set(&mut self, name: &str, value: Option<u64>) -> Result<(), String> {
+        let rate = |v: Option<u64>| -> Result<Option<u32>, String> {
+            v.map(|v| {
+                u32::try_from(v).ok().filter(|v| *v > 0).ok_or_else(|| {
+                    format!("quota {name} must be from 1 to {}, found {v}", u32::MAX)
+                })
+            })
+            .transpose()
+        };
+        match name {
+            "connectors" => self.connectors = value,
+            "tasks" => self.tasks = value,
+            "inflight.records" => self.inflight_records = value,
+            "records.per.second" => self.records_per_second = rate(value)?,
+            "bytes.per.second" => self.bytes_per_second = rate(value)?,
+            other => {
+                return Err(format!(
+                    "unknown quota '{other}'; the quotas are {}",
+                    QUOTA_NAMES.join(", ")
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<u64> {
+        match name {
+            "connectors" => self.connectors,
+            "tasks" => self.tasks,
+            "inflight.records" => self.inflight_records,
+            "records.per.second" => self.records_per_second.map(u64::from),
+            "bytes.per.second" => self.bytes_per_second.map(u64::from),
+            _ => None,
+        }
+    }
+}
+
+/// A tenant as the API shows it (never its token).
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantInfo {
+    pub name: String,
+    pub quotas: Quotas,
+    #[serde(rename = "client.config.override.policy")]
+    pub policy: &'static str,
+}
+
+/// One tenant in memory.
+#[derive(Clone)]
+struct Entry {
+    quotas: Quotas,
+    policy: OverridePolicy,
+    token_digest: Option<String>,
+    /// Shared by the tenant's running tasks; its rates follow the quotas.
+    throttle: Arc<Throttle>,
+}
+
+impl Entry {
+    fn to_record(&self, name: &str) -> Tenant {
+        let mut settings = BTreeMap::new();
+        for quota in QUOTA_NAMES {
+            if let Some(v) = self.quotas.get(quota) {
+                settings.insert(format!("quota.{quota}"), v.to_string());
+            }
+        }
+        settings.insert(POLICY.to_owned(), self.policy.as_str().to_owned());
+        if let Some(digest) = &self.token_digest {
+            settings.insert(TOKEN_DIGEST.to_owned(), digest.clone());
+        }
+        Tenant {
+            name: name.to_owned(),
+            settings,
+        }
+    }
+
+    fn from_record(record: &Tenant) -> Result<Entry, String> {
+        let mut quotas = Quotas::default();
+        for quota in QUOTA_NAMES {
+            if let Some(text) = record.settings.get(&format!("quota.{quota}")) {
+                let value = text
+                    .parse::<u64>()
+                    .map_err(|_| format!("quota.{quota}='{text}' is not a number"))?;
+                quotas.set(quota, Some(value))?;
+            }
+        }
+        let policy = match record.settings.get(POLICY) {
+            Some(text) => OverridePolicy::parse(POLICY, text).map_err(|e| e.to_string())?,
+            None => OverridePolicy::Restricted,
+        };
+        Ok(Entry {
+            throttle: Arc::new(Throttle::new(
+                quotas.records_per_second,
+                quotas.bytes_per_second,
+            )),
+            quotas,
+            policy,
+            token_digest: record.settings.get(TOKEN_DIGEST).cloned(),
+        })
+    }
+}
+
+/// Why a tenant request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    #[error("Tenant {0} not found")]
+    Unknown(String),
+    #[error("Tenant {0} already exists")]
+    Exists(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// The tenants of a worker: cached from the store, written through to it.
+pub struct Tenants {
+    store: Arc<dyn StateStore>,
+    /// The override policy of the `default` tenant (the worker's).
+    default_policy: OverridePolicy,
+    entries: RwLock<BTreeMap<String, Entry>>,
+    /// Token digest → tenant.
+    tokens: RwLock<HashMap<String, String>>,
+}
+
+/// A tenant name: 1 to 64 letters, digits, `_` or `-`, so that `<tenant>.` prefixes and
+/// `<tenant>/<connector>` keys can be split again.
+pub fn check_tenant_name(name: &str) -> Result<(), TenantError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(TenantError::Invalid(format!(
+            "invalid tenant name '{}': use 1 to 64 letters, digits, '_' or '-'",
+            name.escape_debug()
+        )))
+    }
+}
+
+/// SHA-256 of a token, as lowercase hex.
+pub fn digest(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    format!(
+        "spw_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // Writers replace whole entries; a panic elsewhere cannot leave one half written.
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Tenants {
+    /// Loads every stored tenant; a tenant record that cannot be read stops the worker.
+    pub fn load(
+        store: Arc<dyn StateStore>,
+        default_policy: OverridePolicy,
+    ) -> Result<Tenants, TenantError> {
+        let mut entries = BTreeMap::new();
+        let mut tokens = HashMap::new();
+        for record in store.tenants()? {
+            let mut entry = Entry::from_record(&record).map_err(|e| {
+                TenantError::Invalid(format!(
+                    "the stored tenant '{}' cannot be read: {e}",
+                    record.name
+                ))
+            })?;
+            if record.name == DEFAULT_TENANT {
+                entry.policy = default_policy;
+                entry.token_digest = None;
+            }
+            if let Some(d) = &entry.token_digest {
+                tokens.insert(d.clone(), record.name.clone());
+            }
+            entries.insert(record.name.clone(), entry);
+        }
+        entries
+            .entry(DEFAULT_TENANT.to_owned())
+            .or_insert_with(|| Entry {
+                quotas: Quotas::default(),
+                policy: default_policy,
+                token_digest: None,
+                throttle: Arc::new(Throttle::new(None, None)),
+            });
+        Ok(Tenants {
+            store,
+            default_policy,
+            entries: RwLock::new(entries),
+            tokens: RwLock::new(tokens),
+        })
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        read(&self.entries).contains_key(name)
+    }
+
+    /// The tenant a bearer token belongs to.
+    pub fn by_token(&self, token: &str) -> Option<String> {
+        read(&self.tokens).get(&digest(token)).cloned()
+    }
+
+    pub fn list(&self) -> Vec<TenantInfo> {
+        read(&self.entries)
+            .iter()
+            .map(|(name, e)| info(name, e))
+            .collect()
+    }
+
+    pub fn get(&self, name: &str) -> Result<TenantInfo, TenantError> {
+        read(&self.entries)
+            .get(name)
+            .map(|e| info(name, e))
+            .ok_or_else(|| TenantError::Unknown(name.to_owned()))
+    }
+
+    pub fn quotas(&self, name: &str) -> Quotas {
+        read(&self.entries)
+            .get(name)
+            .map(|e| e.quotas)
+            .unwrap_or_default()
+    }
+
+    /// How the runtime runs a connector of `tenant`.
+    pub fn scope(&self, tenant: &str) -> TenantScope {
+        let entries = read(&self.entries);
+        let entry = entries.get(tenant);
+        TenantScope {
+            prefix: (tenant != DEFAULT_TENANT).then(|| tenant.to_owned()),
+            policy: entry.map_or(OverridePolicy::Restricted, |e| e.policy),
+            throttle: entry.map(|e| Arc::clone(&e.throttle)),
+        }
+    }
+
+    /// Creates a tenant; returns it with its token (shown only here).
+    pub fn create(
+        &self,
+        name: &str,
+        quotas: Quotas,
+        policy: Option<OverridePolicy>,
+    ) -> Result<(TenantInfo, String), TenantError> {
+        check_tenant_name(name)?;
+        let mut entries = write(&self.entries);
+        if entries.contains_key(name) {
+            return Err(TenantError::Exists(name.to_owned()));
+        }
+        let token = new_token();
+        let entry = Entry {
+            quotas,
+            policy: policy.unwrap_or(OverridePolicy::Restricted),
+            token_digest: Some(digest(&token)),
+            throttle: Arc::new(Throttle::new(
+                quotas.records_per_second,
+                quotas.bytes_per_second,
+            )),
+        };
+        self.store.put_tenant(&entry.to_record(name))?;
+        write(&self.tokens).insert(digest(&token), name.to_owned());
+        let shown = info(name, &entry);
+        entries.insert(name.to_owned(), entry);
+        Ok((shown, token))
+    }
+
+    /// Replaces a tenant's quotas and policy (`None` keeps the policy); running tasks follow
+    /// the new rates from their next poll.
+    pub fn update(
+        &self,
+        name: &str,
+        quotas: Quotas,
+        policy: Option<OverridePolicy>,
+    ) -> Result<TenantInfo, TenantError> {
+        let mut entries = write(&self.entries);
+        let entry = entries
+            .get_mut(name)
+            .ok_or_else(|| TenantError::Unknown(name.to_owned()))?;
+        if name == DEFAULT_TENANT && policy.is_some_and(|p| p != self.default_policy) {
+            return Err(TenantError::Invalid(format!(
+                "the default tenant's client config override policy is the worker's {}; change it in the worker properties",
+                spillway_actors::tenancy::OVERRIDE_POLICY
+            )));
+        }
+        let mut updated = entry.clone();
+        updated.quotas = quotas;
+        if let Some(p) = policy {
+            updated.policy = p;
+        }
+        self.store.put_tenant(&updated.to_record(name))?;
+        updated
+            .throttle
+            .set_rates(quotas.records_per_second, quotas.bytes_per_second);
+        *entry = updated;
+        Ok(info(name, entry))
+    }
+
+    /// Gives a tenant a new token (the old one stops working) and returns it.
+    pub fn rotate_token(&self, name: &str) -> Result<String, TenantError> {
+        if name == DEFAULT_TENANT {
+            return Err(TenantError::Invalid(
+                "the default tenant has no token: callers with the admin token act on it".into(),
+            ));
+        }
+        let mut entries = write(&self.entries);
+        let entry = entries
+            .get_mut(name)
+            .ok_or_else(|| TenantError::Unknown(name.to_owned()))?;
+        let token = new_token();
+        let mut updated = entry.clone();
+        updated.token_digest = Some(digest(&token));
+        self.store.put_tenant(&updated.to_record(name))?;
+        let mut tokens = write(&self.tokens);
+        if let Some(old) = &entry.token_digest {
+            tokens.remove(old);
+        }
+        tokens.insert(digest(&token), name.to_owned());
+        *entry = updated;
+        Ok(token)
+    }
+
+    /// Forgets a tenant (its connectors must be gone already).
+    pub fn delete(&self, name: &str) -> Result<(), TenantError> {
+        if name == DEFAULT_TENANT {
+            return Err(TenantError::Invalid(
+                "the default tenant cannot be deleted".into(),
+            ));
+        }
+        let mut entries = write(&self.entries);
+        let Some(entry) = entries.get(name) else {
+            return Err(TenantError::Unknown(name.to_owned()));
+        };
+        self.store.delete_tenant(name)?;
+        if let Some(d) = &entry.token_digest {
+            write(&self.tokens).remove(d);
+        }
+        entries.remove(name);
+        Ok(())
+    }
+}
+
+fn info(name: &str, entry: &Entry) -> TenantInfo {
+    TenantInfo {
+        name: name.to_owned(),
+        quotas: entry.quotas,
+        policy: entry.policy.as_str(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use spillway_storage::SledStore;
+
+    use super::*;
+
+    fn tenants(dir: &std::path::Path) -> Tenants {
+        let store = Arc::new(SledStore::open(dir).expect("store"));
+        Tenants::load(store, OverridePolicy::All).expect("load")
+    }
+
+    #[test]
+    fn a_created_tenant_survives_a_restart_and_only_its_token_finds_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let quotas = Quotas {
+            connectors: Some(2),
+            records_per_second: Some(100),
+            ..Quotas::default()
+        };
+        let token = {
+            let t = tenants(dir.path());
+            let (info, token) = t.create("acme", quotas, None).expect("create");
+            assert_eq!(info.policy, "Restricted");
+            assert!(matches!(
+                t.create("acme", quotas, None),
+                Err(TenantError::Exists(_))
+            ));
+            token
+        };
+        let t = tenants(dir.path());
+        assert_eq!(t.by_token(&token).as_deref(), Some("acme"));
+        assert_eq!(t.by_token("spw_guess"), None);
+        assert_eq!(t.quotas("acme"), quotas);
+        let names: Vec<String> = t.list().into_iter().map(|i| i.name).collect();
+        assert_eq!(names, ["acme", "default"]);
+        let stored = t.store.tenants().expect("tenants");
+        let text = format!("{stored:?}");
+        assert!(!text.contains(&token), "the token itself is never stored");
+
+        let rotated = t.rotate_token("acme").expect("rotate");
+        assert_eq!(t.by_token(&token), None, "the old token stops working");
+        assert_eq!(t.by_token(&rotated).as_deref(), Some("acme"));
+        t.delete("acme").expect("delete");
+        assert_eq!(t.by_token(&rotated), None);
+        assert!(!t.exists("acme"));
+        drop(t);
+        assert!(
+            !tenants(dir.path()).exists("acme"),
+            "the deletion is stored"
+        );
+    }
+
+    #[test]
+    fn bad_names_quotas_and_default_tenant_changes_are_refused_clearly() {
+        let dir = tempfile::tempdir().expect("dir");
+        let t = tenants(dir.path());
+        for bad in ["", "a.b", "a/b", "ä", &"x".repeat(65)] {
+            let err = t
+                .create(bad, Quotas::default(), None)
+                .expect_err("bad name");
+            assert!(err.to_string().contains("invalid tenant name"), "{err}");
+        }
+        let err = Quotas::default()
+            .set("records.per.second", Some(0))
+            .expect_err("zero rate");
+        assert!(err.contains("records.per.second"), "{err}");
+        let err = Quotas::default().set("cpu", Some(1)).expect_err("unknown");
+        assert!(err.contains("'cpu'"), "{err}");
+        assert!(t.delete(DEFAULT_TENANT).is_err());
+        assert!(t
+            .update(
+                DEFAULT_TENANT,
+                Quotas::default(),
+                Some(OverridePolicy::None)
+            )
+            .is_err());
+        let updated = t
+            .update(
+                DEFAULT_TENANT,
+                Quotas {
+                    tasks: Some(3),
+                    ..Quotas::default()
+                },
+                None,
+            )
+            .expect("default quotas");
+        assert_eq!(updated.quotas.tasks, Some(3));
+        assert_eq!(updated.policy, "All");
+        assert!(t.scope(DEFAULT_TENANT).prefix.is_none());
+        drop(t);
+        assert_eq!(
+            tenants(dir.path()).quotas(DEFAULT_TENANT).tasks,
+            Some(3),
+            "the default tenant's quotas are stored too"
+        );
+    }
+}
