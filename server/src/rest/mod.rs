@@ -35,6 +35,8 @@ pub struct Api {
     pub ready: Arc<AtomicBool>,
     pub kafka_cluster_id: Option<String>,
     pub max_body_bytes: usize,
+    /// The runtime's metrics, served at `/metrics`.
+    pub telemetry: Arc<crate::metrics::Telemetry>,
 }
 
 /// One route: method, path (in OpenAPI's `{param}` form, which actix shares) and handler.
@@ -59,6 +61,9 @@ pub fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/health", || web::get().to(admin::health)),
         endpoint(Method::GET, "/openapi.json", || {
             web::get().to(admin::openapi)
+        }),
+        endpoint(Method::GET, "/metrics", || {
+            web::get().to(crate::metrics::scrape)
         }),
         endpoint(Method::GET, "/connectors", || {
             web::get().to(connectors::list)
