@@ -73,6 +73,7 @@ impl Handler<Verdicts> for AckerActor {
         };
         let (positions, records): (Vec<usize>, Vec<_>) = letters.into_iter().unzip();
         let topics: Vec<String> = records.iter().map(|r| r.topic.clone()).collect();
+        let requests = records.len();
         let fut = async move { writer.write(records).await };
         // `wait`: batches settle in order, each after its dead letters are confirmed.
         ctx.wait(fut.into_actor(self).map(move |results, act, _ctx| {
@@ -95,6 +96,9 @@ impl Handler<Verdicts> for AckerActor {
                 }
             }
             TaskCounters::add(&act.counters.dead_lettered, written);
+            act.counters
+                .metrics
+                .dead_letters_written(requests, requests - written);
             act.consumer.do_send(settle(batch));
         }));
     }

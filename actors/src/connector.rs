@@ -21,6 +21,7 @@ use crate::consumer::SourceFactory;
 use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::messages::{Reporter, TaskEvent};
+use crate::metrics::{self, ConnectorLabels, TaskMetrics, DEFAULT_TENANT, TENANT_KEY};
 use crate::settings::TaskSettings;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
@@ -169,9 +170,14 @@ impl ConnectorActor {
         };
         let generation = self.slots.get(&id).map_or(1, |s| s.generation + 1);
         let counters = self.board.task_counters(self.name(), id);
+        if let Some(labels) = self.board.labels(self.name()) {
+            let labels = metrics::task_labels(self.name(), &labels, id);
+            counters.metrics.bind(self.board.telemetry(), &labels);
+        }
         let spec = match self.task_spec(id, generation, task_config, ctx) {
             Ok(spec) => spec,
             Err(e) => {
+                TaskMetrics::task_setup_failed(self.board.telemetry());
                 self.board.set_task(self.name(), id, State::Failed, Some(e));
                 return;
             }
@@ -225,6 +231,29 @@ impl ConnectorActor {
             reporter: Self::reporter(ctx),
             throttle: plan.scope.throttle.clone(),
         })
+    }
+
+    /// How this connector's metrics are labelled.
+    fn metric_labels(&self) -> ConnectorLabels {
+        let config = &self.plan.config;
+        ConnectorLabels {
+            tenant: config
+                .originals
+                .get(TENANT_KEY)
+                .filter(|t| !t.trim().is_empty())
+                .cloned()
+                .unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
+            mode: if self.plan.protocol.is_share() {
+                "share"
+            } else {
+                "classic"
+            },
+            connector_class: config.connector_class.clone(),
+            connector_version: self
+                .connector
+                .as_ref()
+                .map_or_else(|| "unknown".to_owned(), |c| c.version().to_owned()),
+        }
     }
 
     fn finish_stop_if_done(&mut self) {
@@ -315,7 +344,13 @@ impl Actor for ConnectorActor {
             self.plan.group_id.clone(),
         );
         let tasks = self.plan.config.tasks_max;
-        if let Err(e) = self.start_connector().and_then(|()| self.split(tasks)) {
+        let started = self.start_connector();
+        self.board
+            .telemetry()
+            .startups
+            .connector_started(started.is_ok());
+        self.board.set_labels(&name, self.metric_labels());
+        if let Err(e) = started.and_then(|()| self.split(tasks)) {
             error!(connector = %name, error = %e, "connector failed");
             self.board.set_connector(&name, State::Failed, Some(e));
             return;

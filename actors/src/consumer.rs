@@ -6,9 +6,10 @@
 //! are committed. On [`Drain`] it stops polling, waits for the batches in flight, commits,
 //! leaves the group and passes [`Finish`] down the pipeline.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
@@ -18,6 +19,7 @@ use tracing::warn;
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::messages::{Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
+use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
 use crate::tenancy::{Debt, Throttle};
@@ -36,8 +38,11 @@ pub struct ConsumerActor {
     max_inflight: usize,
     poll_timeout: Duration,
     commit_timeout: Duration,
+    delivery_attempt_limit: u16,
     counters: Arc<TaskCounters>,
     reporter: Reporter,
+    /// Per batch in flight, what its commit's metrics need (record timestamps, locks).
+    batch_meta: HashMap<u64, BatchMeta>,
     next_seq: u64,
     in_flight: usize,
     /// Credits returned and not yet acknowledged and committed.
@@ -65,6 +70,8 @@ pub struct ConsumerSetup {
     pub max_inflight: usize,
     pub poll_timeout: Duration,
     pub commit_timeout: Duration,
+    /// Share mode: the broker's delivery attempt limit, to tell releases it archives.
+    pub delivery_attempt_limit: u16,
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
     pub throttle: Option<Arc<Throttle>>,
@@ -72,6 +79,7 @@ pub struct ConsumerSetup {
 
 impl ConsumerActor {
     pub fn new(s: ConsumerSetup) -> Self {
+        s.counters.metrics.task_starting();
         ConsumerActor {
             factory: Some(s.factory),
             source: None,
@@ -81,8 +89,10 @@ impl ConsumerActor {
             max_inflight: s.max_inflight.max(1),
             poll_timeout: s.poll_timeout,
             commit_timeout: s.commit_timeout,
+            delivery_attempt_limit: s.delivery_attempt_limit,
             counters: s.counters,
             reporter: s.reporter,
+            batch_meta: HashMap::new(),
             next_seq: 0,
             in_flight: 0,
             settled: Vec::new(),
@@ -157,11 +167,17 @@ impl ConsumerActor {
             (source, result)
         };
         ctx.spawn(fut.into_actor(self).map(|(source, result), act, ctx| {
+            if let Some(n) = source.partition_count() {
+                act.counters
+                    .metrics
+                    .partitions
+                    .store(n as u64, Ordering::Relaxed);
+            }
             act.source = Some(source);
             act.busy = false;
             match result {
                 Err(e) => act.fail_now(ctx, e.to_string()),
-                Ok(polled) => {
+                Ok(mut polled) => {
                     if !polled.records.is_empty() || !polled.changes.is_empty() {
                         TaskCounters::add(&act.counters.read, polled.records.len());
                         if act.throttle.is_some() {
@@ -170,6 +186,9 @@ impl ConsumerActor {
                         }
                         act.in_flight += 1;
                         act.next_seq += 1;
+                        let deadlines = std::mem::take(&mut polled.lock_deadlines);
+                        let meta = act.counters.metrics.polled(&polled.records, deadlines);
+                        act.batch_meta.insert(act.next_seq, meta);
                         act.converter.do_send(SourceBatch {
                             seq: act.next_seq,
                             changes: polled.changes,
@@ -196,14 +215,19 @@ impl ConsumerActor {
         let counters = Arc::clone(&self.counters);
         self.busy = true;
         let timeout = self.commit_timeout;
+        let metas: Vec<Option<BatchMeta>> = batches
+            .iter()
+            .map(|b| self.batch_meta.remove(&b.seq))
+            .collect();
         let fut = async move {
+            let started = Instant::now();
             let result = match source.settle(&acks) {
                 Ok(()) => source.commit(timeout).await,
                 Err(e) => Err(e),
             };
-            (source, acks, result)
+            (source, acks, result, started, started.elapsed())
         };
-        ctx.spawn(fut.into_actor(self).map(move |(source, acks, result), act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |(source, acks, result, started, elapsed), act, ctx| {
             act.source = Some(source);
             act.busy = false;
             act.in_flight = act.in_flight.saturating_sub(credits);
@@ -215,6 +239,23 @@ impl ConsumerActor {
                     }
                     TaskCounters::add(&counters.ack_failures, committed.unapplied.len());
                     count(&counters, &acks, &committed.unapplied);
+                    let per_batch: Vec<(&[Ack], Option<BatchMeta>)> = batches
+                        .iter()
+                        .map(|b| b.acks.as_slice())
+                        .zip(metas)
+                        .collect();
+                    counters.metrics.committed(
+                        &per_batch,
+                        &CommitOutcome {
+                            started,
+                            elapsed,
+                            all_applied: committed.failures.is_empty()
+                                && committed.unapplied.is_empty(),
+                            unapplied: &committed.unapplied,
+                            expired: &committed.expired,
+                            delivery_attempt_limit: act.delivery_attempt_limit,
+                        },
+                    );
                     if committed.failures.is_empty() {
                         TaskCounters::add(&counters.committed_batches, credits);
                     }

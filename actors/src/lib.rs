@@ -17,6 +17,7 @@ pub mod converter;
 pub mod dead_letter;
 pub mod error;
 pub mod messages;
+pub mod metrics;
 pub mod settings;
 pub mod sink;
 pub mod source;

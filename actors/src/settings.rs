@@ -16,6 +16,9 @@ pub const RESTART_BACKOFF_MS: &str = "task.restart.backoff.ms";
 pub const SHUTDOWN_GRACEFUL_TIMEOUT_MS: &str = "task.shutdown.graceful.timeout.ms";
 pub const POLL_TIMEOUT_MS: &str = "task.poll.timeout.ms";
 pub const COMMIT_TIMEOUT_MS: &str = "task.commit.timeout.ms";
+/// The share group's `group.share.delivery.attempt.limit` (a broker setting the consumer
+/// cannot read): releases at this delivery count are counted as archived by the limit.
+pub const SHARE_DELIVERY_ATTEMPT_LIMIT: &str = "share.delivery.attempt.limit";
 
 /// The runtime keys, valid in the worker config and in a connector config.
 pub fn runtime_config_def() -> ConfigDef {
@@ -50,6 +53,11 @@ pub fn runtime_config_def() -> ConfigDef {
                 .default("10000")
                 .validator(Validator::AtLeast(1)),
         )
+        .define(
+            ConfigKey::new(SHARE_DELIVERY_ATTEMPT_LIMIT, ConfigType::Int, Importance::Low, "The share group's group.share.delivery.attempt.limit as set on the brokers (Kafka's default is 5); only used to count the records the broker archives at that limit (metric sink-record-archived-by-limit).")
+                .default("5")
+                .validator(Validator::Between(2, 10)),
+        )
 }
 
 /// How one connector's tasks run.
@@ -61,6 +69,7 @@ pub struct TaskSettings {
     pub shutdown_timeout: Duration,
     pub poll_timeout: Duration,
     pub commit_timeout: Duration,
+    pub delivery_attempt_limit: u16,
 }
 
 impl Default for TaskSettings {
@@ -72,6 +81,7 @@ impl Default for TaskSettings {
             shutdown_timeout: Duration::from_secs(5),
             poll_timeout: Duration::from_millis(200),
             commit_timeout: Duration::from_secs(10),
+            delivery_attempt_limit: 5,
         }
     }
 }
@@ -97,6 +107,8 @@ impl TaskSettings {
             shutdown_timeout: ms(SHUTDOWN_GRACEFUL_TIMEOUT_MS)?,
             poll_timeout: ms(POLL_TIMEOUT_MS)?,
             commit_timeout: ms(COMMIT_TIMEOUT_MS)?,
+            delivery_attempt_limit: u16::try_from(parsed.int(SHARE_DELIVERY_ATTEMPT_LIMIT)?)
+                .unwrap_or(5),
         })
     }
 

@@ -93,6 +93,7 @@ impl Actor for SinkActor {
         };
         ctx.wait(fut.into_actor(self).map(|(task, result), act, ctx| {
             act.task = Some(task);
+            act.ctx.counters.metrics.task_started(result.is_ok());
             if let Err(e) = result {
                 act.fail(ctx, format!("the sink task failed to start: {e}"));
             }
@@ -236,9 +237,14 @@ async fn run_batch(
                 TaskCounters::add(&ctx.counters.filtered, 1);
                 None
             }
-            (Processed::Failed { stage, error }, _) => Some((stage, error)),
+            (Processed::Failed { stage, error }, _) => {
+                ctx.counters.metrics.conversion_failed();
+                Some((stage, error))
+            }
             (Processed::Ready(_), Some(PutOutcome::Ok)) => None,
             (Processed::Ready(_), Some(PutOutcome::Retriable(e))) if ctx.share => {
+                ctx.counters.metrics.retried(1);
+                ctx.counters.metrics.logged(ctx.errors.log_enable);
                 if ctx.errors.log_enable {
                     warn!(connector = %ctx.connector, task = ctx.task, record = %record, error = %e, "retriable put error; releasing the record");
                 }
@@ -298,7 +304,10 @@ async fn put_with_retries(
     loop {
         let records: Vec<SinkRecord> = ready.iter().map(|(_, r)| r.clone()).collect();
         TaskCounters::add(&ctx.counters.put, records.len());
+        let put_started = Instant::now();
         let result = PutOutcome::expand(task.put(&records).await, records.len());
+        let failed = result.iter().filter(|o| !o.is_ok()).count();
+        ctx.counters.metrics.put_done(put_started.elapsed(), failed);
         let mut retry = Vec::new();
         for ((i, record), outcome) in ready.into_iter().zip(result) {
             if matches!(outcome, PutOutcome::Retriable(_)) && !ctx.share {
@@ -313,6 +322,7 @@ async fn put_with_retries(
         if retry.is_empty() || !budget_left {
             return;
         }
+        ctx.counters.metrics.retried(retry.len());
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(ctx.errors.retry_delay_max.max(FIRST_BACKOFF));
         ready = retry;
@@ -352,6 +362,9 @@ fn failed_verdict(
         dead_letter_record(&raw, &dlq.topic, dlq.context_headers.then_some(&context))
     });
     let fatal = ctx.errors.tolerance == ErrorTolerance::None;
+    ctx.counters
+        .metrics
+        .record_error(!fatal, ctx.errors.log_enable);
     let disposition = if fatal && dead_letter.is_none() {
         // The task fails; the record stays available rather than being thrown away.
         Disposition::Release

@@ -10,13 +10,13 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use spillway_core::record::TimestampType;
 use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordCoordinates, TopicPartition};
 use spillway_kafka::classic::{ClassicRecord, ClassicSource, RebalanceEvent};
-use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareRecord};
+use spillway_kafka::share::{AckError, AcknowledgeType, ShareConsumer, ShareRecord};
 use tracing::warn;
 
 use crate::error::RuntimeError;
@@ -33,6 +33,9 @@ pub enum AssignmentChange {
 pub struct Polled {
     pub changes: Vec<AssignmentChange>,
     pub records: Vec<RawRecord>,
+    /// Share mode: when each record's acquisition lock runs out (parallel to `records`);
+    /// empty for consumer groups.
+    pub lock_deadlines: Vec<Instant>,
 }
 
 /// What a commit came to.
@@ -43,6 +46,8 @@ pub struct Committed {
     /// Records whose verdict did not take effect (a lost lock or session): the broker delivers
     /// them again, so they count as neither accepted nor released nor rejected.
     pub unapplied: Vec<RecordCoordinates>,
+    /// Those of `unapplied` the broker refused because their acquisition lock had run out.
+    pub expired: Vec<RecordCoordinates>,
 }
 
 /// A consumer as the task's ConsumerActor drives it: strictly one call at a time.
@@ -58,6 +63,10 @@ pub trait RecordSource {
     async fn close(self: Box<Self>) -> Result<(), RuntimeError>;
     /// The assignment to close when the task stops.
     fn assignment(&self) -> Assignment;
+    /// How many partitions the task reads now, when the source knows.
+    fn partition_count(&self) -> Option<usize> {
+        None
+    }
 }
 
 fn ack_type(d: &Disposition) -> AcknowledgeType {
@@ -87,6 +96,10 @@ pub struct ShareGroupSource {
 }
 
 type Delivery = (Arc<str>, i32, i64, i16);
+
+/// Kafka's INVALID_RECORD_STATE: an acknowledgement for a record no longer acquired by this
+/// member, which is what a lock that ran out before the acknowledgement arrived leads to.
+const INVALID_RECORD_STATE: i16 = 121;
 
 /// Deliveries remembered for de-duplication; far more than a member holds at once.
 const SEEN_CAPACITY: usize = 1 << 18;
@@ -155,6 +168,7 @@ impl RecordSource for ShareGroupSource {
                         self.seen.remove(&old);
                     }
                 }
+                polled.lock_deadlines.push(r.lock_deadline);
                 polled.records.push(raw_from_share(r));
             }
         }
@@ -190,21 +204,37 @@ impl RecordSource for ShareGroupSource {
             .map_err(|e| RuntimeError::Source(e.to_string()))?;
         let mut failures = Vec::new();
         let mut failed: HashSet<(String, i32)> = HashSet::new();
+        let mut lock_lost: HashSet<(String, i32)> = HashSet::new();
         for (partition, result) in results {
             if let Err(e) = result {
+                if matches!(
+                    e,
+                    AckError::Refused {
+                        code: INVALID_RECORD_STATE,
+                        ..
+                    }
+                ) {
+                    lock_lost.insert(partition.clone());
+                }
                 failures.push(e.to_string());
                 failed.insert(partition);
             }
         }
         let mut unapplied = std::mem::take(&mut self.refused);
-        unapplied.extend(
-            std::mem::take(&mut self.settled)
-                .into_iter()
-                .filter(|c| failed.contains(&(c.topic.clone(), c.partition))),
-        );
+        let mut expired = Vec::new();
+        for c in std::mem::take(&mut self.settled) {
+            let partition = (c.topic.clone(), c.partition);
+            if failed.contains(&partition) {
+                if lock_lost.contains(&partition) {
+                    expired.push(c.clone());
+                }
+                unapplied.push(c);
+            }
+        }
         Ok(Committed {
             failures,
             unapplied,
+            expired,
         })
     }
 
@@ -218,6 +248,10 @@ impl RecordSource for ShareGroupSource {
 
     fn assignment(&self) -> Assignment {
         Assignment::SharedTopics(self.topics.clone())
+    }
+
+    fn partition_count(&self) -> Option<usize> {
+        Some(self.consumer.assigned_partitions())
     }
 }
 
@@ -295,6 +329,7 @@ impl RecordSource for ConsumerGroupSource {
         Ok(Polled {
             changes,
             records: polled.records.into_iter().map(raw_from_classic).collect(),
+            lock_deadlines: Vec::new(),
         })
     }
 
@@ -334,7 +369,7 @@ impl RecordSource for ConsumerGroupSource {
             // A failed offset commit loses nothing: the next one covers the same records.
             Err(e) => Ok(Committed {
                 failures: vec![e.to_string()],
-                unapplied: Vec::new(),
+                ..Committed::default()
             }),
         }
     }
@@ -348,5 +383,9 @@ impl RecordSource for ConsumerGroupSource {
 
     fn assignment(&self) -> Assignment {
         Assignment::Partitions(self.owned.clone())
+    }
+
+    fn partition_count(&self) -> Option<usize> {
+        Some(self.owned.len())
     }
 }

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use serde::Serialize;
+
+use crate::metrics::{ConnectorLabels, TaskMetrics, WorkerTelemetry};
 
 /// Connect's states, as the REST API spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -50,6 +52,8 @@ pub struct TaskCounters {
     pub committed_batches: AtomicU64,
     /// Verdicts that did not take effect (lock or session lost): those records come again.
     pub ack_failures: AtomicU64,
+    /// Everything else the metrics report about the task (docs/metrics.md).
+    pub metrics: TaskMetrics,
 }
 
 impl TaskCounters {
@@ -154,12 +158,38 @@ struct ConnectorEntry {
     group_protocol: String,
     group_id: String,
     tasks: BTreeMap<u32, TaskEntry>,
+    /// How the connector's metrics are labelled; set once its plugin is known.
+    labels: Option<Arc<ConnectorLabels>>,
 }
+
+/// One connector as the metrics see it: name, labels, and per task its id, state and counters.
+pub type MetricView = (
+    String,
+    Arc<ConnectorLabels>,
+    Vec<(u32, State, Arc<TaskCounters>)>,
+);
 
 /// The worker's status of every connector, shared between the actors and the API.
 #[derive(Debug, Clone, Default)]
 pub struct StatusBoard {
     inner: Arc<Mutex<BTreeMap<String, ConnectorEntry>>>,
+    telemetry: Arc<WorkerTelemetry>,
+}
+
+/// A [`StatusBoard`] that does not keep the worker's state alive (held by metric callbacks).
+#[derive(Debug, Clone)]
+pub struct WeakStatusBoard {
+    inner: Weak<Mutex<BTreeMap<String, ConnectorEntry>>>,
+    telemetry: Weak<WorkerTelemetry>,
+}
+
+impl WeakStatusBoard {
+    pub fn upgrade(&self) -> Option<StatusBoard> {
+        Some(StatusBoard {
+            inner: self.inner.upgrade()?,
+            telemetry: self.telemetry.upgrade()?,
+        })
+    }
 }
 
 impl StatusBoard {
@@ -177,8 +207,46 @@ impl StatusBoard {
                 group_protocol,
                 group_id,
                 tasks: BTreeMap::new(),
+                labels: None,
             },
         );
+    }
+
+    pub fn telemetry(&self) -> &WorkerTelemetry {
+        &self.telemetry
+    }
+
+    pub fn downgrade(&self) -> WeakStatusBoard {
+        WeakStatusBoard {
+            inner: Arc::downgrade(&self.inner),
+            telemetry: Arc::downgrade(&self.telemetry),
+        }
+    }
+
+    pub fn set_labels(&self, name: &str, labels: ConnectorLabels) {
+        if let Some(c) = self.lock().get_mut(name) {
+            c.labels = Some(Arc::new(labels));
+        }
+    }
+
+    pub fn labels(&self, name: &str) -> Option<Arc<ConnectorLabels>> {
+        self.lock().get(name).and_then(|c| c.labels.clone())
+    }
+
+    /// The connectors whose labels are set, with their tasks, for the metric readers.
+    pub fn metric_view(&self) -> Vec<MetricView> {
+        self.lock()
+            .iter()
+            .filter_map(|(name, c)| {
+                let labels = c.labels.clone()?;
+                let tasks = c
+                    .tasks
+                    .iter()
+                    .map(|(id, t)| (*id, t.state, Arc::clone(&t.counters)))
+                    .collect();
+                Some((name.clone(), labels, tasks))
+            })
+            .collect()
     }
 
     pub fn set_connector(&self, name: &str, state: State, trace: Option<String>) {

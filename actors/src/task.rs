@@ -109,6 +109,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             max_inflight: settings.inflight_batches,
             poll_timeout: settings.poll_timeout,
             commit_timeout: settings.commit_timeout,
+            delivery_attempt_limit: settings.delivery_attempt_limit,
             counters,
             reporter,
             throttle,

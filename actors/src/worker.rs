@@ -49,6 +49,15 @@ impl Worker {
     /// Starts a worker with `config` (its `bootstrap.servers` is required) and the plugins of
     /// `registry`.
     pub fn start(config: ConfigMap, registry: ConnectorRegistry) -> Result<Worker, RuntimeError> {
+        Self::start_with_meter(config, registry, &opentelemetry::global::meter("spillway"))
+    }
+
+    /// [`Worker::start`], recording its metrics (docs/metrics.md) through `meter`.
+    pub fn start_with_meter(
+        config: ConfigMap,
+        registry: ConnectorRegistry,
+        meter: &opentelemetry::metrics::Meter,
+    ) -> Result<Worker, RuntimeError> {
         if config
             .get(BOOTSTRAP_SERVERS)
             .is_none_or(|s| s.trim().is_empty())
@@ -66,6 +75,7 @@ impl Worker {
             None => OverridePolicy::All,
         };
         let board = StatusBoard::default();
+        crate::metrics::register(meter, &board);
         let supervisor_board = board.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()

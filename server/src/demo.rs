@@ -111,9 +111,12 @@ pub async fn run(options: DemoOptions) -> Result<()> {
     produce(&bootstrap, TOPIC, early.to_vec(), "lz4").await;
     println!("produced {first_half} orders to {TOPIC} ({partitions} partitions) at {bootstrap}");
 
-    let worker = Worker::start(
+    // The demo serves no HTTP: its metrics leave over OTLP when OTEL_* asks for it.
+    let telemetry = crate::metrics::Telemetry::from_env()?;
+    let worker = Worker::start_with_meter(
         config(&[("bootstrap.servers", &bootstrap)]),
         ConnectorRegistry::builtin(),
+        &telemetry.meter(),
     )?;
     let share_tasks_text = share_tasks.to_string();
     worker
@@ -181,6 +184,7 @@ pub async fn run(options: DemoOptions) -> Result<()> {
     let elapsed = started.elapsed();
     let statuses = worker.statuses();
     worker.shutdown().await;
+    tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
 
     println!();
     println!("summary after {:.1} s:", elapsed.as_secs_f64());

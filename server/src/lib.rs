@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod herder;
+pub mod metrics;
 pub mod rest;
 pub mod secrets;
 pub mod standalone;

@@ -49,8 +49,14 @@ pub async fn run_until(
         .iter()
         .map(|p| read_config(p))
         .collect::<Result<Vec<_>>>()?;
-    let worker = Worker::start(worker_config, ConnectorRegistry::builtin())
-        .with_context(|| format!("cannot start the worker of {}", worker_props.display()))?;
+    // Standalone serves no HTTP: its metrics leave over OTLP when OTEL_* asks for it.
+    let telemetry = crate::metrics::Telemetry::from_env()?;
+    let worker = Worker::start_with_meter(
+        worker_config,
+        ConnectorRegistry::builtin(),
+        &telemetry.meter(),
+    )
+    .with_context(|| format!("cannot start the worker of {}", worker_props.display()))?;
     for (config, path) in connectors.into_iter().zip(&connector_props) {
         if let Err(e) = worker.start_connector(config).await {
             worker.shutdown().await;
@@ -86,6 +92,7 @@ pub async fn run_until(
     }
     info!("stopping: finishing in-flight batches and committing");
     worker.shutdown().await;
+    tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
     info!("stopped");
     Ok(())
 }

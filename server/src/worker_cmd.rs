@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::herder::Herder;
+use crate::metrics::Telemetry;
 use crate::rest::{self, Api};
 use crate::standalone::read_config;
 
@@ -154,6 +155,7 @@ pub async fn run(worker_properties: PathBuf) -> Result<()> {
 /// A worker serving the REST API, its connectors restored.
 pub struct RunningWorker {
     address: SocketAddr,
+    telemetry: Arc<Telemetry>,
     herder: Arc<Herder>,
     server: ServerHandle,
     serving: JoinHandle<std::io::Result<()>>,
@@ -191,7 +193,8 @@ impl RunningWorker {
         );
 
         let bootstrap = config.get("bootstrap.servers").cloned().unwrap_or_default();
-        let worker = Worker::start(config, registry.clone())?;
+        let telemetry = Arc::new(Telemetry::from_env()?);
+        let worker = Worker::start_with_meter(config, registry.clone(), &telemetry.meter())?;
         let herder = Arc::new(Herder::new(worker, Arc::new(store), registry, worker_id)?);
         let ready = Arc::new(AtomicBool::new(false));
         let server = rest::serve(
@@ -202,6 +205,7 @@ impl RunningWorker {
                 kafka_cluster_id: kafka_cluster_id(bootstrap).await,
                 max_body_bytes,
                 auth,
+                telemetry: Arc::clone(&telemetry),
             },
         )?;
         let handle = server.handle();
@@ -236,6 +240,7 @@ impl RunningWorker {
         });
         Ok(RunningWorker {
             address,
+            telemetry,
             herder,
             server: handle,
             serving,
@@ -273,6 +278,9 @@ impl RunningWorker {
         self.persisting.abort();
         self.restoring.abort();
         self.herder.shutdown().await;
+        // Flushing OTLP blocks on its HTTP export.
+        let telemetry = Arc::clone(&self.telemetry);
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         info!("stopped");
     }
 }

@@ -131,6 +131,8 @@ pub struct ShareConsumer {
     leave: Option<oneshot::Sender<oneshot::Sender<()>>>,
     heartbeat: JoinHandle<()>,
     router: JoinHandle<()>,
+    /// The group's latest assignment to this member, for [`ShareConsumer::assigned_partitions`].
+    assignment: watch::Receiver<Option<Arc<Assignment>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -193,7 +195,7 @@ impl ShareConsumer {
         let router = tokio::spawn(route(Router {
             ctx,
             brokers: Arc::clone(&brokers),
-            assignment: assignment_rx,
+            assignment: assignment_rx.clone(),
             subscription: subscription_rx,
             wake: router_wake,
             refresh_every: config.metadata_max_age,
@@ -213,6 +215,14 @@ impl ShareConsumer {
             leave: Some(leave_tx),
             heartbeat,
             router,
+            assignment: assignment_rx,
+        })
+    }
+
+    /// How many partitions the group assigned to this member (0 before the first assignment).
+    pub fn assigned_partitions(&self) -> usize {
+        self.assignment.borrow().as_deref().map_or(0, |a| {
+            a.iter().map(|(_, partitions)| partitions.len()).sum()
         })
     }
 

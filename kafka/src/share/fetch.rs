@@ -393,11 +393,12 @@ impl BrokerTask {
         self.retry = RETRY_MIN;
         self.session.succeeded(&plan);
         let received = Instant::now();
-        let lock_deadline =
-            received + Duration::from_millis(response.acquisition_lock_timeout_ms.max(0) as u64);
         if response.acquisition_lock_timeout_ms > 0 {
             self.lock_timeout = Duration::from_millis(response.acquisition_lock_timeout_ms as u64);
         }
+        // A response without AcquisitionLockTimeoutMs keeps the last one reported (at first the
+        // broker default), so a record's deadline is never "already passed" for lack of a field.
+        let lock_deadline = received + self.lock_timeout;
         let owner = Owner {
             broker: self.broker,
             generation: self.session.generation(),

@@ -41,6 +41,8 @@ pub struct Api {
     pub kafka_cluster_id: Option<String>,
     pub max_body_bytes: usize,
     pub auth: auth::AuthSettings,
+    /// The runtime's metrics, served at `/metrics`.
+    pub telemetry: Arc<crate::metrics::Telemetry>,
 }
 
 /// One route: method, path (in OpenAPI's `{param}` form, which actix shares) and handler.
@@ -108,6 +110,9 @@ fn connect_endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/health", || web::get().to(admin::health)),
         endpoint(Method::GET, "/openapi.json", || {
             web::get().to(admin::openapi)
+        }),
+        endpoint(Method::GET, "/metrics", || {
+            web::get().to(crate::metrics::scrape)
         }),
         endpoint(Method::GET, "/connectors", || {
             web::get().to(connectors::list)

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test file uses a different part of this module.
 
+pub mod pipelines;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -138,8 +140,14 @@ impl Client {
             .await
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = response.status().as_u16();
+        let plain_text = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/plain"));
         let text = response.text().await.expect("a body");
-        let body = if text.is_empty() {
+        // `/metrics` answers Prometheus text; everything else answers JSON.
+        let body = if text.is_empty() || plain_text {
             Json::Null
         } else {
             serde_json::from_str(&text)

@@ -1,0 +1,365 @@
+//! The Grafana dashboards and alert rules of `dashboards/` against a real Prometheus scraping a
+//! worker that runs a share-group and a classic connector: every panel query and every
+//! template variable query returns data, every alert rule loads, evaluates and parses. Plus
+//! static checks: every metric the dashboards name is exported and documented.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+use spillway_tests::{produce, TestRecord};
+use support::pipelines::{self, CLASSIC_TOPIC, SHARE};
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+const DASHBOARDS: [&str; 4] = [
+    "overview.json",
+    "connector.json",
+    "share-groups.json",
+    "tenants.json",
+];
+
+fn dashboard(name: &str) -> Json {
+    let path = repo_file(&format!("dashboards/{name}"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON: {e}"))
+}
+
+/// Every query of a dashboard: (where, PromQL), template variables first.
+fn queries(name: &str) -> Vec<(String, String)> {
+    let board = dashboard(name);
+    let mut out = Vec::new();
+    for var in board["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+    {
+        if var["type"] == "query" {
+            let query = var["query"]["query"].as_str().expect("a variable query");
+            out.push((
+                format!("{name} variable {}", var["name"]),
+                label_values_as_promql(query),
+            ));
+        }
+    }
+    for panel in board["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            out.push((
+                format!("{name} panel '{}' {}", panel["title"], target["refId"]),
+                expr.to_owned(),
+            ));
+        }
+    }
+    out
+}
+
+/// Grafana's `label_values(SELECTOR, LABEL)` as the PromQL that finds those values.
+fn label_values_as_promql(query: &str) -> String {
+    let inner = query
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unexpected variable query {query}"));
+    let (selector, label) = inner
+        .rsplit_once(',')
+        .expect("label_values(SELECTOR, LABEL)");
+    format!("count by ({}) ({})", label.trim(), selector.trim())
+}
+
+/// What Grafana puts in place of the template variables ("All" for the multi-value ones; the
+/// share connector where one connector is chosen).
+fn substitute(expr: &str) -> String {
+    let mut out = expr.replace("$__rate_interval", "15s");
+    for var in ["tenant", "connector", "mode", "task"] {
+        out = out.replace(&format!("=~\"${var}\""), "=~\".*\"");
+    }
+    out.replace("=\"$connector\"", &format!("=\"{SHARE}\""))
+}
+
+/// Every `kafka_connect_*` metric name in `text`, histogram suffixes removed.
+fn metric_names(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|t| t.starts_with("kafka_connect_"))
+        .map(|t| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| t.strip_suffix(s).filter(|b| b.ends_with("_ms")))
+                .unwrap_or(t)
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn dashboards_and_alerts_name_only_exported_metrics_and_every_metric_is_documented() {
+    let exported: Vec<String> = spillway_actors::metrics::all_prometheus_names()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let alerts = std::fs::read_to_string(repo_file("dashboards/alerts.yml")).expect("alerts.yml");
+    let mut used: Vec<(String, String)> = metric_names(&alerts)
+        .into_iter()
+        .map(|n| ("alerts.yml".to_owned(), n))
+        .collect();
+    for name in DASHBOARDS {
+        for (place, query) in queries(name) {
+            used.extend(metric_names(&query).into_iter().map(|n| (place.clone(), n)));
+        }
+    }
+    let unknown: Vec<&(String, String)> =
+        used.iter().filter(|(_, n)| !exported.contains(n)).collect();
+    assert!(unknown.is_empty(), "not exported: {unknown:#?}");
+    let docs = std::fs::read_to_string(repo_file("docs/metrics.md")).expect("docs/metrics.md");
+    let undocumented: Vec<&String> = exported
+        .iter()
+        .filter(|n| !docs.contains(&format!("`{n}`")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/metrics.md: {undocumented:#?}"
+    );
+    for board in DASHBOARDS.map(dashboard) {
+        let vars: Vec<&str> = board["templating"]["list"]
+            .as_array()
+            .expect("variables")
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert!(
+            vars.contains(&"datasource") && vars.contains(&"tenant"),
+            "{vars:?}"
+        );
+    }
+}
+
+/// A Prometheus server of our own: free port, temporary storage, killed on drop.
+struct Prometheus {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_binary(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl Prometheus {
+    async fn start(binary: &Path, target: &str) -> Prometheus {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("prometheus.yml");
+        let rules = repo_file("dashboards/alerts.yml")
+            .canonicalize()
+            .expect("alerts.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 rule_files:\n  - {}\n\
+                 scrape_configs:\n  - job_name: spillway\n    static_configs:\n      - targets: ['{target}']\n",
+                rules.display()
+            ),
+        )
+        .expect("prometheus.yml");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+        let prometheus = Prometheus {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = reqwest::get(format!("{}/-/ready", prometheus.base)).await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return prometheus;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus did not get ready; its log:\n{}",
+                std::fs::read_to_string(prometheus._dir.path().join("prometheus.log"))
+                    .unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// An instant query: `Ok(result)` or `Err(the error Prometheus gave)`.
+    async fn query(&self, promql: &str) -> Result<Vec<Json>, String> {
+        let answer: Json = reqwest::Client::new()
+            .get(format!("{}/api/v1/query", self.base))
+            .query(&[("query", promql)])
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if answer["status"] != "success" {
+            return Err(format!("{}: {}", answer["errorType"], answer["error"]));
+        }
+        Ok(answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn get(&self, path: &str) -> Json {
+        reqwest::get(format!("{}{path}", self.base))
+            .await
+            .expect("Prometheus answers")
+            .json()
+            .await
+            .expect("JSON")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_panel_query_returns_data_and_every_alert_rule_evaluates_on_a_real_prometheus() {
+    let Some(binary) = find_binary("prometheus") else {
+        let message =
+            "Prometheus is not installed (Debian package `prometheus`, which .ci/run installs)";
+        if std::env::var_os("CI").is_some() {
+            panic!("{message}");
+        }
+        eprintln!("\n!!!!!!!!!!!!!!!!!!!!\nSKIPPED: {message}; the dashboards were not checked\n!!!!!!!!!!!!!!!!!!!!\n");
+        return;
+    };
+    if let Some(promtool) = find_binary("promtool") {
+        let checked = Command::new(promtool)
+            .args(["check", "rules"])
+            .arg(repo_file("dashboards/alerts.yml"))
+            .output()
+            .expect("promtool runs");
+        assert!(
+            checked.status.success(),
+            "promtool check rules: {}{}",
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
+    let pipelines = pipelines::start().await;
+    let prometheus = Prometheus::start(&binary, &pipelines.worker.address().to_string()).await;
+    // Records keep flowing while Prometheus scrapes, so rates and latencies move.
+    let bootstrap = pipelines.broker.bootstrap();
+    let producing = tokio::spawn(async move {
+        for round in 0..60u32 {
+            let records = (0..5)
+                .map(|n| TestRecord {
+                    value: Some(format!("round {round} record {n}").into_bytes()),
+                    ..TestRecord::default()
+                })
+                .collect();
+            produce(&bootstrap, CLASSIC_TOPIC, records, "none").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    // rate() over 15 s needs two scrapes in the window; wait for more than enough.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let scrapes = prometheus
+            .query("count_over_time(kafka_connect_connect_worker_metrics_task_count[1m])")
+            .await
+            .unwrap_or_default();
+        let count = scrapes
+            .first()
+            .and_then(|s| s["value"][1].as_str())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if count >= 8.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus scraped /metrics only {count} times"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for name in DASHBOARDS {
+        for (place, query) in queries(name) {
+            let promql = substitute(&query);
+            checked += 1;
+            match prometheus.query(&promql).await {
+                Ok(result) if result.is_empty() => {
+                    failures.push(format!("{place}: no data for {promql}"))
+                }
+                Ok(_) => {}
+                Err(e) => failures.push(format!("{place}: {promql} fails: {e}")),
+            }
+        }
+    }
+
+    let alerts = std::fs::read_to_string(repo_file("dashboards/alerts.yml")).expect("alerts.yml");
+    let expected_rules = alerts.matches("- alert:").count();
+    let rules = prometheus.get("/api/v1/rules").await;
+    let loaded: Vec<Json> = rules["data"]["groups"]
+        .as_array()
+        .expect("rule groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(loaded.len(), expected_rules, "{rules}");
+    for rule in &loaded {
+        let name = rule["name"].as_str().unwrap_or("?");
+        let query = rule["query"].as_str().expect("a rule query");
+        if let Err(e) = prometheus.query(query).await {
+            failures.push(format!("alert {name}: {e}"));
+        }
+        // Rules are evaluated every second; one that cannot be evaluated says why.
+        if rule["health"] == "err" {
+            failures.push(format!(
+                "alert {name} cannot be evaluated: {}",
+                rule["lastError"]
+            ));
+        }
+    }
+    producing.abort();
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} dashboard queries and {} alert rules failed:\n{}",
+        failures.len(),
+        loaded.len(),
+        failures.join("\n")
+    );
+    drop(prometheus);
+    pipelines.stop().await;
+}
