@@ -31,9 +31,8 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use super::ack::AckBatch;
 use super::ack::{
-    AcknowledgementBatch, Ledger, PartitionAcknowledgements, ShareGroupMetadata,
+    AckBatch, AcknowledgementBatch, Ledger, PartitionAcknowledgements, ShareGroupMetadata,
     TransactionAcknowledgements, TransactionOutcome,
 };
 use super::fetch::{
