@@ -174,6 +174,14 @@ async fn tenants_never_see_each_others_connectors_and_read_through_groups_of_the
     assert!(!broker.share_member_ids("acme.connect-orders").is_empty());
     assert!(!broker.share_member_ids("globex.connect-orders").is_empty());
     assert!(broker.share_member_ids("connect-orders").is_empty());
+    let offsets = acme.get("/connectors/orders/offsets").await;
+    assert!(
+        offsets.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("share group 'acme.connect-orders'")),
+        "{}",
+        offsets.text
+    );
 
     // Tenants, tokens and connectors survive a restart.
     worker.stop().await;
