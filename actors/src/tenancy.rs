@@ -154,6 +154,11 @@ impl TenantScope {
         }
     }
 
+    /// The tenant's name (`default` for the default tenant), e.g. for metric labels.
+    pub fn tenant(&self) -> &str {
+        self.prefix.as_deref().unwrap_or("default")
+    }
+
     /// `<tenant>.` before `name`, unless the name has it already; `name` for `default`.
     pub fn prefixed(&self, name: &str) -> String {
         match &self.prefix {
@@ -423,6 +428,7 @@ mod tests {
 
         let default = TenantScope::default_tenant(OverridePolicy::All);
         assert_eq!(default.group_id(&sink(&[])), "connect-orders");
+        assert_eq!((scope.tenant(), default.tenant()), ("acme", "default"));
     }
 
     #[test]
@@ -442,6 +448,25 @@ mod tests {
             "5000 records at 2000/s took only {elapsed:.2}s"
         );
         assert!(elapsed < 5.0, "took {elapsed:.2}s");
+    }
+
+    #[test]
+    fn a_bytes_budget_slows_down_as_much_as_the_bytes_demand() {
+        let throttle = Throttle::new(None, Some(10_000));
+        let start = Instant::now();
+        // 25 000 bytes at 10 000/s with a 10 000 burst: at least 1.5 s.
+        for _ in 0..25 {
+            throttle.pay_blocking(Debt {
+                records: 1,
+                bytes: 1000,
+            });
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        assert!(
+            elapsed >= 1.4,
+            "25 000 bytes at 10 000/s took only {elapsed:.2}s"
+        );
+        assert!(elapsed < 6.0, "took {elapsed:.2}s");
     }
 
     #[test]
