@@ -358,7 +358,6 @@ mod tests {
     use spillway_core::config::ConfigDef;
     use spillway_core::connector::replicate_task_configs;
     use spillway_core::{PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask};
-    use std::sync::Mutex;
 
     use super::*;
     use crate::status::State;
