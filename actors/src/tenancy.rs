@@ -480,6 +480,10 @@ mod tests {
         assert_eq!(debt.records, 150, "one burst paid");
         assert_eq!(debt.bytes, 0);
         assert!(wait <= Duration::from_millis(1100), "{wait:?}");
+        // New rates apply to the next payment: lifting the limit ends the wait.
+        throttle.set_rates(None, None);
+        assert_eq!(throttle.pay(&mut debt), None);
+        assert!(debt.is_paid());
         let unlimited = Throttle::new(None, None);
         let mut debt = Debt {
             records: 1 << 40,
