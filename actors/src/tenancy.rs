@@ -154,6 +154,11 @@ impl TenantScope {
         }
     }
 
+    /// The tenant's name (`default` for the default tenant), e.g. for metric labels.
+    pub fn tenant(&self) -> &str {
+        self.prefix.as_deref().unwrap_or("default")
+    }
+
     /// `<tenant>.` before `name`, unless the name has it already; `name` for `default`.
     pub fn prefixed(&self, name: &str) -> String {
         match &self.prefix {
@@ -423,6 +428,7 @@ mod tests {
 
         let default = TenantScope::default_tenant(OverridePolicy::All);
         assert_eq!(default.group_id(&sink(&[])), "connect-orders");
+        assert_eq!((scope.tenant(), default.tenant()), ("acme", "default"));
     }
 
     #[test]
@@ -445,6 +451,25 @@ mod tests {
     }
 
     #[test]
+    fn a_bytes_budget_slows_down_as_much_as_the_bytes_demand() {
+        let throttle = Throttle::new(None, Some(10_000));
+        let start = Instant::now();
+        // 25 000 bytes at 10 000/s with a 10 000 burst: at least 1.5 s.
+        for _ in 0..25 {
+            throttle.pay_blocking(Debt {
+                records: 1,
+                bytes: 1000,
+            });
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        assert!(
+            elapsed >= 1.4,
+            "25 000 bytes at 10 000/s took only {elapsed:.2}s"
+        );
+        assert!(elapsed < 6.0, "took {elapsed:.2}s");
+    }
+
+    #[test]
     fn a_debt_larger_than_the_burst_is_paid_in_pieces() {
         let throttle = Throttle::new(Some(100), Some(1_000_000));
         let mut debt = Debt {
@@ -455,6 +480,10 @@ mod tests {
         assert_eq!(debt.records, 150, "one burst paid");
         assert_eq!(debt.bytes, 0);
         assert!(wait <= Duration::from_millis(1100), "{wait:?}");
+        // New rates apply to the next payment: lifting the limit ends the wait.
+        throttle.set_rates(None, None);
+        assert_eq!(throttle.pay(&mut debt), None);
+        assert!(debt.is_paid());
         let unlimited = Throttle::new(None, None);
         let mut debt = Debt {
             records: 1 << 40,

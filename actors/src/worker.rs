@@ -414,6 +414,59 @@ mod tests {
         }
     }
 
+    /// A sink that notes the task id of every task start.
+    struct Counted {
+        starts: Arc<Mutex<Vec<u32>>>,
+    }
+
+    struct CountedTask {
+        starts: Arc<Mutex<Vec<u32>>>,
+    }
+
+    #[async_trait]
+    impl SinkTask for CountedTask {
+        async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
+            let id = config
+                .get(spillway_connectors::runtime_keys::TASK_ID)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(u32::MAX);
+            self.starts.lock().unwrap().push(id);
+            Ok(())
+        }
+
+        async fn put(&mut self, _records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+            Ok(Vec::new())
+        }
+
+        async fn stop(&mut self) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    impl SinkConnector for Counted {
+        fn version(&self) -> &str {
+            "test"
+        }
+
+        fn config_def(&self) -> ConfigDef {
+            ConfigDef::new()
+        }
+
+        fn start(&mut self, _config: &ConfigMap) -> Result<(), ConfigError> {
+            Ok(())
+        }
+
+        fn task_configs(&self, max_tasks: usize) -> Result<Vec<ConfigMap>, ConfigError> {
+            Ok(replicate_task_configs(&ConfigMap::new(), max_tasks))
+        }
+
+        fn create_task(&self) -> Box<dyn SinkTask> {
+            Box::new(CountedTask {
+                starts: Arc::clone(&self.starts),
+            })
+        }
+    }
+
     fn config(pairs: &[(&str, &str)]) -> ConfigMap {
         pairs
             .iter()
@@ -464,6 +517,70 @@ mod tests {
             trace.contains("database 'orders' does not exist"),
             "{trace}"
         );
+        worker.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn restarting_one_task_leaves_the_others_running() {
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::clone(&starts);
+        let worker = Worker::start(
+            config(&[
+                ("bootstrap.servers", "127.0.0.1:1"),
+                ("task.shutdown.graceful.timeout.ms", "300"),
+            ]),
+            ConnectorRegistry::builtin().with(&["counted"], move || {
+                Box::new(Counted {
+                    starts: Arc::clone(&shared),
+                })
+            }),
+        )
+        .expect("worker starts");
+        worker
+            .start_connector(config(&[
+                ("name", "c"),
+                ("connector.class", "counted"),
+                ("topics", "t"),
+                ("tasks.max", "3"),
+            ]))
+            .await
+            .expect("starts");
+        let sorted = |starts: &Arc<Mutex<Vec<u32>>>| {
+            let mut s = starts.lock().unwrap().clone();
+            s.sort_unstable();
+            s
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sorted(&starts) != [0, 1, 2] {
+            assert!(
+                Instant::now() < deadline,
+                "tasks started: {:?}",
+                sorted(&starts)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        worker.restart_task("c", 1).await.expect("restart");
+        while sorted(&starts) != [0, 1, 1, 2] {
+            assert!(
+                Instant::now() < deadline,
+                "task starts after restarting task 1: {:?}",
+                sorted(&starts)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = worker.status("c").expect("running");
+        assert!(
+            status.tasks.iter().all(|t| t.state == State::Running),
+            "{status:?}"
+        );
+        let err = worker.restart_task("c", 7).await.expect_err("no task 7");
+        assert!(
+            matches!(err, RuntimeError::UnknownTask { task: 7, .. }),
+            "{err}"
+        );
+        // Only task 1 started again, even after a while.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(sorted(&starts), [0, 1, 1, 2]);
         worker.shutdown().await;
     }
 

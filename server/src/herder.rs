@@ -78,8 +78,9 @@ pub enum HerderError {
     /// The request is valid but cannot be done in the connector's current state.
     #[error("{0}")]
     Conflict(String),
-    #[error("cannot read the committed offsets of group '{group}' from {bootstrap}: {reason}")]
+    #[error("cannot {action} the committed offsets of group '{group}' on {bootstrap}: {reason}")]
     Offsets {
+        action: &'static str,
         group: String,
         bootstrap: String,
         reason: String,
@@ -163,6 +164,19 @@ pub struct PartitionOffset {
     pub partition: serde_json::Value,
     pub offset: serde_json::Value,
 }
+
+/// One entry of `PATCH /connectors/{name}/offsets`: a partition and its new offset; `None`
+/// resets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetChange {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: Option<i64>,
+}
+
+/// Connect's answers to a successful offsets change.
+pub const OFFSETS_ALTERED: &str = "The offsets for this connector have been altered successfully";
+pub const OFFSETS_RESET: &str = "The offsets for this connector have been reset successfully";
 
 /// Which restarts a restart request asked for (KIP-745).
 #[derive(Debug, Clone, Copy, Default)]
@@ -923,6 +937,7 @@ impl Herder {
             Err(e) => Err(format!("the offset reader stopped: {e}")),
         }
         .map_err(|reason| HerderError::Offsets {
+            action: "read",
             group,
             bootstrap,
             reason,
@@ -931,6 +946,115 @@ impl Herder {
             offsets,
             message: None,
         })
+    }
+
+    /// Changes a STOPPED classic-mode connector's committed offsets (KIP-875):
+    /// `PATCH /connectors/{name}/offsets` with `changes`, or `DELETE` (`None`: reset every
+    /// partition). A reset partition gets the offset its consumer's `auto.offset.reset` names
+    /// (Connect's sink default, `earliest`: the log start; `latest`: the end), committed for the
+    /// connector's group — where the connector would start without a committed offset.
+    pub async fn alter_offsets(
+        &self,
+        tenant: &str,
+        name: &str,
+        changes: Option<Vec<OffsetChange>>,
+    ) -> Result<&'static str, HerderError> {
+        let _guard = self.control.lock().await;
+        let record = self.record(tenant, name)?;
+        if record.target_state != TargetState::Stopped {
+            return Err(HerderError::BadRequest(format!(
+                "Connector {name} is {}: its offsets can be changed only while it is STOPPED \
+                 (PUT /connectors/{name}/stop first), so that no task commits meanwhile",
+                record.target_state
+            )));
+        }
+        let (parsed, share, group, bootstrap) = self.group_of(tenant, name, &record)?;
+        if share {
+            return Err(HerderError::BadRequest(format!(
+                "connector {name} reads through share group '{group}', which has no committed offset per \
+                 partition to alter or reset: a share group keeps one start offset per share-partition, \
+                 moved only by Kafka's Admin alterShareGroupOffsets / deleteShareGroupOffsets (KIP-932; \
+                 kafka-share-groups.sh --reset-offsets while the group is empty). This worker does not \
+                 call those APIs, which the development broker lacks too. Records not yet acknowledged \
+                 are delivered again on resume"
+            )));
+        }
+        if let Some(changes) = &changes {
+            for change in changes {
+                if !parsed.topics.includes(&change.topic) {
+                    return Err(HerderError::BadRequest(format!(
+                        "topic '{}' in the offsets is not one connector {name} reads; it reads {}",
+                        change.topic,
+                        match &parsed.topics {
+                            TopicSelection::Names(names) => names.join(", "),
+                            TopicSelection::Pattern(regex) =>
+                                format!("topics matching {}", regex.as_str()),
+                        }
+                    )));
+                }
+            }
+        }
+        let reset_to = parsed
+            .consumer_overrides
+            .get("auto.offset.reset")
+            .or_else(|| self.worker_config.get("consumer.auto.offset.reset"))
+            .map(|v| v.trim().to_ascii_lowercase())
+            .unwrap_or_else(|| "earliest".to_owned());
+        let start_at_end = match reset_to.as_str() {
+            "earliest" | "smallest" | "beginning" => false,
+            "latest" | "largest" | "end" => true,
+            other => {
+                return Err(HerderError::BadRequest(format!(
+                    "connector {name} has auto.offset.reset={other}, so a reset partition has no \
+                     offset to start from; give the offsets in a PATCH instead"
+                )))
+            }
+        };
+        let security = self.client_security(&parsed);
+        let topics = parsed.topics.clone();
+        let reset = changes.is_none();
+        let (g, b) = (group.clone(), bootstrap.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            commit_offsets(&b, &g, &security, &topics, changes, start_at_end)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the offset writer stopped: {e}")));
+        done.map_err(|reason| HerderError::Offsets {
+            action: if reset { "reset" } else { "alter" },
+            group: group.clone(),
+            bootstrap,
+            reason,
+        })?;
+        info!(tenant, connector = %name, %group, reset, "offsets changed");
+        Ok(if reset {
+            OFFSETS_RESET
+        } else {
+            OFFSETS_ALTERED
+        })
+    }
+
+    /// The security settings of the connector's consumer (worker `consumer.*`, then its
+    /// overrides): what a client of its group needs to reach the cluster.
+    fn client_security(&self, parsed: &SinkConnectorConfig) -> Vec<(String, String)> {
+        let security =
+            |k: &str| k == "security.protocol" || k.starts_with("sasl.") || k.starts_with("ssl.");
+        let mut settings: BTreeMap<String, String> = self
+            .worker_config
+            .iter()
+            .filter_map(|(k, v)| {
+                k.strip_prefix("consumer.")
+                    .map(|k| (k.to_owned(), v.clone()))
+            })
+            .filter(|(k, _)| security(k))
+            .collect();
+        settings.extend(
+            parsed
+                .consumer_overrides
+                .iter()
+                .filter(|(k, _)| security(k))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        settings.into_iter().collect()
     }
 
     /// The `validate` answer for `config` in `tenant`, secrets hidden; it includes the
@@ -1173,6 +1297,98 @@ impl Herder {
             Err(_) => Vec::new(),
         }
     }
+}
+
+/// Commits offsets for `group`: the `changes` given (a `None` offset resets the partition),
+/// or a reset of every partition of `topics` when `changes` is `None`. A reset partition gets
+/// its log start offset, or its end offset when `start_at_end`.
+///
+/// Like Connect's `Admin.alterConsumerGroupOffsets`, the commit comes from outside the group
+/// (no member id, generation -1), which Kafka accepts while the group is empty — as it is
+/// while the connector is STOPPED. (The development broker refuses such commits once the
+/// group has had members: see docs/dev-broker.md.)
+fn commit_offsets(
+    bootstrap: &str,
+    group: &str,
+    security: &[(String, String)],
+    topics: &TopicSelection,
+    changes: Option<Vec<OffsetChange>>,
+    start_at_end: bool,
+) -> Result<(), String> {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+    let mut config = ClientConfig::new();
+    for (k, v) in security {
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let metadata = consumer
+        .fetch_metadata(None, OFFSETS_TIMEOUT)
+        .map_err(|e| e.to_string())?;
+    let exists = |topic: &str, partition: i32| {
+        metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.partitions().iter().any(|p| p.id() == partition))
+    };
+    let changes = match changes {
+        Some(changes) => changes,
+        None => metadata
+            .topics()
+            .iter()
+            .filter(|t| topics.includes(t.name()))
+            .flat_map(|t| {
+                t.partitions().iter().map(|p| OffsetChange {
+                    topic: t.name().to_owned(),
+                    partition: p.id(),
+                    offset: None,
+                })
+            })
+            .collect(),
+    };
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut partitions = TopicPartitionList::new();
+    for change in &changes {
+        if !exists(&change.topic, change.partition) {
+            return Err(format!(
+                "partition {} of topic '{}' does not exist",
+                change.partition, change.topic
+            ));
+        }
+        let offset = match change.offset {
+            Some(offset) => offset,
+            None => {
+                let (low, high) = consumer
+                    .fetch_watermarks(&change.topic, change.partition, OFFSETS_TIMEOUT)
+                    .map_err(|e| e.to_string())?;
+                if start_at_end {
+                    high
+                } else {
+                    low
+                }
+            }
+        };
+        partitions
+            .add_partition_offset(&change.topic, change.partition, Offset::Offset(offset))
+            .map_err(|e| e.to_string())?;
+    }
+    consumer
+        .commit(&partitions, CommitMode::Sync)
+        .map_err(|e| match e.rdkafka_error_code() {
+            Some(rdkafka::types::RDKafkaErrorCode::UnknownMemberId) => format!(
+                "{e}: the group is not empty (a member of it is still alive), or the broker refuses commits from outside a group it knows"
+            ),
+            _ => e.to_string(),
+        })
 }
 
 /// Reads a consumer group's committed offsets for the partitions of `topics`.

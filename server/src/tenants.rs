@@ -418,21 +418,26 @@ mod tests {
 
     use super::*;
 
-    fn tenants(dir: &std::path::Path) -> Tenants {
-        let store = Arc::new(SledStore::open(dir).expect("store"));
-        Tenants::load(store, OverridePolicy::All).expect("load")
+    fn store(dir: &std::path::Path) -> Arc<dyn StateStore> {
+        Arc::new(SledStore::open(dir).expect("store"))
+    }
+
+    /// The tenants as a starting worker loads them from `store`.
+    fn tenants(store: &Arc<dyn StateStore>) -> Tenants {
+        Tenants::load(Arc::clone(store), OverridePolicy::All).expect("load")
     }
 
     #[test]
     fn a_created_tenant_survives_a_restart_and_only_its_token_finds_it() {
         let dir = tempfile::tempdir().expect("dir");
+        let store = store(dir.path());
         let quotas = Quotas {
             connectors: Some(2),
             records_per_second: Some(100),
             ..Quotas::default()
         };
         let token = {
-            let t = tenants(dir.path());
+            let t = tenants(&store);
             let (info, token) = t.create("acme", quotas, None).expect("create");
             assert_eq!(info.policy, "Restricted");
             assert!(matches!(
@@ -441,7 +446,7 @@ mod tests {
             ));
             token
         };
-        let t = tenants(dir.path());
+        let t = tenants(&store);
         assert_eq!(t.by_token(&token).as_deref(), Some("acme"));
         assert_eq!(t.by_token("spw_guess"), None);
         assert_eq!(t.quotas("acme"), quotas);
@@ -457,17 +462,43 @@ mod tests {
         t.delete("acme").expect("delete");
         assert_eq!(t.by_token(&rotated), None);
         assert!(!t.exists("acme"));
-        drop(t);
-        assert!(
-            !tenants(dir.path()).exists("acme"),
-            "the deletion is stored"
-        );
+        assert!(!tenants(&store).exists("acme"), "the deletion is stored");
+    }
+
+    #[test]
+    fn a_bare_stored_tenant_loads_with_defaults_and_a_damaged_one_stops_the_load() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = store(dir.path());
+        store
+            .put_tenant(&Tenant {
+                name: "old".into(),
+                settings: BTreeMap::new(),
+            })
+            .expect("put");
+        let t = tenants(&store);
+        let old = t.get("old").expect("loaded");
+        assert_eq!(old.quotas, Quotas::default());
+        assert_eq!(old.policy, "Restricted");
+        assert_eq!(t.scope("old").prefix.as_deref(), Some("old"));
+        store
+            .put_tenant(&Tenant {
+                name: "bad".into(),
+                settings: BTreeMap::from([("quota.tasks".into(), "lots".into())]),
+            })
+            .expect("put");
+        let err = Tenants::load(store, OverridePolicy::All)
+            .err()
+            .expect("a damaged tenant stops the load");
+        let message = err.to_string();
+        assert!(message.contains("'bad'"), "{message}");
+        assert!(message.contains("quota.tasks='lots'"), "{message}");
     }
 
     #[test]
     fn bad_names_quotas_and_default_tenant_changes_are_refused_clearly() {
         let dir = tempfile::tempdir().expect("dir");
-        let t = tenants(dir.path());
+        let store = store(dir.path());
+        let t = tenants(&store);
         for bad in ["", "a.b", "a/b", "ä", &"x".repeat(65)] {
             let err = t
                 .create(bad, Quotas::default(), None)
@@ -501,9 +532,8 @@ mod tests {
         assert_eq!(updated.quotas.tasks, Some(3));
         assert_eq!(updated.policy, "All");
         assert!(t.scope(DEFAULT_TENANT).prefix.is_none());
-        drop(t);
         assert_eq!(
-            tenants(dir.path()).quotas(DEFAULT_TENANT).tasks,
+            tenants(&store).quotas(DEFAULT_TENANT).tasks,
             Some(3),
             "the default tenant's quotas are stored too"
         );

@@ -156,17 +156,49 @@ fn query(rng: &mut StdRng) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn generated_requests_for_every_documented_operation_never_get_a_5xx() {
-    let seed: u64 = std::env::var("SPILLWAY_REST_SEED")
+fn seed() -> u64 {
+    std::env::var("SPILLWAY_REST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(932);
-    let mut rng = StdRng::seed_from_u64(seed);
-    let doc: Json = serde_json::from_str(spillway::rest::OPENAPI).expect("the document is JSON");
+        .unwrap_or(932)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_requests_for_every_documented_operation_never_get_a_5xx() {
     let broker = broker();
     let dir = tempfile::tempdir().expect("temp dir");
     let (worker, api) = start_worker(&broker, &dir.path().join("state")).await;
+    drive(std::slice::from_ref(&api), seed()).await;
+    worker.stop().await;
+}
+
+/// The same with authentication on: requests come with the admin's token, a tenant's, a
+/// made-up one or none, and still never get a 5xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_requests_with_any_token_never_get_a_5xx() {
+    const ADMIN: &str = "generated-admin-token-0123456789";
+    let broker = broker();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (worker, anonymous) = support::start_worker_with(
+        &broker,
+        &dir.path().join("state"),
+        &[("rest.auth.enabled", "true"), ("rest.admin.token", ADMIN)],
+    )
+    .await;
+    let admin = anonymous.with_token(ADMIN);
+    let created = admin.post("/tenants", json!({"name": "files"})).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let tenant = anonymous.with_token(created.body["token"].as_str().expect("token"));
+    let callers = [admin, tenant, anonymous.with_token("made-up"), anonymous];
+    drive(&callers, seed().wrapping_add(1)).await;
+    worker.stop().await;
+}
+
+/// Sends every documented operation `ROUNDS_PER_OPERATION` times with generated inputs, each
+/// time as one of `callers`.
+async fn drive(callers: &[support::Client], seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let doc: Json = serde_json::from_str(spillway::rest::OPENAPI).expect("the document is JSON");
     let mut operations: Vec<(String, String)> = Vec::new();
     for (path, ops) in doc["paths"].as_object().expect("paths") {
         for method in ops.as_object().expect("operations").keys() {
@@ -181,13 +213,15 @@ async fn generated_requests_for_every_documented_operation_never_get_a_5xx() {
                     ("{task}", 0) => rng.gen_range(0..3).to_string(),
                     ("{name}", 0) => format!("gen-{}", rng.gen_range(0..5)),
                     ("{plugin}", 0) => "file".to_owned(),
-                    ("{tenant}", 0 | 1) => "default".to_owned(),
+                    ("{tenant}", 0) => "default".to_owned(),
+                    ("{tenant}", 1) => "files".to_owned(),
                     _ => word(&mut rng),
                 };
                 concrete = concrete.replace(param, &segment(&text));
             }
             concrete.push_str(&query(&mut rng));
             let sent = body(&mut rng);
+            let api = &callers[rng.gen_range(0..callers.len())];
             let answer = api
                 .send(
                     Method::from_bytes(method.as_bytes()).expect("method"),
@@ -206,11 +240,10 @@ async fn generated_requests_for_every_documented_operation_never_get_a_5xx() {
             }
         }
     }
-    let health = api
+    let health = callers[0]
         .wait_for("/health", Duration::from_secs(5), |h| {
             h["status"] == "healthy"
         })
         .await;
     assert_eq!(health["status"], "healthy");
-    worker.stop().await;
 }

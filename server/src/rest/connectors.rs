@@ -9,7 +9,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use serde_json::{json, Map, Value as Json};
 use spillway_storage::TargetState;
 
-use crate::herder::RestartRequest;
+use crate::herder::{OffsetChange, RestartRequest};
 use crate::rest::auth::Caller;
 use crate::rest::body;
 use crate::rest::error::ApiError;
@@ -346,4 +346,92 @@ pub async fn offsets(
 ) -> Result<HttpResponse, ApiError> {
     let name = &path.name;
     Ok(HttpResponse::Ok().json(api.herder.offsets(&caller.tenant, name).await?))
+}
+
+/// Reads Connect's offsets body: `{"offsets": [{"partition": {"kafka_topic", "kafka_partition"},
+/// "offset": {"kafka_offset"} | null}]}`.
+fn offset_changes(json: &Json) -> Result<Vec<OffsetChange>, ApiError> {
+    let shape = "expected {\"offsets\": [{\"partition\": {\"kafka_topic\": ..., \"kafka_partition\": ...}, \"offset\": {\"kafka_offset\": ...} or null}]}";
+    let entries = json
+        .get("offsets")
+        .and_then(Json::as_array)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("the body has no \"offsets\" array; {shape}"))
+        })?;
+    if entries.is_empty() {
+        return Err(ApiError::BadRequest(format!(
+            "the \"offsets\" array is empty; {shape}"
+        )));
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let bad = |what: String| ApiError::BadRequest(format!("offsets[{i}]: {what}; {shape}"));
+            let partition = entry
+                .get("partition")
+                .ok_or_else(|| bad("no \"partition\"".into()))?;
+            let topic = partition
+                .get("kafka_topic")
+                .and_then(Json::as_str)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| bad("\"kafka_topic\" must be a topic name".into()))?;
+            let number = partition
+                .get("kafka_partition")
+                .and_then(Json::as_i64)
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| bad("\"kafka_partition\" must be a partition number".into()))?;
+            let offset = match entry.get("offset") {
+                None | Some(Json::Null) => None,
+                Some(offset) => Some(
+                    offset
+                        .get("kafka_offset")
+                        .and_then(Json::as_i64)
+                        .filter(|o| *o >= 0)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "\"offset\" must be {{\"kafka_offset\": <offset of at least 0>}} or null, found {offset}"
+                            ))
+                        })?,
+                ),
+            };
+            Ok(OffsetChange {
+                topic: topic.to_owned(),
+                partition: number,
+                offset,
+            })
+        })
+        .collect()
+}
+
+/// `PATCH /connectors/{name}/offsets` (KIP-875): 200 `{message}`; the connector must be
+/// STOPPED and read through a consumer group.
+pub async fn alter_offsets(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+    request: HttpRequest,
+    payload: Payload,
+) -> Result<HttpResponse, ApiError> {
+    let json = body::read_json(&request, payload, api.max_body_bytes).await?;
+    let changes = offset_changes(&json)?;
+    let message = api
+        .herder
+        .alter_offsets(&caller.tenant, &path.name, Some(changes))
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "message": message })))
+}
+
+/// `DELETE /connectors/{name}/offsets` (KIP-875): resets every partition; 200 `{message}`.
+pub async fn reset_offsets(
+    api: Data<Api>,
+    caller: Caller,
+    path: Path<NamePath>,
+) -> Result<HttpResponse, ApiError> {
+    let message = api
+        .herder
+        .alter_offsets(&caller.tenant, &path.name, None)
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "message": message })))
 }

@@ -169,6 +169,12 @@ fn connect_endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/connectors/{name}/offsets", || {
             web::get().to(connectors::offsets)
         }),
+        endpoint(Method::PATCH, "/connectors/{name}/offsets", || {
+            web::patch().to(connectors::alter_offsets)
+        }),
+        endpoint(Method::DELETE, "/connectors/{name}/offsets", || {
+            web::delete().to(connectors::reset_offsets)
+        }),
         endpoint(Method::GET, "/connector-plugins", || {
             web::get().to(plugins::list)
         }),
