@@ -6,7 +6,9 @@
 //! * (a) `overhead`: a share-mode connector (one task) into the `file` sink, run by
 //!   `spillway_actors::Worker`, against the bare `spillway_kafka::share::ShareConsumer` draining
 //!   the same topic (ACCEPT every record, commit once per poll). Each uses its own share group
-//!   and runs in its own child process, one after the other.
+//!   and runs in its own child process, one after the other. The connector runs with its
+//!   metrics recorded through the OpenTelemetry SDK and rendered as Prometheus text every
+//!   second, and once more with a no-op meter: their ratio is what recording metrics costs.
 //! * (b) `parallelism`: a bench-only sink that takes 10 ms per `put`, on a one-partition topic:
 //!   share mode with 8 tasks (the dev broker's manual target assignment gives every member the
 //!   partition, as Apache Kafka does) against classic mode (one partition: one active task).
@@ -135,6 +137,10 @@ enum Role {
         max_poll_records: usize,
         #[arg(long)]
         file: String,
+        /// Record metrics through a real OpenTelemetry SDK (the worker command's pipeline),
+        /// scraped as Prometheus text every second; without it the meter is a no-op.
+        #[arg(long)]
+        metrics: bool,
     },
 }
 
@@ -188,6 +194,7 @@ async fn main() -> Result<()> {
             inflight,
             max_poll_records,
             file,
+            metrics,
         }) => {
             let summary = pipeline(
                 bootstrap,
@@ -198,6 +205,7 @@ async fn main() -> Result<()> {
                 *inflight,
                 *max_poll_records,
                 file,
+                *metrics,
             )
             .await?;
             println!("{}", serde_json::to_string(&summary)?);
@@ -306,23 +314,37 @@ async fn overhead(args: &Args) -> Result<()> {
     drain_args.extend(["--group".into(), "overhead-bare".into()]);
     let bare = run_child(&drain_args).await?;
 
-    eprintln!("(a) draining with a share-mode connector into the file sink (1 task)...");
-    let mut pipeline_args = common("pipeline");
-    pipeline_args.extend([
-        "--name".into(),
-        "overhead-pipeline".into(),
-        "--tasks".into(),
-        "1".into(),
-        "--inflight".into(),
-        TaskSettings::default().inflight_batches.to_string(),
-        "--max-poll-records".into(),
-        DEFAULT_MAX_POLL_RECORDS.to_string(),
-        "--file".into(),
-        dir.join("overhead.txt").to_string_lossy().into_owned(),
-    ]);
-    let ours = run_child(&pipeline_args).await;
+    let pipeline_args = |name: &str, metrics: bool| {
+        let mut a = common("pipeline");
+        a.extend([
+            "--name".into(),
+            name.into(),
+            "--tasks".into(),
+            "1".into(),
+            "--inflight".into(),
+            TaskSettings::default().inflight_batches.to_string(),
+            "--max-poll-records".into(),
+            DEFAULT_MAX_POLL_RECORDS.to_string(),
+            "--file".into(),
+            dir.join(format!("{name}.txt"))
+                .to_string_lossy()
+                .into_owned(),
+        ]);
+        if metrics {
+            a.push("--metrics".into());
+        }
+        a
+    };
+    eprintln!("(a) draining with a share-mode connector into the file sink (1 task, metrics recorded and scraped every second)...");
+    let ours = run_child(&pipeline_args("overhead-pipeline", true)).await;
+    eprintln!("(a) the same connector with a no-op meter (no metrics SDK)...");
+    let unmetered = match &ours {
+        Ok(_) => Some(run_child(&pipeline_args("overhead-unmetered", false)).await),
+        Err(_) => None,
+    };
     let _ = std::fs::remove_dir_all(&dir);
     let ours = ours?;
+    let unmetered = unmetered.context("not run")??;
 
     println!(
         "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker)",
@@ -343,8 +365,20 @@ async fn overhead(args: &Args) -> Result<()> {
         ours.seconds
     );
     println!(
+        "  same, metrics not recorded  : {:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s window)",
+        unmetered.rate(),
+        unmetered.cpu_us_per_record(),
+        unmetered.window_records,
+        unmetered.seconds
+    );
+    println!(
         "  throughput ratio (pipeline / bare): {:.2}  (goal >= 0.85)",
         ours.rate() / bare.rate()
+    );
+    println!(
+        "  metrics cost: throughput ratio (recorded / not recorded) {:.2}, CPU per record ratio {:.2}",
+        ours.rate() / unmetered.rate(),
+        ours.cpu_us_per_record() / unmetered.cpu_us_per_record().max(1e-9)
     );
     Ok(())
 }
@@ -454,14 +488,33 @@ async fn pipeline(
     inflight: usize,
     max_poll_records: usize,
     file: &str,
+    metrics: bool,
 ) -> Result<Summary> {
-    let worker = Worker::start(
-        config(&[
-            ("bootstrap.servers", bootstrap),
-            ("task.inflight.batches", &inflight.to_string()),
-        ]),
-        ConnectorRegistry::builtin(),
-    )?;
+    let worker_config = config(&[
+        ("bootstrap.servers", bootstrap),
+        ("task.inflight.batches", &inflight.to_string()),
+    ]);
+    let (worker, scraping) = if metrics {
+        let telemetry = std::sync::Arc::new(spillway::metrics::Telemetry::build(false)?);
+        let worker = Worker::start_with_meter(
+            worker_config,
+            ConnectorRegistry::builtin(),
+            &telemetry.meter(),
+        )?;
+        // As a Prometheus scraping every second would.
+        let scraping = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let telemetry = std::sync::Arc::clone(&telemetry);
+                let text = tokio::task::spawn_blocking(move || telemetry.render()).await;
+                std::hint::black_box(text.ok().and_then(Result::ok).map(|t| t.len()));
+            }
+        });
+        (worker, Some(scraping))
+    } else {
+        let worker = Worker::start(worker_config, ConnectorRegistry::builtin())?;
+        (worker, None)
+    };
     let idle_rss_bytes = peak_rss_bytes().unwrap_or(0);
     let cpu_start = cpu_time();
     worker
@@ -490,6 +543,9 @@ async fn pipeline(
     let cpu_seconds = (cpu_time() - cpu_start).as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);
     let accepted = worker.status(name).map_or(0, |s| s.totals().accepted);
+    if let Some(scraping) = scraping {
+        scraping.abort();
+    }
     worker.shutdown().await;
     let window = window?;
     Ok(Summary {
