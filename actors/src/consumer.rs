@@ -8,18 +8,19 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use spillway_core::{Ack, Disposition, RecordCoordinates};
-use tracing::warn;
+use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::messages::{Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
+use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
 
 /// Connects the task's source (on the task's own thread, so its background work lives there).
 pub type SourceFactory = Box<
@@ -37,6 +38,7 @@ pub struct ConsumerActor {
     commit_timeout: Duration,
     counters: Arc<TaskCounters>,
     reporter: Reporter,
+    identity: Arc<TaskIdentity>,
     next_seq: u64,
     in_flight: usize,
     /// Credits returned and not yet acknowledged and committed.
@@ -60,6 +62,7 @@ pub struct ConsumerSetup {
     pub commit_timeout: Duration,
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
+    pub identity: Arc<TaskIdentity>,
 }
 
 impl ConsumerActor {
@@ -75,6 +78,7 @@ impl ConsumerActor {
             commit_timeout: s.commit_timeout,
             counters: s.counters,
             reporter: s.reporter,
+            identity: s.identity,
             next_seq: 0,
             in_flight: 0,
             settled: Vec::new(),
@@ -119,11 +123,12 @@ impl ConsumerActor {
         };
         self.busy = true;
         let timeout = self.poll_timeout;
+        let started = SystemTime::now();
         let fut = async move {
             let result = source.poll(timeout).await;
             (source, result)
         };
-        ctx.spawn(fut.into_actor(self).map(|(source, result), act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |(source, result), act, ctx| {
             act.source = Some(source);
             act.busy = false;
             match result {
@@ -133,10 +138,13 @@ impl ConsumerActor {
                         TaskCounters::add(&act.counters.read, polled.records.len());
                         act.in_flight += 1;
                         act.next_seq += 1;
+                        let trace = BatchTrace::new(&act.identity, act.next_seq, &polled.records);
+                        trace.record_poll(started);
                         act.converter.do_send(SourceBatch {
                             seq: act.next_seq,
                             changes: polled.changes,
                             records: polled.records,
+                            trace,
                         });
                     }
                     act.step(ctx);
@@ -159,14 +167,25 @@ impl ConsumerActor {
         let counters = Arc::clone(&self.counters);
         self.busy = true;
         let timeout = self.commit_timeout;
+        // One commit span per batch; they end together when the commit returns.
+        let spans: Vec<Span> = batches
+            .iter()
+            .map(|b| b.trace.span(BatchStage::Commit))
+            .collect();
+        let current = match spans.as_slice() {
+            [only] => only.clone(),
+            _ => Span::none(),
+        };
         let fut = async move {
             let result = match source.settle(&acks) {
                 Ok(()) => source.commit(timeout).await,
                 Err(e) => Err(e),
             };
             (source, acks, result)
-        };
+        }
+        .instrument(current);
         ctx.spawn(fut.into_actor(self).map(move |(source, acks, result), act, ctx| {
+            drop(spans);
             act.source = Some(source);
             act.busy = false;
             act.in_flight = act.in_flight.saturating_sub(credits);
@@ -241,6 +260,10 @@ impl Actor for ConsumerActor {
             act.busy = false;
             match result {
                 Ok(source) => {
+                    info!(
+                        generation = act.generation,
+                        "task started: its consumer is connected"
+                    );
                     act.source = Some(source);
                     act.step(ctx);
                 }

@@ -23,6 +23,7 @@ pub mod source;
 pub mod status;
 pub mod supervisor;
 pub mod task;
+pub mod telemetry;
 pub mod worker;
 
 pub use error::RuntimeError;

@@ -25,12 +25,13 @@ use spillway_core::{
     Assignment, ConfigMap, ConnectError, Disposition, ErrorContext, Processed, PutOutcome,
     RawRecord, SinkError, SinkRecord, SinkTask, Stage, TopicPartition,
 };
-use tracing::{error, warn};
+use tracing::{error, warn, Instrument};
 
 use crate::acker::AckerActor;
 use crate::messages::{Finish, Reporter, SinkBatch, TaskEvent, Verdict, Verdicts};
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
+use crate::telemetry::BatchStage;
 
 /// Fixed facts of the task the sink stage needs for its verdicts.
 pub struct SinkContext {
@@ -200,8 +201,11 @@ async fn run_batch(
         })
         .collect();
     let mut outcomes: BTreeMap<usize, PutOutcome> = BTreeMap::new();
+    let put_span = batch.trace.span(BatchStage::Put);
     if !ready.is_empty() {
-        put_with_retries(task, ready, ctx, &mut outcomes).await;
+        put_with_retries(task, ready, ctx, &mut outcomes)
+            .instrument(put_span.clone())
+            .await;
         let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for (i, outcome) in &outcomes {
             if outcome.is_ok() {
@@ -213,7 +217,7 @@ async fn run_batch(
             }
         }
         if !offsets.is_empty() {
-            if let Err(e) = task.flush(&offsets).await {
+            if let Err(e) = task.flush(&offsets).instrument(put_span.clone()).await {
                 if !(e.is_retriable() && ctx.share) {
                     return Err(format!("the sink task failed to flush: {e}"));
                 }
@@ -280,6 +284,7 @@ async fn run_batch(
             seq: batch.seq,
             verdicts,
             fail_task,
+            trace: batch.trace,
         },
         batch.changes,
     ))

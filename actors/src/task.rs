@@ -15,9 +15,12 @@ use crate::messages::{Drain, Reporter};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
+use crate::telemetry::{self, TaskIdentity};
 
 /// Everything one run of a task needs.
 pub struct TaskSpec {
+    /// The tenant owning the connector (in log lines and trace spans).
+    pub tenant: String,
     pub connector: String,
     pub connector_class: String,
     pub task: u32,
@@ -62,8 +65,17 @@ impl RunningTask {
 pub fn spawn_task(spec: TaskSpec) -> RunningTask {
     let arbiter = Arbiter::new();
     let generation = spec.generation;
+    let identity = Arc::new(TaskIdentity {
+        tenant: spec.tenant.clone(),
+        connector: spec.connector.clone(),
+        task: spec.task,
+    });
+    let log_span = identity.log_span();
+    // Runs first on the new thread: everything after it logs in the task's span.
+    arbiter.spawn_fn(move || telemetry::enter_for_thread(log_span));
     let consumer = ConsumerActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
         let TaskSpec {
+            tenant: _,
             connector,
             connector_class,
             task,
@@ -107,6 +119,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             commit_timeout: settings.commit_timeout,
             counters,
             reporter,
+            identity,
         })
     });
     RunningTask {
@@ -329,6 +342,7 @@ mod tests {
             .boxed_local()
         });
         let task = spawn_task(TaskSpec {
+            tenant: "t1".into(),
             connector: "c".into(),
             connector_class: "scripted".into(),
             task: 0,

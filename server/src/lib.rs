@@ -3,7 +3,9 @@
 
 pub mod demo;
 pub mod herder;
+pub mod log_levels;
 pub mod rest;
 pub mod secrets;
 pub mod standalone;
+pub mod telemetry;
 pub mod worker_cmd;

@@ -7,6 +7,7 @@ use spillway_actors::RuntimeError;
 use spillway_storage::StorageError;
 
 use crate::herder::HerderError;
+use crate::log_levels::LoggerError;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,8 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("Plugin type '{plugin}' does not match connector.class '{class}' in the request body")]
     PluginMismatch { plugin: String, class: String },
+    #[error(transparent)]
+    Logger(#[from] LoggerError),
 }
 
 /// The body of every error answer.
@@ -58,6 +61,14 @@ impl ResponseError for ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Logger(e) => match e {
+                LoggerError::InvalidLevel(_) | LoggerError::InvalidName(_) => {
+                    StatusCode::BAD_REQUEST
+                }
+                LoggerError::NotFound(_) => StatusCode::NOT_FOUND,
+                LoggerError::Detached => StatusCode::CONFLICT,
+                LoggerError::Apply { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            },
         }
     }
 

@@ -132,6 +132,9 @@ pub fn endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/admin/loggers/{name}", || {
             web::get().to(admin::logger)
         }),
+        endpoint(Method::PUT, "/admin/loggers/{name}", || {
+            web::put().to(admin::set_logger)
+        }),
     ]
 }
 
