@@ -164,6 +164,8 @@ impl Handler<Finish> for SinkActor {
             };
             act.failed = true;
             (act.ctx.reporter)(event);
+            // The task's last work on its thread.
+            crate::telemetry::leave_thread_span();
             ctx.stop();
         }));
     }

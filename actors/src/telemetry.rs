@@ -32,8 +32,9 @@ use tracing::span::EnteredSpan;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The `tracing` target of the stage spans; a telemetry layer selects them by it.
-pub const TARGET: &str = module_path!();
+/// The `tracing` target of the stage spans (and only of them): a telemetry layer selects them
+/// by it, and `/admin/loggers` can show them in the logs at DEBUG.
+pub const TARGET: &str = "spillway_actors::stage";
 
 /// Instrumentation scope of the spans Spillway creates with the OpenTelemetry API directly.
 pub const TRACER_NAME: &str = "spillway";
@@ -66,20 +67,37 @@ impl TaskIdentity {
     }
 }
 
+/// The entered log span of a task's thread. Dropped with the thread's other thread-locals,
+/// when `tracing` may no longer use its own: then the span is left entered rather than exited
+/// (a task that stops gracefully has left it before, see [`leave_thread_span`]).
+struct ThreadLogSpan(Option<EnteredSpan>);
+
+impl Drop for ThreadLogSpan {
+    fn drop(&mut self) {
+        if let Some(entered) = self.0.take() {
+            std::mem::forget(entered);
+        }
+    }
+}
+
 thread_local! {
-    /// The log span of the task whose thread this is, entered until the thread ends.
-    static THREAD_LOG_SPAN: RefCell<Option<EnteredSpan>> = const { RefCell::new(None) };
+    static THREAD_LOG_SPAN: RefCell<ThreadLogSpan> = const { RefCell::new(ThreadLogSpan(None)) };
 }
 
 /// Makes `span` the context of every log line emitted on this thread from now on. Meant for a
 /// task's own thread: all the work on it belongs to that task.
 pub fn enter_for_thread(span: Span) {
-    THREAD_LOG_SPAN.with(|slot| {
-        let mut slot = slot.borrow_mut();
-        // Exit a previous span first: spans must be exited in reverse order of entering.
-        slot.take();
-        *slot = Some(span.entered());
-    });
+    leave_thread_span();
+    let _ = THREAD_LOG_SPAN.try_with(|slot| slot.borrow_mut().0 = Some(span.entered()));
+}
+
+/// Exits the span [`enter_for_thread`] entered on this thread, if any: the task is done.
+pub fn leave_thread_span() {
+    let entered = THREAD_LOG_SPAN
+        .try_with(|slot| slot.borrow_mut().0.take())
+        .ok()
+        .flatten();
+    drop(entered);
 }
 
 /// A stage of a batch's way through a task.
@@ -190,8 +208,12 @@ impl BatchTrace {
             BatchStage::Convert => {
                 tracing::debug_span!(target: TARGET, "convert", batch.seq = info.seq as i64)
             }
-            BatchStage::Put => tracing::debug_span!(target: TARGET, "put", batch.seq = info.seq as i64),
-            BatchStage::Ack => tracing::debug_span!(target: TARGET, "ack", batch.seq = info.seq as i64),
+            BatchStage::Put => {
+                tracing::debug_span!(target: TARGET, "put", batch.seq = info.seq as i64)
+            }
+            BatchStage::Ack => {
+                tracing::debug_span!(target: TARGET, "ack", batch.seq = info.seq as i64)
+            }
             BatchStage::Commit => {
                 tracing::debug_span!(target: TARGET, "commit", batch.seq = info.seq as i64)
             }

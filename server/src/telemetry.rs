@@ -322,6 +322,14 @@ impl Telemetry {
         self.provider.is_some()
     }
 
+    /// Exports the spans buffered so far (the batch exporter otherwise sends every few seconds).
+    pub fn flush(&self) -> Result<(), String> {
+        match &self.provider {
+            Some(provider) => provider.force_flush().map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
     /// Exports the spans still buffered and stops the exporter.
     pub fn shutdown(&mut self) {
         if let Some(provider) = self.provider.take() {
