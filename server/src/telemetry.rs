@@ -252,10 +252,20 @@ fn trace_export_from(
 
 fn checked_url(variable: &'static str, url: String) -> Result<String, TelemetryError> {
     let url = url.trim().to_owned();
-    if !(url.starts_with("http://") || url.starts_with("https://"))
-        || url.parse::<actix_web::http::Uri>().is_err()
-    {
-        return Err(bad(variable, &url, "expected an http:// or https:// URL"));
+    if url.starts_with("https://") {
+        // The exporter's HTTP client is built without TLS (no native crypto build needed).
+        return Err(bad(
+            variable,
+            &url,
+            "this build sends OTLP over plain HTTP; point it at a collector on this host or network (http://...:4318), which may forward over TLS",
+        ));
+    }
+    if !url.starts_with("http://") || url.parse::<actix_web::http::Uri>().is_err() {
+        return Err(bad(
+            variable,
+            &url,
+            "expected an http:// URL such as http://localhost:4318",
+        ));
     }
     Ok(url)
 }
@@ -699,6 +709,13 @@ mod tests {
             (
                 vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")],
                 "OTEL_EXPORTER_OTLP_ENDPOINT='collector:4318'",
+            ),
+            (
+                vec![(
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "https://collector/v1/traces",
+                )],
+                "plain HTTP",
             ),
             (
                 vec![
