@@ -50,6 +50,8 @@ const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 
 /// OTLP/HTTP's default collector address (the gRPC one is port 4317).
 const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
+/// OTLP/gRPC's default collector address.
+const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 const DEFAULT_SERVICE_NAME: &str = "spillway";
 /// How long shutdown waits for the last spans to reach the collector.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,11 +96,23 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
-/// Where and how spans are exported (OTLP over HTTP with protobuf).
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (`http/protobuf`, port 4318).
+    #[default]
+    HttpProtobuf,
+    /// OTLP/gRPC (`grpc`, port 4317); needs the `otlp-grpc` cargo feature.
+    Grpc,
+}
+
+/// Where and how spans are exported.
 #[derive(Debug, Clone)]
 pub struct TraceExport {
-    /// The traces URL, e.g. `http://localhost:4318/v1/traces`.
+    /// HTTP: the traces URL, e.g. `http://localhost:4318/v1/traces`; gRPC: the collector's
+    /// address, e.g. `http://localhost:4317`.
     pub endpoint: String,
+    pub protocol: OtlpProtocol,
     pub service_name: String,
     /// Further resource attributes (`OTEL_RESOURCE_ATTRIBUTES`).
     pub resource: Vec<(String, String)>,
@@ -110,6 +124,7 @@ impl TraceExport {
     pub fn to(endpoint: impl Into<String>) -> TraceExport {
         TraceExport {
             endpoint: endpoint.into(),
+            protocol: OtlpProtocol::HttpProtobuf,
             service_name: DEFAULT_SERVICE_NAME.to_owned(),
             resource: Vec::new(),
             sampler: Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
@@ -212,22 +227,35 @@ fn trace_export_from(
             get(OTEL_EXPORTER_OTLP_PROTOCOL),
         ),
     };
-    if let Some(protocol) = protocol {
-        if protocol.trim() != "http/protobuf" {
+    let protocol = match protocol.as_deref().map(str::trim) {
+        None | Some("http/protobuf") => OtlpProtocol::HttpProtobuf,
+        Some("grpc") if cfg!(feature = "otlp-grpc") => OtlpProtocol::Grpc,
+        Some("grpc") => {
             return Err(bad(
                 protocol_variable,
-                &protocol,
-                "this build exports OTLP over HTTP with protobuf only; use http/protobuf (a collector's port 4318)",
-            ));
+                "grpc",
+                "this build has no gRPC exporter (build spillway with --features otlp-grpc); use http/protobuf (a collector's port 4318)",
+            ))
         }
-    }
-    let endpoint = match (signal_endpoint, base_endpoint) {
-        (Some(url), _) => checked_url(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, url)?,
-        (None, Some(base)) => {
+        Some(other) => {
+            return Err(bad(
+                protocol_variable,
+                other,
+                "use http/protobuf or grpc (http/json is not supported)",
+            ))
+        }
+    };
+    // The specification: a signal endpoint is used as is; HTTP appends the signal's path to
+    // the base endpoint, gRPC uses the base endpoint as is.
+    let endpoint = match (signal_endpoint, base_endpoint, protocol) {
+        (Some(url), _, _) => checked_url(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, url)?,
+        (None, Some(base), OtlpProtocol::HttpProtobuf) => {
             let base = checked_url(OTEL_EXPORTER_OTLP_ENDPOINT, base)?;
             format!("{}/v1/traces", base.trim_end_matches('/'))
         }
-        (None, None) => format!("{DEFAULT_HTTP_ENDPOINT}/v1/traces"),
+        (None, Some(base), OtlpProtocol::Grpc) => checked_url(OTEL_EXPORTER_OTLP_ENDPOINT, base)?,
+        (None, None, OtlpProtocol::HttpProtobuf) => format!("{DEFAULT_HTTP_ENDPOINT}/v1/traces"),
+        (None, None, OtlpProtocol::Grpc) => DEFAULT_GRPC_ENDPOINT.to_owned(),
     };
     let mut resource = match get(OTEL_RESOURCE_ATTRIBUTES) {
         Some(text) => resource_attributes(&text)?,
@@ -244,6 +272,7 @@ fn trace_export_from(
     resource.retain(|(k, _)| k != "service.name");
     Ok(Some(TraceExport {
         endpoint,
+        protocol,
         service_name,
         resource,
         sampler: sampler(get(OTEL_TRACES_SAMPLER), get(OTEL_TRACES_SAMPLER_ARG))?,
@@ -474,16 +503,35 @@ where
     })
 }
 
+/// The OTLP exporter for `export`. The gRPC one must be built inside a Tokio runtime (the
+/// subcommands run in one).
+fn span_exporter(export: &TraceExport) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    match export.protocol {
+        OtlpProtocol::HttpProtobuf => builder
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(&export.endpoint)
+            .build()
+            .map_err(|e| e.to_string()),
+        #[cfg(feature = "otlp-grpc")]
+        OtlpProtocol::Grpc => builder
+            .with_tonic()
+            .with_endpoint(&export.endpoint)
+            .build()
+            .map_err(|e| e.to_string()),
+        #[cfg(not(feature = "otlp-grpc"))]
+        OtlpProtocol::Grpc => {
+            Err("this build has no gRPC exporter (build spillway with --features otlp-grpc)".into())
+        }
+    }
+}
+
 fn tracer_provider(export: &TraceExport) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(&export.endpoint)
-        .build()
-        .map_err(|e| TelemetryError::Exporter {
-            endpoint: export.endpoint.clone(),
-            reason: e.to_string(),
-        })?;
+    let exporter = span_exporter(export).map_err(|reason| TelemetryError::Exporter {
+        endpoint: export.endpoint.clone(),
+        reason,
+    })?;
     let resource = Resource::builder_empty()
         .with_service_name(export.service_name.clone())
         .with_attributes(
@@ -720,9 +768,9 @@ mod tests {
             (
                 vec![
                     ("OTEL_TRACES_EXPORTER", "otlp"),
-                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"),
                 ],
-                "OTEL_EXPORTER_OTLP_PROTOCOL='grpc'",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json'",
             ),
             (
                 vec![
@@ -744,6 +792,37 @@ mod tests {
             let err = from(&vars).expect_err(needle).to_string();
             assert!(err.contains(needle), "{err}");
         }
+    }
+
+    #[cfg(not(feature = "otlp-grpc"))]
+    #[test]
+    fn grpc_needs_the_otlp_grpc_feature() {
+        let err = from(&[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ])
+        .expect_err("no gRPC in this build")
+        .to_string();
+        assert!(err.contains("OTEL_EXPORTER_OTLP_PROTOCOL='grpc'"), "{err}");
+        assert!(err.contains("--features otlp-grpc"), "{err}");
+    }
+
+    #[cfg(feature = "otlp-grpc")]
+    #[test]
+    fn grpc_uses_the_base_endpoint_as_is_and_port_4317_by_default() {
+        let grpc = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = vec![
+                ("OTEL_TRACES_EXPORTER", "otlp"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+            ];
+            vars.extend_from_slice(extra);
+            from(&vars).unwrap().traces.unwrap()
+        };
+        let default = grpc(&[]);
+        assert_eq!(default.protocol, OtlpProtocol::Grpc);
+        assert_eq!(default.endpoint, "http://localhost:4317");
+        let base = grpc(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")]);
+        assert_eq!(base.endpoint, "http://collector:4317");
     }
 
     #[test]
