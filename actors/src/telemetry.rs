@@ -57,8 +57,10 @@ pub struct TaskIdentity {
 impl TaskIdentity {
     /// The span a task's thread runs in, so every log line emitted by the task (its actors,
     /// its consumer, its sink) names the tenant, connector and task.
+    /// At ERROR level so that it is on whenever any log line is: a task's warnings keep their
+    /// context when the levels are set to WARN or ERROR.
     pub fn log_span(&self) -> Span {
-        tracing::info_span!(
+        tracing::error_span!(
             "task",
             tenant = %self.tenant,
             connector = %self.connector,

@@ -7,7 +7,8 @@
 //! - Traces: off unless the standard OpenTelemetry environment asks for them
 //!   (`OTEL_TRACES_EXPORTER=otlp`, or an `OTEL_EXPORTER_OTLP_ENDPOINT` /
 //!   `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); then the batch stage spans (see
-//!   `spillway_actors::telemetry`) go over OTLP/HTTP with protobuf to the collector.
+//!   `spillway_actors::telemetry`) go to the collector over OTLP/HTTP with protobuf (or
+//!   OTLP/gRPC with the `otlp-grpc` feature).
 //!   [`Telemetry::shutdown`] flushes what is buffered.
 //!
 //! [`TelemetryConfig::from_env`] reads the environment; tests build a [`TelemetryConfig`]
@@ -438,7 +439,7 @@ where
         .set(Arc::new(levels))
         .map_err(|_| TelemetryError::AlreadyInitialized)?;
     if let Some(export) = &config.traces {
-        tracing::info!(endpoint = %export.endpoint, service = %export.service_name, "exporting traces over OTLP/HTTP");
+        tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, service = %export.service_name, "exporting traces over OTLP");
     }
     Ok(Telemetry { provider })
 }
@@ -645,9 +646,13 @@ mod tests {
     }
 
     #[test]
-    fn text_lines_name_the_task_context() {
+    fn text_lines_name_the_task_context_even_when_only_warnings_are_on() {
         let captured = Captured::default();
-        let built = build(&TelemetryConfig::default(), captured.clone(), false).expect("builds");
+        let config = TelemetryConfig {
+            log_filter: "warn".to_owned(),
+            ..TelemetryConfig::default()
+        };
+        let built = build(&config, captured.clone(), false).expect("builds");
         tracing::subscriber::with_default(built.subscriber, || {
             let identity = TaskIdentity {
                 tenant: "default".into(),
