@@ -138,8 +138,8 @@ impl ConsumerActor {
                         TaskCounters::add(&act.counters.read, polled.records.len());
                         act.in_flight += 1;
                         act.next_seq += 1;
-                        let trace = BatchTrace::new(&act.identity, act.next_seq, &polled.records);
-                        trace.record_poll(started);
+                        let trace =
+                            BatchTrace::new(&act.identity, act.next_seq, &polled.records, started);
                         act.converter.do_send(SourceBatch {
                             seq: act.next_seq,
                             changes: polled.changes,

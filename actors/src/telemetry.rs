@@ -9,10 +9,10 @@
 //!   its first..last offset); when the batch holds one topic-partition also `topic`,
 //!   `partition`, `offset.first` and `offset.last`, and `topic` when it holds one topic.
 //! - The trace rule: the distinct producer span contexts (W3C `traceparent` headers) of the
-//!   batch's records decide where the spans hang. None: each stage span starts a new trace.
-//!   Exactly one: each stage span is a child of the producer's span, in its trace. Several:
-//!   each stage span starts a new trace and links to every producer span (at most
-//!   [`MAX_LINKS`]).
+//!   batch's records decide where the spans hang. Exactly one: every stage span is a child of
+//!   the producer's span, in its trace. None: the batch's `poll` span starts a new trace and
+//!   the other stage spans are its children. Several: the same, and the `poll` span links to
+//!   every producer span (at most [`MAX_LINKS`]). So a batch is always one trace.
 //! - `poll` is exported only for polls that returned records (an idle task polls several
 //!   times a second); it starts when that poll call started. The others are `tracing` spans,
 //!   so log lines emitted while they are entered belong to them.
@@ -141,6 +141,9 @@ struct BatchInfo {
     ranges: Vec<PartitionRange>,
     /// Distinct producer span contexts, in the order first seen.
     producers: Vec<SpanContext>,
+    /// The `poll` span, parent of the other stage spans when the batch does not have exactly
+    /// one producer context.
+    poll: Option<SpanContext>,
 }
 
 /// What a batch's stage spans say and where they hang; travels with the batch through the
@@ -156,8 +159,14 @@ fn wanted() -> bool {
 }
 
 impl BatchTrace {
-    /// Reads the batch's offsets and its records' trace contexts.
-    pub fn new(identity: &Arc<TaskIdentity>, seq: u64, records: &[RawRecord]) -> BatchTrace {
+    /// Reads the batch's offsets and its records' trace contexts, and exports its `poll` span:
+    /// from `poll_started` (when the poll call that returned the batch began) to now.
+    pub fn new(
+        identity: &Arc<TaskIdentity>,
+        seq: u64,
+        records: &[RawRecord],
+        poll_started: SystemTime,
+    ) -> BatchTrace {
         if records.is_empty() || !wanted() {
             return BatchTrace::default();
         }
@@ -178,22 +187,28 @@ impl BatchTrace {
                 }
             }
         }
+        let mut info = BatchInfo {
+            identity: Arc::clone(identity),
+            seq,
+            count: records.len(),
+            ranges: ranges
+                .into_iter()
+                .map(|((topic, partition), (first, last))| PartitionRange {
+                    topic: topic.to_owned(),
+                    partition,
+                    first,
+                    last,
+                })
+                .collect(),
+            producers,
+            poll: None,
+        };
+        let poll = info.record_poll(poll_started);
+        if info.producers.len() != 1 && poll.is_valid() {
+            info.poll = Some(poll);
+        }
         BatchTrace {
-            info: Some(Arc::new(BatchInfo {
-                identity: Arc::clone(identity),
-                seq,
-                count: records.len(),
-                ranges: ranges
-                    .into_iter()
-                    .map(|((topic, partition), (first, last))| PartitionRange {
-                        topic: topic.to_owned(),
-                        partition,
-                        first,
-                        last,
-                    })
-                    .collect(),
-                producers,
-            })),
+            info: Some(Arc::new(info)),
         }
     }
 
@@ -224,39 +239,38 @@ impl BatchTrace {
             return span;
         }
         // Without a layer that exports spans these calls do nothing.
-        let _ = span.set_parent(info.parent());
-        for link in info.links() {
-            span.add_link(link.span_context);
-        }
+        let parent = match &info.poll {
+            Some(poll) => Context::new().with_remote_span_context(poll.clone()),
+            None => info.parent(),
+        };
+        let _ = span.set_parent(parent);
         for attribute in info.attributes() {
             span.set_attribute(attribute.key, attribute.value);
         }
         span
     }
+}
 
-    /// Exports the `poll` span of this batch: from `started` (when the poll call that returned
-    /// the batch began) to now. Created through the OpenTelemetry API because a `tracing`
-    /// span cannot start in the past, and a poll is only known to matter once it returned
-    /// records.
-    pub fn record_poll(&self, started: SystemTime) {
-        let Some(info) = &self.info else {
-            return;
-        };
+impl BatchInfo {
+    /// Exports the `poll` span through the global tracer provider (which must be the one the
+    /// `tracing` layer exports with) and returns its context (invalid when none is installed). Created through the OpenTelemetry API because a `tracing` span cannot
+    /// start in the past, and a poll is only known to matter once it returned records.
+    fn record_poll(&self, started: SystemTime) -> SpanContext {
         let tracer = opentelemetry::global::tracer(TRACER_NAME);
-        let mut attributes = info.attributes();
-        attributes.push(KeyValue::new("batch.seq", info.seq as i64));
+        let mut attributes = self.attributes();
+        attributes.push(KeyValue::new("batch.seq", self.seq as i64));
         let mut span = tracer
             .span_builder(BatchStage::Poll.as_str())
             .with_kind(SpanKind::Consumer)
             .with_start_time(started)
             .with_attributes(attributes)
-            .with_links(info.links())
-            .start_with_context(&tracer, &info.parent());
+            .with_links(self.links())
+            .start_with_context(&tracer, &self.parent());
+        let context = span.span_context().clone();
         span.end();
+        context
     }
-}
 
-impl BatchInfo {
     /// A child of the one producer span, or a new trace.
     fn parent(&self) -> Context {
         match self.producers.as_slice() {
@@ -329,6 +343,8 @@ fn join(items: impl Iterator<Item = String>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::OnceLock;
+
     use bytes::Bytes;
     use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -338,6 +354,12 @@ mod tests {
 
     const TRACE_A: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const TRACE_B: &str = "0af7651916cd43dd8448eb211c80319c";
+    const STAGES: [BatchStage; 4] = [
+        BatchStage::Convert,
+        BatchStage::Put,
+        BatchStage::Ack,
+        BatchStage::Commit,
+    ];
 
     fn record(topic: &str, partition: i32, offset: i64, traceparent: Option<String>) -> RawRecord {
         let mut r = RawRecord::new(topic, partition, offset);
@@ -352,30 +374,43 @@ mod tests {
         Some(format!("00-{trace}-{span}-01"))
     }
 
-    fn identity() -> Arc<TaskIdentity> {
-        Arc::new(TaskIdentity {
-            tenant: "acme".into(),
-            connector: "mirror".into(),
-            task: 3,
+    /// The process-wide provider the `poll` spans go to, and what it exported.
+    fn exported() -> &'static (SdkTracerProvider, InMemorySpanExporter) {
+        static PROVIDER: OnceLock<(SdkTracerProvider, InMemorySpanExporter)> = OnceLock::new();
+        PROVIDER.get_or_init(|| {
+            let exporter = InMemorySpanExporter::default();
+            let provider = SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build();
+            opentelemetry::global::set_tracer_provider(provider.clone());
+            (provider, exporter)
         })
     }
 
-    /// Runs `stages` over a batch of `records` with an exporting subscriber; returns the spans.
-    fn spans_of(records: &[RawRecord], stages: &[BatchStage]) -> Vec<SpanData> {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
+    /// Polls a batch of `records` for `connector` and runs `stages` over it with an exporting
+    /// subscriber; returns the spans of that connector, `poll` first.
+    fn spans_of(connector: &str, records: &[RawRecord], stages: &[BatchStage]) -> Vec<SpanData> {
+        let (provider, exporter) = exported();
         let subscriber = tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer(TRACER_NAME)));
+        let identity = Arc::new(TaskIdentity {
+            tenant: "acme".into(),
+            connector: connector.into(),
+            task: 3,
+        });
         tracing::subscriber::with_default(subscriber, || {
-            let trace = BatchTrace::new(&identity(), 7, records);
+            let trace = BatchTrace::new(&identity, 7, records, SystemTime::now());
             for stage in stages {
                 let span = trace.span(*stage);
                 let _entered = span.enter();
             }
         });
-        exporter.get_finished_spans().expect("spans")
+        exporter
+            .get_finished_spans()
+            .expect("spans")
+            .into_iter()
+            .filter(|s| attribute(s, "connector") == Some(connector.to_owned().into()))
+            .collect()
     }
 
     fn attribute(span: &SpanData, key: &str) -> Option<opentelemetry::Value> {
@@ -392,15 +427,9 @@ mod tests {
             record("orders", 1, 11, parent(TRACE_A, "00f067aa0ba902b7")),
             record("orders", 1, 12, None),
         ];
-        let stages = [
-            BatchStage::Convert,
-            BatchStage::Put,
-            BatchStage::Ack,
-            BatchStage::Commit,
-        ];
-        let spans = spans_of(&records, &stages);
+        let spans = spans_of("single", &records, &STAGES);
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
-        assert_eq!(names, ["convert", "put", "ack", "commit"]);
+        assert_eq!(names, ["poll", "convert", "put", "ack", "commit"]);
         for span in &spans {
             assert_eq!(
                 span.span_context.trace_id(),
@@ -412,7 +441,7 @@ mod tests {
             );
             assert!(span.links.is_empty());
             assert_eq!(attribute(span, "tenant"), Some("acme".into()));
-            assert_eq!(attribute(span, "connector"), Some("mirror".into()));
+            assert_eq!(attribute(span, "connector"), Some("single".into()));
             assert_eq!(attribute(span, "task"), Some(3i64.into()));
             assert_eq!(attribute(span, "topic"), Some("orders".into()));
             assert_eq!(attribute(span, "partition"), Some(1i64.into()));
@@ -424,19 +453,32 @@ mod tests {
     }
 
     #[test]
-    fn with_several_producer_contexts_each_stage_starts_a_trace_linking_them_all() {
+    fn with_several_producer_contexts_the_batch_is_a_new_trace_whose_poll_links_them_all() {
         let records = [
             record("orders", 0, 5, parent(TRACE_A, "00f067aa0ba902b7")),
             record("orders", 2, 8, parent(TRACE_B, "b7ad6b7169203331")),
             record("orders", 2, 9, parent(TRACE_A, "00f067aa0ba902b7")),
             record("refunds", 0, 1, None),
         ];
-        let spans = spans_of(&records, &[BatchStage::Put]);
-        let [put] = spans.as_slice() else {
-            panic!("one span: {spans:?}")
+        let spans = spans_of("several", &records, &STAGES);
+        let [poll, stages @ ..] = spans.as_slice() else {
+            panic!("spans: {spans:?}")
         };
-        assert_eq!(put.parent_span_id, SpanId::INVALID, "a new trace");
-        let linked: Vec<(TraceId, SpanId)> = put
+        assert_eq!(poll.name, "poll");
+        assert_eq!(poll.parent_span_id, SpanId::INVALID, "a new trace");
+        let trace = poll.span_context.trace_id();
+        assert!(
+            trace != TraceId::from_hex(TRACE_A).unwrap()
+                && trace != TraceId::from_hex(TRACE_B).unwrap()
+        );
+        assert_eq!(stages.len(), 4);
+        for stage in stages {
+            assert_eq!(stage.span_context.trace_id(), trace, "one trace per batch");
+            assert_eq!(stage.parent_span_id, poll.span_context.span_id());
+            assert!(stage.links.is_empty(), "the poll span holds the links");
+        }
+        let put = &stages[1];
+        let linked: Vec<(TraceId, SpanId)> = poll
             .links
             .iter()
             .map(|l| (l.span_context.trace_id(), l.span_context.span_id()))
@@ -470,17 +512,27 @@ mod tests {
     #[test]
     fn without_producer_contexts_each_batch_starts_its_own_trace() {
         let records = [record("orders", 0, 1, None), record("orders", 0, 2, None)];
-        let spans = spans_of(&records, &[BatchStage::Convert, BatchStage::Put]);
-        assert_eq!(spans.len(), 2);
-        for span in &spans {
-            assert_eq!(span.parent_span_id, SpanId::INVALID);
-            assert!(span.links.is_empty());
+        let spans = spans_of("none", &records, &STAGES);
+        let [poll, stages @ ..] = spans.as_slice() else {
+            panic!("spans: {spans:?}")
+        };
+        assert_eq!(poll.parent_span_id, SpanId::INVALID);
+        assert!(poll.links.is_empty());
+        assert_eq!(stages.len(), 4);
+        for stage in stages {
+            assert_eq!(stage.span_context.trace_id(), poll.span_context.trace_id());
+            assert_eq!(stage.parent_span_id, poll.span_context.span_id());
         }
     }
 
     #[test]
     fn without_a_subscriber_nothing_is_computed() {
-        let trace = BatchTrace::new(&identity(), 1, &[record("t", 0, 0, None)]);
+        let identity = Arc::new(TaskIdentity {
+            tenant: "acme".into(),
+            connector: "off".into(),
+            task: 0,
+        });
+        let trace = BatchTrace::new(&identity, 1, &[record("t", 0, 0, None)], SystemTime::now());
         assert!(trace.info.is_none());
         assert!(trace.span(BatchStage::Put).is_disabled());
     }

@@ -1,8 +1,8 @@
 //! Traces cross Spillway end to end: records produced with a W3C `traceparent` are replicated
 //! by a `kafka` sink (share mode and classic mode); the batch stage spans reach an OTLP/HTTP
 //! receiver running in this test as children of the producer's span (or, for batches with
-//! several producer contexts, as new traces linking them), with their attributes; and every
-//! replicated record carries the `traceparent` of an exported `put` span.
+//! several producer contexts, as a new trace whose poll span links to them), with their
+//! attributes; and every replicated record carries the `traceparent` of an exported `put` span.
 //!
 //! The tracer provider is process-wide, so this file is its own test binary and sets up
 //! telemetry once, in-process, pointed at the receiver.
@@ -281,7 +281,7 @@ const SPAN_C: &str = "eee19b7ec3c1b174";
 
 /// Replicates two topics with two connectors in `mode` and checks spans and output records:
 /// `single` holds records of one producer span (every stage span is its child), `mixed`
-/// alternates two producer spans (a batch holding both links to them).
+/// alternates two producer spans (a batch holding both is a new trace linking to them).
 async fn traces_cross_spillway(mode: Option<&str>, prefix: &str) {
     let setup = setup();
     let broker = DevBroker::start(1);
@@ -393,32 +393,41 @@ async fn traces_cross_spillway(mode: Option<&str>, prefix: &str) {
         );
     }
 
-    // Two producer contexts: a batch holding both starts a trace linking them; a batch of one
-    // record is a child of its producer.
+    // Two producer contexts: a batch holding both is a new trace whose poll span links to
+    // them, the other stage spans being the poll's children; a batch of one record is a child
+    // of its producer.
     let producers: BTreeSet<(String, String)> = [(TRACE_B, SPAN_B), (TRACE_C, SPAN_C)]
         .iter()
         .map(|(t, s)| ((*t).to_owned(), (*s).to_owned()))
         .collect();
     let spans = stage_spans(setup, &mixed).await;
-    let mut linked = 0;
+    let linking_polls: BTreeSet<(String, String)> = spans
+        .iter()
+        .filter(|s| !s.links.is_empty())
+        .map(|s| (s.trace_id.clone(), s.span_id.clone()))
+        .collect();
+    assert!(
+        !linking_polls.is_empty(),
+        "a batch of several records links: {spans:#?}"
+    );
+    let mut poll_children = 0;
     for span in &spans {
-        if span.links.is_empty() {
-            assert!(
-                producers.contains(&(span.trace_id.clone(), span.parent_span_id.clone())),
-                "{span:?}"
-            );
-            assert_eq!(span.int("record.count"), 1, "{span:?}");
-        } else {
-            linked += 1;
+        if !span.links.is_empty() {
+            assert_eq!(span.name, "poll", "{span:?}");
             assert_eq!(span.links, producers, "{span:?}");
             assert_eq!(span.parent_span_id, "", "a new trace: {span:?}");
             assert_eq!(span.attr("producer.contexts"), "2");
+        } else if producers.contains(&(span.trace_id.clone(), span.parent_span_id.clone())) {
+            assert_eq!(span.int("record.count"), 1, "{span:?}");
+        } else {
+            assert!(
+                linking_polls.contains(&(span.trace_id.clone(), span.parent_span_id.clone())),
+                "a child of its batch's poll span: {span:?}"
+            );
+            poll_children += 1;
         }
     }
-    assert!(
-        linked >= 5,
-        "the batches of several records link: {spans:#?}"
-    );
+    assert!(poll_children >= 4, "{spans:#?}");
     let puts: BTreeSet<(String, String)> = spans
         .iter()
         .filter(|s| s.name == "put")
