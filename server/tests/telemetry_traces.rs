@@ -452,3 +452,53 @@ async fn traces_cross_spillway_in_share_mode() {
 async fn traces_cross_spillway_in_classic_mode() {
     traces_cross_spillway(None, "classic").await;
 }
+
+/// The `spillway` command reads the `OTEL_*` variables and flushes its spans when it ends: with
+/// the batch exporter's schedule far beyond the demo's run time, only the flush on shutdown can
+/// deliver them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_exports_its_spans_over_otlp_before_it_exits() {
+    let collected = Collected::default();
+    let url = start_receiver(Arc::clone(&collected));
+    let base = url.trim_end_matches("/v1/traces").to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["--log-format", "json", "demo"])
+        .args([
+            "--records",
+            "200",
+            "--partitions",
+            "2",
+            "--share-tasks",
+            "1",
+        ])
+        .arg("--output-dir")
+        .arg(dir.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &base)
+        .env("OTEL_SERVICE_NAME", "spillway-demo-test")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .env_remove("OTEL_TRACES_EXPORTER")
+        .env_remove("OTEL_SDK_DISABLED")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .expect("the demo runs");
+    assert!(status.success(), "the demo failed: {status}");
+    let spans = collected.lock().unwrap().clone();
+    for connector in ["orders-share", "orders-classic"] {
+        for stage in ["poll", "convert", "put", "ack", "commit"] {
+            let records: i64 = spans
+                .iter()
+                .filter(|s| s.attr("connector") == connector && s.name == stage)
+                .map(|s| s.int("record.count"))
+                .sum();
+            assert!(
+                records >= 200,
+                "{connector} {stage}: spans for {records} of 200 records"
+            );
+        }
+    }
+    assert!(spans.iter().all(|s| s.service == "spillway-demo-test"));
+}
