@@ -8,11 +8,13 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use spillway_core::{Ack, Disposition};
+use tracing::Instrument;
 
 use crate::consumer::ConsumerActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::messages::{Settled, Verdicts};
 use crate::status::TaskCounters;
+use crate::telemetry::BatchStage;
 
 pub struct AckerActor {
     consumer: Addr<ConsumerActor>,
@@ -51,6 +53,7 @@ fn settle(verdicts: Verdicts) -> Settled {
             })
             .collect(),
         fail_task: verdicts.fail_task,
+        trace: verdicts.trace,
     }
 }
 
@@ -58,6 +61,7 @@ impl Handler<Verdicts> for AckerActor {
     type Result = ();
 
     fn handle(&mut self, mut batch: Verdicts, ctx: &mut Context<Self>) {
+        let span = batch.trace.span(BatchStage::Ack);
         let letters: Vec<(usize, spillway_core::DeadLetterRecord)> = batch
             .verdicts
             .iter_mut()
@@ -67,6 +71,7 @@ impl Handler<Verdicts> for AckerActor {
         let writer = match (&self.dead_letters, letters.is_empty()) {
             (Some(w), false) => Arc::clone(w),
             _ => {
+                let _entered = span.enter();
                 self.consumer.do_send(settle(batch));
                 return;
             }
@@ -74,7 +79,7 @@ impl Handler<Verdicts> for AckerActor {
         let (positions, records): (Vec<usize>, Vec<_>) = letters.into_iter().unzip();
         let topics: Vec<String> = records.iter().map(|r| r.topic.clone()).collect();
         let requests = records.len();
-        let fut = async move { writer.write(records).await };
+        let fut = async move { writer.write(records).await }.instrument(span.clone());
         // `wait`: batches settle in order, each after its dead letters are confirmed.
         ctx.wait(fut.into_actor(self).map(move |results, act, _ctx| {
             let mut written = 0;
@@ -99,6 +104,7 @@ impl Handler<Verdicts> for AckerActor {
             act.counters
                 .metrics
                 .dead_letters_written(requests, requests - written);
+            let _entered = span.enter();
             act.consumer.do_send(settle(batch));
         }));
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use spillway_connectors::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID};
+use spillway_connectors::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT};
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
 use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
@@ -215,6 +215,12 @@ impl ConnectorActor {
             .ok_or_else(|| "the connector is not started".to_owned())?
             .create_task();
         Ok(TaskSpec {
+            tenant: plan
+                .config
+                .originals
+                .get(TENANT)
+                .cloned()
+                .unwrap_or_else(|| crate::telemetry::DEFAULT_TENANT.to_owned()),
             connector: plan.config.name.clone(),
             connector_class: plan.config.connector_class.clone(),
             task: id,

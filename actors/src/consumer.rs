@@ -9,12 +9,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use spillway_core::{Ack, Disposition, RecordCoordinates};
-use tracing::warn;
+use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
@@ -23,6 +23,7 @@ use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
 use crate::tenancy::{Debt, Throttle};
+use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
 
 /// Connects the task's source (on the task's own thread, so its background work lives there).
 pub type SourceFactory = Box<
@@ -43,6 +44,7 @@ pub struct ConsumerActor {
     reporter: Reporter,
     /// Per batch in flight, what its commit's metrics need (record timestamps, locks).
     batch_meta: HashMap<u64, BatchMeta>,
+    identity: Arc<TaskIdentity>,
     next_seq: u64,
     in_flight: usize,
     /// Credits returned and not yet acknowledged and committed.
@@ -75,6 +77,7 @@ pub struct ConsumerSetup {
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
     pub throttle: Option<Arc<Throttle>>,
+    pub identity: Arc<TaskIdentity>,
 }
 
 impl ConsumerActor {
@@ -93,6 +96,7 @@ impl ConsumerActor {
             counters: s.counters,
             reporter: s.reporter,
             batch_meta: HashMap::new(),
+            identity: s.identity,
             next_seq: 0,
             in_flight: 0,
             settled: Vec::new(),
@@ -162,11 +166,12 @@ impl ConsumerActor {
         };
         self.busy = true;
         let timeout = self.poll_timeout;
+        let started = SystemTime::now();
         let fut = async move {
             let result = source.poll(timeout).await;
             (source, result)
         };
-        ctx.spawn(fut.into_actor(self).map(|(source, result), act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |(source, result), act, ctx| {
             if let Some(n) = source.partition_count() {
                 act.counters
                     .metrics
@@ -189,10 +194,13 @@ impl ConsumerActor {
                         let deadlines = std::mem::take(&mut polled.lock_deadlines);
                         let meta = act.counters.metrics.polled(&polled.records, deadlines);
                         act.batch_meta.insert(act.next_seq, meta);
+                        let trace =
+                            BatchTrace::new(&act.identity, act.next_seq, &polled.records, started);
                         act.converter.do_send(SourceBatch {
                             seq: act.next_seq,
                             changes: polled.changes,
                             records: polled.records,
+                            trace,
                         });
                     }
                     act.step(ctx);
@@ -219,6 +227,15 @@ impl ConsumerActor {
             .iter()
             .map(|b| self.batch_meta.remove(&b.seq))
             .collect();
+        // One commit span per batch; they end together when the commit returns.
+        let spans: Vec<Span> = batches
+            .iter()
+            .map(|b| b.trace.span(BatchStage::Commit))
+            .collect();
+        let current = match spans.as_slice() {
+            [only] => only.clone(),
+            _ => Span::none(),
+        };
         let fut = async move {
             let started = Instant::now();
             let result = match source.settle(&acks) {
@@ -226,8 +243,10 @@ impl ConsumerActor {
                 Err(e) => Err(e),
             };
             (source, acks, result, started, started.elapsed())
-        };
+        }
+        .instrument(current);
         ctx.spawn(fut.into_actor(self).map(move |(source, acks, result, started, elapsed), act, ctx| {
+            drop(spans);
             act.source = Some(source);
             act.busy = false;
             act.in_flight = act.in_flight.saturating_sub(credits);
@@ -326,6 +345,10 @@ impl Actor for ConsumerActor {
             act.busy = false;
             match result {
                 Ok(source) => {
+                    info!(
+                        generation = act.generation,
+                        "task started: its consumer is connected"
+                    );
                     act.source = Some(source);
                     act.step(ctx);
                 }

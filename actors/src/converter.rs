@@ -7,6 +7,7 @@ use spillway_core::RecordPipeline;
 
 use crate::messages::{Entry, Finish, SinkBatch, SourceBatch};
 use crate::sink::SinkActor;
+use crate::telemetry::BatchStage;
 
 pub struct ConverterActor {
     pipeline: RecordPipeline,
@@ -27,6 +28,8 @@ impl Handler<SourceBatch> for ConverterActor {
     type Result = ();
 
     fn handle(&mut self, batch: SourceBatch, _ctx: &mut Context<Self>) {
+        let span = batch.trace.span(BatchStage::Convert);
+        let _entered = span.enter();
         let entries = batch
             .records
             .into_iter()
@@ -39,6 +42,7 @@ impl Handler<SourceBatch> for ConverterActor {
             seq: batch.seq,
             changes: batch.changes,
             entries,
+            trace: batch.trace,
         });
     }
 }

@@ -24,6 +24,7 @@ pub mod source;
 pub mod status;
 pub mod supervisor;
 pub mod task;
+pub mod telemetry;
 pub mod tenancy;
 pub mod worker;
 

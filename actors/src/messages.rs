@@ -10,6 +10,7 @@ use actix::Message;
 use spillway_core::{Ack, DeadLetterRecord, Disposition, Processed, RawRecord, RecordCoordinates};
 
 use crate::source::AssignmentChange;
+use crate::telemetry::BatchTrace;
 
 /// Records as polled, with the assignment changes that came before them.
 #[derive(Message)]
@@ -18,6 +19,7 @@ pub struct SourceBatch {
     pub seq: u64,
     pub changes: Vec<AssignmentChange>,
     pub records: Vec<RawRecord>,
+    pub trace: BatchTrace,
 }
 
 /// One record after conversion and transforms; the raw record is kept for a dead letter.
@@ -32,6 +34,7 @@ pub struct SinkBatch {
     pub seq: u64,
     pub changes: Vec<AssignmentChange>,
     pub entries: Vec<Entry>,
+    pub trace: BatchTrace,
 }
 
 /// The verdict on one record, and the dead letter to write before a REJECT.
@@ -50,6 +53,7 @@ pub struct Verdicts {
     /// Set when a record failed under `errors.tolerance=none`: the task fails once this
     /// batch's verdicts are committed.
     pub fail_task: Option<String>,
+    pub trace: BatchTrace,
 }
 
 /// A batch done: its verdicts, to acknowledge and commit, and one credit back.
@@ -59,6 +63,7 @@ pub struct Settled {
     pub seq: u64,
     pub acks: Vec<Ack>,
     pub fail_task: Option<String>,
+    pub trace: BatchTrace,
 }
 
 /// Stop polling, finish the batches in flight, commit, leave the group, stop the task.

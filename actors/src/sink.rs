@@ -25,12 +25,13 @@ use spillway_core::{
     Assignment, ConfigMap, ConnectError, Disposition, ErrorContext, Processed, PutOutcome,
     RawRecord, SinkError, SinkRecord, SinkTask, Stage, TopicPartition,
 };
-use tracing::{error, warn};
+use tracing::{error, warn, Instrument};
 
 use crate::acker::AckerActor;
 use crate::messages::{Finish, Reporter, SinkBatch, TaskEvent, Verdict, Verdicts};
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
+use crate::telemetry::BatchStage;
 
 /// Fixed facts of the task the sink stage needs for its verdicts.
 pub struct SinkContext {
@@ -164,6 +165,8 @@ impl Handler<Finish> for SinkActor {
             };
             act.failed = true;
             (act.ctx.reporter)(event);
+            // The task's last work on its thread.
+            crate::telemetry::leave_thread_span();
             ctx.stop();
         }));
     }
@@ -201,8 +204,11 @@ async fn run_batch(
         })
         .collect();
     let mut outcomes: BTreeMap<usize, PutOutcome> = BTreeMap::new();
+    let put_span = batch.trace.span(BatchStage::Put);
     if !ready.is_empty() {
-        put_with_retries(task, ready, ctx, &mut outcomes).await;
+        put_with_retries(task, ready, ctx, &mut outcomes)
+            .instrument(put_span.clone())
+            .await;
         let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for (i, outcome) in &outcomes {
             if outcome.is_ok() {
@@ -214,7 +220,7 @@ async fn run_batch(
             }
         }
         if !offsets.is_empty() {
-            if let Err(e) = task.flush(&offsets).await {
+            if let Err(e) = task.flush(&offsets).instrument(put_span.clone()).await {
                 if !(e.is_retriable() && ctx.share) {
                     return Err(format!("the sink task failed to flush: {e}"));
                 }
@@ -286,6 +292,7 @@ async fn run_batch(
             seq: batch.seq,
             verdicts,
             fail_task,
+            trace: batch.trace,
         },
         batch.changes,
     ))

@@ -16,9 +16,12 @@ use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
 use crate::tenancy::Throttle;
+use crate::telemetry::{self, TaskIdentity};
 
 /// Everything one run of a task needs.
 pub struct TaskSpec {
+    /// The tenant owning the connector (in log lines and trace spans).
+    pub tenant: String,
     pub connector: String,
     pub connector_class: String,
     pub task: u32,
@@ -65,8 +68,17 @@ impl RunningTask {
 pub fn spawn_task(spec: TaskSpec) -> RunningTask {
     let arbiter = Arbiter::new();
     let generation = spec.generation;
+    let identity = Arc::new(TaskIdentity {
+        tenant: spec.tenant.clone(),
+        connector: spec.connector.clone(),
+        task: spec.task,
+    });
+    let log_span = identity.log_span();
+    // Runs first on the new thread: everything after it logs in the task's span.
+    arbiter.spawn_fn(move || telemetry::enter_for_thread(log_span));
     let consumer = ConsumerActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
         let TaskSpec {
+            tenant: _,
             connector,
             connector_class,
             task,
@@ -113,6 +125,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             counters,
             reporter,
             throttle,
+            identity,
         })
     });
     RunningTask {
@@ -337,6 +350,7 @@ mod tests {
             .boxed_local()
         });
         let task = spawn_task(TaskSpec {
+            tenant: "t1".into(),
             connector: "c".into(),
             connector_class: "scripted".into(),
             task: 0,

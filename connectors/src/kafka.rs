@@ -8,6 +8,9 @@
 //! partitions) or chosen by hashing the key (`hash`). The producer is idempotent, and `put`
 //! returns only once the target confirmed every record, so an accepted source record is in the
 //! target.
+//!
+//! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
+//! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
 use async_trait::async_trait;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
@@ -168,9 +171,12 @@ impl SinkTask for KafkaSinkTask {
         let mut outcomes: Vec<Option<PutOutcome>> = vec![None; records.len()];
         let mut out = Vec::with_capacity(records.len());
         let mut positions = Vec::with_capacity(records.len());
+        // The runtime's `put` span is current here (it enters it around `put`).
+        let trace_context = opentelemetry::Context::current();
         for (i, record) in records.iter().enumerate() {
             match state.converter.to_raw_record(record) {
-                Ok(raw) => {
+                Ok(mut raw) => {
+                    crate::trace_context::replace(&mut raw.headers, &trace_context);
                     out.push(OutRecord {
                         topic: rename(&state.format, &record.topic),
                         partition: state.keep_partition.then_some(record.partition),

@@ -7,5 +7,6 @@ pub mod kafka;
 pub mod postgres;
 pub mod registry;
 pub mod runtime_keys;
+pub mod trace_context;
 
 pub use registry::{ConnectorFactory, ConnectorRegistry};

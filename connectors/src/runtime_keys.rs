@@ -6,3 +6,6 @@ pub const TASK_ID: &str = "task.id";
 /// The bootstrap servers of the cluster the connector reads from (the worker's, or the
 /// connector's `consumer.override.bootstrap.servers`).
 pub const SOURCE_BOOTSTRAP_SERVERS: &str = "source.bootstrap.servers";
+/// The tenant owning the connector, in the connector configuration; `default` when absent.
+/// Names the tenant in the connector's log lines and trace spans.
+pub const TENANT: &str = "spillway.tenant";

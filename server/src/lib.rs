@@ -3,9 +3,11 @@
 
 pub mod demo;
 pub mod herder;
+pub mod log_levels;
 pub mod metrics;
 pub mod rest;
 pub mod secrets;
 pub mod standalone;
+pub mod telemetry;
 pub mod tenants;
 pub mod worker_cmd;

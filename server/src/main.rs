@@ -12,6 +12,9 @@ use clap::{Parser, Subcommand};
     about = "Kafka sink connectors on share groups and consumer groups"
 )]
 struct Cli {
+    /// Log line format: text or json (default: SPILLWAY_LOG_FORMAT, else text).
+    #[arg(long, global = true, value_parser = ["text", "json"])]
+    log_format: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,13 +69,24 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // Logs for every subcommand; traces (OTEL_* variables) for those that run connectors.
+    let mut telemetry_config = spillway::telemetry::TelemetryConfig::from_env()?;
+    if let Some(format) = &cli.log_format {
+        telemetry_config.log_format = format.parse()?;
+    }
+    if matches!(cli.command, Command::DevBroker { .. }) {
+        telemetry_config.traces = None;
+    }
+    let mut telemetry = spillway::telemetry::init(telemetry_config)?;
+    let result = run(cli.command).await;
+    // Export the last spans before the process ends.
+    telemetry.shutdown();
+    result
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
         Command::Demo {
             records,
             partitions,

@@ -1,14 +1,17 @@
 //! The worker's own resources: `/` (version), `/health` (KIP-1017), `/admin/loggers`
-//! (KIP-495, read only) and `/openapi.json`.
+//! (KIP-495, levels changed at runtime; KIP-976's `scope`) and `/openapi.json`.
 
 use std::sync::atomic::Ordering;
 
-use actix_web::web::{Data, Path};
-use actix_web::HttpResponse;
-use serde_json::json;
+use actix_web::web::{Data, Path, Payload, Query};
+use actix_web::{HttpRequest, HttpResponse};
+use serde_json::{json, Map, Value as Json};
 
+use crate::log_levels::LoggerLevel;
+use crate::rest::body::read_json;
 use crate::rest::error::ApiError;
 use crate::rest::{Api, OPENAPI};
+use crate::telemetry::log_levels;
 
 /// `GET /`: Connect's `{version, commit, kafka_cluster_id}`.
 pub async fn root(api: Data<Api>) -> HttpResponse {
@@ -34,34 +37,66 @@ pub async fn health(api: Data<Api>) -> HttpResponse {
     }
 }
 
-/// The level of the root logger: what `RUST_LOG` set, or INFO.
-fn root_level() -> String {
-    std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|filter| {
-            filter
-                .split(',')
-                .find(|directive| !directive.contains('='))
-                .map(|level| level.trim().to_ascii_uppercase())
-        })
-        .filter(|level| !level.is_empty())
-        .unwrap_or_else(|| "INFO".to_owned())
+fn level_json(level: &LoggerLevel) -> Json {
+    json!({ "level": level.level.to_string(), "last_modified": level.last_modified })
 }
 
-/// `GET /admin/loggers`: logger name → `{level, last_modified}`. Levels are set at start with
-/// `RUST_LOG`; only the root logger is reported.
+/// `GET /admin/loggers`: logger name → `{level, last_modified}` for every logger that exists.
 pub async fn loggers() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "root": { "level": root_level(), "last_modified": null } }))
+    let all: Map<String, Json> = log_levels()
+        .all()
+        .iter()
+        .map(|(name, level)| (name.clone(), level_json(level)))
+        .collect();
+    HttpResponse::Ok().json(all)
 }
 
 /// `GET /admin/loggers/{name}`.
 pub async fn logger(name: Path<String>) -> Result<HttpResponse, ApiError> {
-    if name.as_str() == "root" {
-        Ok(HttpResponse::Ok().json(json!({ "level": root_level(), "last_modified": null })))
+    let level = log_levels().get(&name)?;
+    Ok(HttpResponse::Ok().json(level_json(&level)))
+}
+
+/// `PUT /admin/loggers/{name}?scope=worker|cluster` with `{"level": "DEBUG"}`: sets the level
+/// of the logger and the loggers below it. Worker scope answers the loggers whose level
+/// changed; cluster scope answers 204, as Connect does (this worker is the whole cluster).
+pub async fn set_logger(
+    request: HttpRequest,
+    name: Path<String>,
+    query: Query<Vec<(String, String)>>,
+    payload: Payload,
+    api: Data<Api>,
+) -> Result<HttpResponse, ApiError> {
+    let mut cluster = false;
+    for (key, value) in query.iter().filter(|(k, _)| k == "scope") {
+        match value.to_ascii_lowercase().as_str() {
+            "worker" => cluster = false,
+            "cluster" => cluster = true,
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "invalid {key} '{value}'; use worker or cluster"
+                )))
+            }
+        }
+    }
+    let body = read_json(&request, payload, api.max_body_bytes).await?;
+    let level = match body.get("level") {
+        Some(Json::String(level)) => level.clone(),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "'level' must be a string such as \"DEBUG\", not {other}"
+            )))
+        }
+        None => return Err(ApiError::BadRequest(
+            "Desired 'level' parameter was not specified in request; send {\"level\": \"DEBUG\"}"
+                .into(),
+        )),
+    };
+    let changed = log_levels().set(&name, &level)?;
+    if cluster {
+        Ok(HttpResponse::NoContent().finish())
     } else {
-        Err(ApiError::NotFound(format!(
-            "Logger {name} not found; this worker reports the root logger (levels are set with RUST_LOG)"
-        )))
+        Ok(HttpResponse::Ok().json(changed))
     }
 }
 

@@ -8,6 +8,7 @@ use spillway_storage::StorageError;
 
 use crate::herder::HerderError;
 use crate::tenants::TenantError;
+use crate::log_levels::LoggerError;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,8 @@ pub enum ApiError {
     /// A valid token that may not do this.
     #[error("{0}")]
     Forbidden(String),
+    #[error(transparent)]
+    Logger(#[from] LoggerError),
 }
 
 /// The body of every error answer.
@@ -80,6 +83,14 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Logger(e) => match e {
+                LoggerError::InvalidLevel(_) | LoggerError::InvalidName(_) => {
+                    StatusCode::BAD_REQUEST
+                }
+                LoggerError::NotFound(_) => StatusCode::NOT_FOUND,
+                LoggerError::Detached => StatusCode::CONFLICT,
+                LoggerError::Apply { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            },
         }
     }
 

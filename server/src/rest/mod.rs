@@ -192,6 +192,9 @@ fn connect_endpoints() -> Vec<Endpoint> {
         endpoint(Method::GET, "/admin/loggers/{name}", || {
             web::get().to(admin::logger)
         }),
+        endpoint(Method::PUT, "/admin/loggers/{name}", || {
+            web::put().to(admin::set_logger)
+        }),
     ]
 }
 
