@@ -21,7 +21,8 @@ use crate::consumer::SourceFactory;
 use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::messages::{Reporter, TaskEvent};
-use crate::metrics::{self, ConnectorLabels, TaskMetrics, DEFAULT_TENANT, TENANT_KEY};
+use crate::metrics::{self, ConnectorLabels, TaskMetrics};
+use crate::telemetry::DEFAULT_TENANT;
 use crate::settings::TaskSettings;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
@@ -215,12 +216,7 @@ impl ConnectorActor {
             .ok_or_else(|| "the connector is not started".to_owned())?
             .create_task();
         Ok(TaskSpec {
-            tenant: plan
-                .config
-                .originals
-                .get(TENANT)
-                .cloned()
-                .unwrap_or_else(|| crate::telemetry::DEFAULT_TENANT.to_owned()),
+            tenant: self.tenant_label(),
             connector: plan.config.name.clone(),
             connector_class: plan.config.connector_class.clone(),
             task: id,
@@ -239,16 +235,26 @@ impl ConnectorActor {
         })
     }
 
+    /// The tenant that traces, logs and metrics name: the connector's tenant when it belongs to
+    /// one, else the `spillway.tenant` key (a label for standalone workers), else `default`.
+    fn tenant_label(&self) -> String {
+        if self.plan.scope.prefix.is_some() {
+            return self.plan.scope.tenant().to_owned();
+        }
+        self.plan
+            .config
+            .originals
+            .get(TENANT)
+            .filter(|t| !t.trim().is_empty())
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_TENANT.to_owned())
+    }
+
     /// How this connector's metrics are labelled.
     fn metric_labels(&self) -> ConnectorLabels {
         let config = &self.plan.config;
         ConnectorLabels {
-            tenant: config
-                .originals
-                .get(TENANT_KEY)
-                .filter(|t| !t.trim().is_empty())
-                .cloned()
-                .unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
+            tenant: self.tenant_label(),
             mode: if self.plan.protocol.is_share() {
                 "share"
             } else {

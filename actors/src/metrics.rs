@@ -21,10 +21,6 @@ use spillway_core::{Ack, Disposition, RawRecord, RecordCoordinates};
 
 use crate::status::{Counts, State, StatusBoard};
 
-/// The connector configuration key naming the tenant a connector belongs to.
-pub const TENANT_KEY: &str = "tenant";
-/// The tenant of connectors that name none.
-pub const DEFAULT_TENANT: &str = "default";
 
 /// Kafka's sampled statistics keep two samples of 30 s (`metrics.sample.window.ms`,
 /// `metrics.num.samples`): averages, maxima and rates cover the last 30 to 60 s.

@@ -115,7 +115,7 @@ pub async fn start() -> Pipelines {
             "/connectors",
             json!({"name": SHARE, "config": {
                 "connector.class": "flaky",
-                "tenant": "acme",
+                "spillway.tenant": "acme",
                 "topics": SHARE_TOPIC,
                 "tasks.max": "1",
                 "value.converter": "json",
