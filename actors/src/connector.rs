@@ -22,11 +22,11 @@ use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::messages::{Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
-use crate::telemetry::DEFAULT_TENANT;
 use crate::settings::TaskSettings;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
 use crate::task::{spawn_task, RunningTask, TaskSpec};
+use crate::telemetry::DEFAULT_TENANT;
 use crate::tenancy::TenantScope;
 
 /// Everything decided about a connector before it runs (see `Worker::start_connector`).

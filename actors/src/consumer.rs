@@ -22,8 +22,8 @@ use crate::messages::{Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
 use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
-use crate::tenancy::{Debt, Throttle};
 use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
+use crate::tenancy::{Debt, Throttle};
 
 /// Connects the task's source (on the task's own thread, so its background work lives there).
 pub type SourceFactory = Box<

@@ -21,7 +21,6 @@ use spillway_core::{Ack, Disposition, RawRecord, RecordCoordinates};
 
 use crate::status::{Counts, State, StatusBoard};
 
-
 /// Kafka's sampled statistics keep two samples of 30 s (`metrics.sample.window.ms`,
 /// `metrics.num.samples`): averages, maxima and rates cover the last 30 to 60 s.
 const SAMPLE_WINDOW: Duration = Duration::from_secs(30);

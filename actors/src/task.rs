@@ -15,8 +15,8 @@ use crate::messages::{Drain, Reporter};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
-use crate::tenancy::Throttle;
 use crate::telemetry::{self, TaskIdentity};
+use crate::tenancy::Throttle;
 
 /// Everything one run of a task needs.
 pub struct TaskSpec {

@@ -7,8 +7,8 @@ use spillway_actors::RuntimeError;
 use spillway_storage::StorageError;
 
 use crate::herder::HerderError;
-use crate::tenants::TenantError;
 use crate::log_levels::LoggerError;
+use crate::tenants::TenantError;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
