@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use spillway_actors::{ConnectorStatus, Worker};
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::ConfigMap;
-use spillway_tests::{numbered_records, produce, DevBroker};
+use spillway_tests::{numbered_records, DevBroker, TestProducer};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -108,7 +108,11 @@ pub async fn run(options: DemoOptions) -> Result<()> {
     let first_half = records / 2;
     let all = numbered_records(records, 100, partitions);
     let (early, late) = all.split_at(first_half as usize);
-    produce(&bootstrap, TOPIC, early.to_vec(), "lz4").await;
+    // One producer for the whole run: on the dev broker a closing client connection ends every
+    // share session on that broker (a divergence from Apache Kafka), so it stays open until the
+    // connectors are done.
+    let producer = std::sync::Arc::new(TestProducer::new(&bootstrap, "lz4"));
+    producer.send(TOPIC, early.to_vec()).await;
     println!("produced {first_half} orders to {TOPIC} ({partitions} partitions) at {bootstrap}");
 
     // The demo serves no HTTP: its metrics leave over OTLP when OTEL_* asks for it.
@@ -118,18 +122,8 @@ pub async fn run(options: DemoOptions) -> Result<()> {
         ConnectorRegistry::builtin(),
         &telemetry.meter(),
     )?;
-    let share_tasks_text = share_tasks.to_string();
-    worker
-        .start_connector(config(&[
-            ("name", SHARE),
-            ("connector.class", "FileStreamSink"),
-            ("topics", TOPIC),
-            ("tasks.max", &share_tasks_text),
-            ("value.converter", "string"),
-            ("file", &share_file.to_string_lossy()),
-            ("consumer.override.group.protocol", "share"),
-        ]))
-        .await?;
+    // The classic connector first: librdkafka drops its bootstrap connection shortly after it
+    // starts, which on the dev broker would end the share sessions of members already running.
     worker
         .start_connector(config(&[
             ("name", CLASSIC),
@@ -143,12 +137,23 @@ pub async fn run(options: DemoOptions) -> Result<()> {
             ("file", &classic_file.to_string_lossy()),
         ]))
         .await?;
+    let share_tasks_text = share_tasks.to_string();
+    worker
+        .start_connector(config(&[
+            ("name", SHARE),
+            ("connector.class", "FileStreamSink"),
+            ("topics", TOPIC),
+            ("tasks.max", &share_tasks_text),
+            ("value.converter", "string"),
+            ("file", &share_file.to_string_lossy()),
+            ("consumer.override.group.protocol", "share"),
+        ]))
+        .await?;
     println!("running {SHARE} (share group, {share_tasks} tasks) and {CLASSIC} (consumer group) side by side");
 
     let late = late.to_vec();
-    let producer_bootstrap = bootstrap.clone();
-    let producing =
-        tokio::spawn(async move { produce(&producer_bootstrap, TOPIC, late, "lz4").await });
+    let late_producer = std::sync::Arc::clone(&producer);
+    let producing = tokio::spawn(async move { late_producer.send(TOPIC, late).await });
 
     let started = Instant::now();
     let mut last = (Instant::now(), 0u64, 0u64);
@@ -185,6 +190,7 @@ pub async fn run(options: DemoOptions) -> Result<()> {
     let statuses = worker.statuses();
     worker.shutdown().await;
     tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+    drop(producer);
 
     println!();
     println!("summary after {:.1} s:", elapsed.as_secs_f64());

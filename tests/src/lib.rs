@@ -12,5 +12,5 @@ pub mod reference;
 
 pub use checker::{Coordinates, DeliveryReport};
 pub use dev_broker::{DevBroker, DevBrokerError};
-pub use produce::{numbered_records, produce, Produced, TestRecord};
+pub use produce::{numbered_records, produce, Produced, TestProducer, TestRecord};
 pub use reference::{ReferenceOptions, ReferenceRecord, ReferenceShareConsumer, ReferenceSummary};

@@ -43,68 +43,93 @@ pub struct Produced {
 /// Produces `records` to `topic` with `compression` (none, gzip, snappy, lz4, zstd) and returns
 /// where each landed, in input order. Panics on a delivery failure: a test cannot go on without
 /// its data.
+///
+/// The producer is closed when this returns. On the dev broker a closing connection ends every
+/// share session on that broker, so while share consumers run, produce with a [`TestProducer`]
+/// that stays open instead.
 pub async fn produce(
     bootstrap: &str,
     topic: &str,
     records: Vec<TestRecord>,
     compression: &str,
 ) -> Vec<Produced> {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("compression.type", compression)
-        .set("linger.ms", "50")
-        .set("batch.num.messages", "10000")
-        .set("batch.size", "4000000")
-        .set("queue.buffering.max.messages", "1000000")
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", "60000")
-        .create()
-        .unwrap_or_else(|e| panic!("cannot create the test producer for {bootstrap}: {e}"));
-    let mut pending = Vec::with_capacity(records.len());
-    for record in &records {
-        let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic);
-        if let Some(p) = record.partition {
-            future_record = future_record.partition(p);
-        }
-        if let Some(k) = &record.key {
-            future_record = future_record.key(k.as_slice());
-        }
-        if let Some(v) = &record.value {
-            future_record = future_record.payload(v.as_slice());
-        }
-        if let Some(ts) = record.timestamp {
-            future_record = future_record.timestamp(ts);
-        }
-        if !record.headers.is_empty() {
-            let mut headers = OwnedHeaders::new();
-            for (name, value) in &record.headers {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: value.as_deref(),
-                });
+    TestProducer::new(bootstrap, compression)
+        .send(topic, records)
+        .await
+}
+
+/// A bulk test-data producer that keeps its connections open between sends (see [`produce`]).
+pub struct TestProducer {
+    producer: FutureProducer,
+}
+
+impl TestProducer {
+    /// Panics when the producer cannot be created: a test cannot go on without its data.
+    pub fn new(bootstrap: &str, compression: &str) -> TestProducer {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("compression.type", compression)
+            .set("linger.ms", "50")
+            .set("batch.num.messages", "10000")
+            .set("batch.size", "4000000")
+            .set("queue.buffering.max.messages", "1000000")
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "60000")
+            .create()
+            .unwrap_or_else(|e| panic!("cannot create the test producer for {bootstrap}: {e}"));
+        TestProducer { producer }
+    }
+
+    /// Produces `records` to `topic` and returns where each landed, in input order, once all
+    /// are confirmed. Panics on a delivery failure.
+    pub async fn send(&self, topic: &str, records: Vec<TestRecord>) -> Vec<Produced> {
+        let mut pending = Vec::with_capacity(records.len());
+        for record in &records {
+            let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic);
+            if let Some(p) = record.partition {
+                future_record = future_record.partition(p);
             }
-            future_record = future_record.headers(headers);
+            if let Some(k) = &record.key {
+                future_record = future_record.key(k.as_slice());
+            }
+            if let Some(v) = &record.value {
+                future_record = future_record.payload(v.as_slice());
+            }
+            if let Some(ts) = record.timestamp {
+                future_record = future_record.timestamp(ts);
+            }
+            if !record.headers.is_empty() {
+                let mut headers = OwnedHeaders::new();
+                for (name, value) in &record.headers {
+                    headers = headers.insert(Header {
+                        key: name,
+                        value: value.as_deref(),
+                    });
+                }
+                future_record = future_record.headers(headers);
+            }
+            let delivery = self
+                .producer
+                .send_result(future_record)
+                .unwrap_or_else(|(e, _)| panic!("cannot enqueue a test record for {topic}: {e}"));
+            pending.push(delivery);
         }
-        let delivery = producer
-            .send_result(future_record)
-            .unwrap_or_else(|(e, _)| panic!("cannot enqueue a test record for {topic}: {e}"));
-        pending.push(delivery);
-    }
-    let mut produced = Vec::with_capacity(pending.len());
-    for delivery in pending {
-        match delivery.await {
-            Ok(Ok(d)) => produced.push(Produced {
-                topic: topic.to_string(),
-                partition: d.partition,
-                offset: d.offset,
-            }),
-            Ok(Err((e, _))) => panic!("a test record for {topic} was not delivered: {e}"),
-            Err(_) => panic!("the test producer for {topic} was dropped before delivery"),
+        let mut produced = Vec::with_capacity(pending.len());
+        for delivery in pending {
+            match delivery.await {
+                Ok(Ok(d)) => produced.push(Produced {
+                    topic: topic.to_string(),
+                    partition: d.partition,
+                    offset: d.offset,
+                }),
+                Ok(Err((e, _))) => panic!("a test record for {topic} was not delivered: {e}"),
+                Err(_) => panic!("the test producer for {topic} was dropped before delivery"),
+            }
         }
+        rdkafka::producer::Producer::flush(&self.producer, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("flushing the test producer failed: {e}"));
+        produced
     }
-    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("flushing the test producer failed: {e}"));
-    produced
 }
 
 /// `n` numbered records of `size` bytes spread round-robin over `partitions` partitions.

@@ -37,7 +37,7 @@ use spillway_core::{
     ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
 };
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
-use spillway_tests::{numbered_records, produce, DevBroker};
+use spillway_tests::{numbered_records, produce, DevBroker, TestProducer};
 
 /// `max.poll.records` when the flag does not say (the runtime's and the share consumer's
 /// default).
@@ -71,7 +71,7 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     overhead_record_bytes: usize,
     /// (b) records on the one-partition topic.
-    #[arg(long, default_value_t = 8_000)]
+    #[arg(long, default_value_t = 4_000)]
     slow_records: u64,
     /// (b) share-mode tasks.
     #[arg(long, default_value_t = 8)]
@@ -79,8 +79,11 @@ struct Args {
     /// (b) milliseconds each `put` of the slow sink takes.
     #[arg(long, default_value_t = 10)]
     slow_put_ms: u64,
-    /// (b) `max.poll.records` (the batch each `put` gets), same in both modes.
-    #[arg(long, default_value_t = 100)]
+    /// (b) `max.poll.records` (the batch each `put` gets), same in both modes. Small, so that the
+    /// sink is the bottleneck: the dev broker's share path on one partition tops out at about
+    /// 3,000–5,000 records/s whatever the clients do (its batch walk and per-offset acquisition,
+    /// brief §8.6 #32), which 100-record batches at 10 ms would already exceed (8 × 10,000/s).
+    #[arg(long, default_value_t = 10)]
     slow_poll_records: usize,
     /// (b) records per produce call (a produce call's records share broker batches, and a share
     /// member acquires whole batches).
@@ -641,6 +644,9 @@ async fn parallelism(args: &Args) -> Result<()> {
     );
     let broker = start_broker(args.brokers, "slow", 1)?;
     let bootstrap = broker.bootstrap();
+    // Opened before the share members join and kept open until the end: on the dev broker a
+    // closing client connection ends every share session on that broker.
+    let producer = TestProducer::new(&bootstrap, "none");
     let worker = Worker::start(
         config(&[
             ("bootstrap.servers", &bootstrap),
@@ -701,7 +707,7 @@ async fn parallelism(args: &Args) -> Result<()> {
             .into_iter()
             .skip(next as usize)
             .collect();
-        let produced = produce(&bootstrap, "slow", batch, "none").await;
+        let produced = producer.send("slow", batch).await;
         if produced.len() as u64 != n {
             bail!("produced {} records, expected {n}", produced.len());
         }
