@@ -17,7 +17,7 @@ use tracing::warn;
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
-use crate::messages::{Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
+use crate::messages::{Acknowledged, Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
 
@@ -137,6 +137,7 @@ impl ConsumerActor {
                             seq: act.next_seq,
                             changes: polled.changes,
                             records: polled.records,
+                            group: polled.group,
                         });
                     }
                     act.step(ctx);
@@ -177,6 +178,12 @@ impl ConsumerActor {
                         warn!(task = act.task, failure = %failure, "commit not applied; records will be redelivered");
                     }
                     TaskCounters::add(&counters.ack_failures, committed.unapplied.len());
+                    if !committed.accepted.is_empty() {
+                        // Behind every batch already sent, on the same path, to the sink task.
+                        act.converter.do_send(Acknowledged {
+                            records: committed.accepted.clone(),
+                        });
+                    }
                     count(&counters, &acks, &committed.unapplied);
                     if committed.failures.is_empty() {
                         TaskCounters::add(&counters.committed_batches, credits);

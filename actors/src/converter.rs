@@ -5,7 +5,7 @@
 use actix::prelude::*;
 use spillway_core::RecordPipeline;
 
-use crate::messages::{Entry, Finish, SinkBatch, SourceBatch};
+use crate::messages::{Acknowledged, Entry, Finish, SinkBatch, SourceBatch};
 use crate::sink::SinkActor;
 
 pub struct ConverterActor {
@@ -39,6 +39,7 @@ impl Handler<SourceBatch> for ConverterActor {
             seq: batch.seq,
             changes: batch.changes,
             entries,
+            group: batch.group,
         });
     }
 }
@@ -47,6 +48,14 @@ impl Handler<Finish> for ConverterActor {
     type Result = ();
 
     fn handle(&mut self, msg: Finish, _ctx: &mut Context<Self>) {
+        self.sink.do_send(msg);
+    }
+}
+
+impl Handler<Acknowledged> for ConverterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Acknowledged, _ctx: &mut Context<Self>) {
         self.sink.do_send(msg);
     }
 }

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use spillway_core::record::TimestampType;
-use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordCoordinates, TopicPartition};
+use spillway_core::{
+    Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates,
+    TopicPartition,
+};
 use spillway_kafka::classic::{ClassicRecord, ClassicSource, RebalanceEvent};
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareRecord};
 use tracing::warn;
@@ -33,6 +36,8 @@ pub enum AssignmentChange {
 pub struct Polled {
     pub changes: Vec<AssignmentChange>,
     pub records: Vec<RawRecord>,
+    /// Classic mode, when the sink commits offsets itself: the member that read the records.
+    pub group: Option<ConsumerGroupMetadata>,
 }
 
 /// What a commit came to.
@@ -43,6 +48,8 @@ pub struct Committed {
     /// Records whose verdict did not take effect (a lost lock or session): the broker delivers
     /// them again, so they count as neither accepted nor released nor rejected.
     pub unapplied: Vec<RecordCoordinates>,
+    /// Share mode: the ACCEPTs this commit made durable (for `SinkTask::acknowledged`).
+    pub accepted: Vec<RecordCoordinates>,
 }
 
 /// A consumer as the task's ConsumerActor drives it: strictly one call at a time.
@@ -84,6 +91,8 @@ pub struct ShareGroupSource {
     settled: Vec<RecordCoordinates>,
     /// Verdicts the consumer refused (the record was no longer held).
     refused: Vec<RecordCoordinates>,
+    /// The ACCEPTs among `settled`.
+    accepted: Vec<RecordCoordinates>,
 }
 
 type Delivery = (Arc<str>, i32, i64, i16);
@@ -103,6 +112,7 @@ impl ShareGroupSource {
             seen_order: VecDeque::new(),
             settled: Vec::new(),
             refused: Vec::new(),
+            accepted: Vec::new(),
         }
     }
 
@@ -122,6 +132,7 @@ fn raw_from_share(r: ShareRecord) -> RawRecord {
         timestamp: Some(r.timestamp),
         timestamp_type: TimestampType::CreateTime,
         delivery_count: u16::try_from(r.delivery_count).ok(),
+        lock_deadline: Some(r.lock_deadline),
     }
 }
 
@@ -170,7 +181,12 @@ impl RecordSource for ShareGroupSource {
                 c.offset,
                 ack_type(&ack.disposition),
             ) {
-                Ok(()) => self.settled.push(c.clone()),
+                Ok(()) => {
+                    if ack.disposition == Disposition::Accept {
+                        self.accepted.push(c.clone());
+                    }
+                    self.settled.push(c.clone())
+                }
                 Err(e) => {
                     // The lock was lost (expired, session reset): the broker redelivers the
                     // record, which is what any verdict but ACCEPT would have led to anyway.
@@ -196,15 +212,21 @@ impl RecordSource for ShareGroupSource {
                 failed.insert(partition);
             }
         }
+        let in_failed = |c: &RecordCoordinates| failed.contains(&(c.topic.clone(), c.partition));
+        let accepted = std::mem::take(&mut self.accepted)
+            .into_iter()
+            .filter(|c| !in_failed(c))
+            .collect();
         let mut unapplied = std::mem::take(&mut self.refused);
         unapplied.extend(
             std::mem::take(&mut self.settled)
                 .into_iter()
-                .filter(|c| failed.contains(&(c.topic.clone(), c.partition))),
+                .filter(|c| in_failed(c)),
         );
         Ok(Committed {
             failures,
             unapplied,
+            accepted,
         })
     }
 
@@ -225,6 +247,8 @@ impl RecordSource for ShareGroupSource {
 pub struct ConsumerGroupSource {
     source: ClassicSource,
     owned: Vec<TopicPartition>,
+    /// Hand the group metadata to the sink with every batch (it commits the offsets).
+    share_group_metadata: bool,
 }
 
 impl ConsumerGroupSource {
@@ -236,7 +260,16 @@ impl ConsumerGroupSource {
         Ok(ConsumerGroupSource {
             source,
             owned: Vec::new(),
+            share_group_metadata: false,
         })
+    }
+
+    /// Every poll also returns the member's group metadata, for a sink that commits the
+    /// offsets in its own transactions (the source itself must then not commit: see
+    /// `ClassicConfig::commit_offsets`).
+    pub fn with_group_metadata(mut self) -> Self {
+        self.share_group_metadata = true;
+        self
     }
 }
 
@@ -256,6 +289,7 @@ fn raw_from_classic(r: ClassicRecord) -> RawRecord {
         timestamp,
         timestamp_type,
         delivery_count: None,
+        lock_deadline: None,
     }
 }
 
@@ -292,9 +326,15 @@ impl RecordSource for ConsumerGroupSource {
                 }
             }
         }
+        let group = if self.share_group_metadata {
+            self.source.group_metadata().map(ConsumerGroupMetadata::new)
+        } else {
+            None
+        };
         Ok(Polled {
             changes,
             records: polled.records.into_iter().map(raw_from_classic).collect(),
+            group,
         })
     }
 
@@ -334,7 +374,7 @@ impl RecordSource for ConsumerGroupSource {
             // A failed offset commit loses nothing: the next one covers the same records.
             Err(e) => Ok(Committed {
                 failures: vec![e.to_string()],
-                unapplied: Vec::new(),
+                ..Committed::default()
             }),
         }
     }
