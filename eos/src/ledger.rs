@@ -47,12 +47,15 @@ pub fn ledger_partition(source_partition: i32, ledger_partitions: i32) -> i32 {
 pub struct LogRecord {
     pub offset: i64,
     pub producer_id: i64,
+    pub producer_epoch: i16,
     pub transactional: bool,
     /// A transaction marker; `commit` says which.
     pub control: Option<Marker>,
     pub key: Option<Bytes>,
     /// `false` for a tombstone.
     pub present: bool,
+    /// A standing entry's value: the transactional id that wrote it.
+    pub writer: Option<Bytes>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +90,8 @@ pub enum Change {
 pub struct PartitionReplay {
     pub next_offset: i64,
     pending: HashMap<i64, Vec<(Bytes, bool)>>,
+    /// Per open transaction: the producer's epoch and the writer an entry of it names.
+    pending_owner: HashMap<i64, (i16, Option<Bytes>)>,
     /// Keys in some open transaction, to tell a lookup to wait for its outcome.
     pending_keys: HashMap<Bytes, usize>,
 }
@@ -108,6 +113,7 @@ impl PartitionReplay {
         }
         self.next_offset = record.offset + 1;
         if let Some(marker) = record.control {
+            self.pending_owner.remove(&record.producer_id);
             let Some(entries) = self.pending.remove(&record.producer_id) else {
                 return Vec::new();
             };
@@ -130,6 +136,13 @@ impl PartitionReplay {
         if !record.transactional {
             return vec![change((key, record.present))];
         }
+        let owner = self
+            .pending_owner
+            .entry(record.producer_id)
+            .or_insert((record.producer_epoch, None));
+        if owner.1.is_none() {
+            owner.1 = record.writer;
+        }
         *self.pending_keys.entry(key.clone()).or_default() += 1;
         self.pending
             .entry(record.producer_id)
@@ -150,6 +163,14 @@ impl PartitionReplay {
 
     pub fn open_transactions(&self) -> usize {
         self.pending.len()
+    }
+
+    /// The open transactions: producer id, epoch and the writer its entries name.
+    pub fn open_transaction_owners(&self) -> Vec<(i64, i16, Option<Bytes>)> {
+        self.pending_owner
+            .iter()
+            .map(|(pid, (epoch, writer))| (*pid, *epoch, writer.clone()))
+            .collect()
     }
 }
 
@@ -174,10 +195,12 @@ mod tests {
         LogRecord {
             offset,
             producer_id: pid,
+            producer_epoch: 3,
             transactional: true,
             control: None,
             key: Some(Bytes::from(key.to_owned())),
             present,
+            writer: present.then(|| Bytes::from_static(b"spillway-m-0")),
         }
     }
 
@@ -185,10 +208,12 @@ mod tests {
         LogRecord {
             offset,
             producer_id: pid,
+            producer_epoch: 3,
             transactional: true,
             control: Some(m),
             key: None,
             present: false,
+            writer: None,
         }
     }
 
@@ -235,6 +260,10 @@ mod tests {
         assert!(replay.apply(data(0, 1, "t/0/5", true)).is_empty());
         assert!(replay.is_pending(b"t/0/5"));
         assert_eq!(
+            replay.open_transaction_owners(),
+            vec![(1, 3, Some(Bytes::from_static(b"spillway-m-0")))]
+        );
+        assert_eq!(
             replay.apply(marker(1, 1, Marker::Commit)),
             vec![Change::Put(key("t/0/5"))]
         );
@@ -249,6 +278,7 @@ mod tests {
         replay.apply(data(1, 1, "t/0/6", true));
         assert!(replay.apply(marker(2, 1, Marker::Abort)).is_empty());
         assert!(!replay.is_pending(b"t/0/5"));
+        assert!(replay.open_transaction_owners().is_empty());
         assert_eq!(replay.open_transactions(), 0);
     }
 

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::messages::{
+    EndTxnRequest, FetchRequest, ListOffsetsRequest, ProducerId, TopicName, TransactionalId,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use spillway_core::RecordCoordinates;
@@ -129,6 +131,86 @@ impl LedgerReader {
     /// Standing entries in the cache (committed, not yet tombstoned), as read so far.
     pub fn standing(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Aborts the transactions a predecessor with `transactional_id` left open in the ledger
+    /// (a task killed between its writes and its commit), then reads until their markers are
+    /// in. Kafka has aborted them already when this task's producer registered the same
+    /// transactional id (the old epoch's EndTxn is then refused, which is fine); the dev broker
+    /// hands out a new producer id instead and leaves them open, which would stall
+    /// read_committed readers of the output at the open transaction for good. Returns how many
+    /// were found.
+    pub async fn abort_predecessors(
+        &mut self,
+        transactional_id: &str,
+        wait: Duration,
+    ) -> Result<usize, LedgerError> {
+        let mut owners: BTreeMap<i64, i16> = BTreeMap::new();
+        for replay in self.replays.values() {
+            for (pid, epoch, writer) in replay.open_transaction_owners() {
+                if writer.as_deref() == Some(transactional_id.as_bytes()) {
+                    owners.insert(pid, epoch);
+                }
+            }
+        }
+        if owners.is_empty() {
+            return Ok(0);
+        }
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition: -1,
+            reason,
+        };
+        let coordinator = self
+            .cluster
+            .find_coordinator_of(1, transactional_id)
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        let conn = self
+            .cluster
+            .broker(coordinator)
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        for (pid, epoch) in &owners {
+            let request = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(
+                    transactional_id.to_owned(),
+                )))
+                .with_producer_id(ProducerId(*pid))
+                .with_producer_epoch(*epoch)
+                .with_committed(false);
+            match conn
+                .request_in_range(&request, 0, 3, self.cluster.request_timeout())
+                .await
+            {
+                Ok((response, _)) if response.error_code != 0 => {
+                    tracing::debug!(pid, epoch, error = %error_name(response.error_code),
+                        "the predecessor's transaction was already ended");
+                }
+                Ok(_) => tracing::info!(
+                    pid,
+                    epoch,
+                    transactional_id,
+                    "aborted a transaction a predecessor left open"
+                ),
+                Err(e) => return Err(read_error(e.to_string())),
+            }
+        }
+        let until = Instant::now() + wait;
+        for partition in 0..self.partitions {
+            loop {
+                self.catch_up(partition, &[], None).await?;
+                let open = self.replays[&partition]
+                    .open_transaction_owners()
+                    .iter()
+                    .any(|(pid, _, _)| owners.contains_key(pid));
+                if !open || Instant::now() >= until {
+                    break;
+                }
+                tokio::time::sleep(PENDING_POLL).await;
+            }
+        }
+        Ok(owners.len())
     }
 
     /// For each record, whether the ledger holds a committed entry for it. Each ledger
@@ -368,10 +450,12 @@ fn decode_log(mut bytes: Bytes) -> Result<(Vec<LogRecord>, Option<i64>), String>
                 out.push(LogRecord {
                     offset: r.offset,
                     producer_id: r.producer_id,
+                    producer_epoch: r.producer_epoch,
                     transactional: r.transactional,
                     control: None,
                     present: r.value.is_some(),
                     key: r.key,
+                    writer: r.value,
                 });
             }
         }
@@ -395,6 +479,12 @@ fn is_control_batch(batch: &[u8]) -> bool {
 fn decode_marker(batch: &[u8]) -> Option<LogRecord> {
     let base = i64::from_be_bytes(batch.get(0..8)?.try_into().ok()?);
     let producer_id = i64::from_be_bytes(batch.get(PRODUCER_ID..PRODUCER_ID + 8)?.try_into().ok()?);
+    let producer_epoch = i16::from_be_bytes(
+        batch
+            .get(PRODUCER_ID + 8..PRODUCER_ID + 10)?
+            .try_into()
+            .ok()?,
+    );
     let mut record = batch.get(RECORDS..)?;
     let _length = varint(&mut record)?;
     let _attributes = record.get(..1)?;
@@ -407,10 +497,12 @@ fn decode_marker(batch: &[u8]) -> Option<LogRecord> {
     Some(LogRecord {
         offset: base + offset_delta,
         producer_id,
+        producer_epoch,
         transactional: true,
         control: Some(marker),
         key: None,
         present: false,
+        writer: None,
     })
 }
 
@@ -443,7 +535,7 @@ mod tests {
             delete_horizon: false,
             partition_leader_epoch: 0,
             producer_id: 42,
-            producer_epoch: 0,
+            producer_epoch: 5,
             timestamp_type: TimestampType::Creation,
             offset,
             sequence: 0,
@@ -483,7 +575,15 @@ mod tests {
         assert_eq!(records[0].key.as_deref(), Some(&b"t/0/1"[..]));
         assert!(records[0].present && !records[1].present);
         assert_eq!(records[2].control, Some(Marker::Commit));
-        assert_eq!((records[2].offset, records[2].producer_id), (9, 42));
+        assert_eq!(
+            (
+                records[2].offset,
+                records[2].producer_id,
+                records[2].producer_epoch
+            ),
+            (9, 42, 5)
+        );
+        assert_eq!(records[0].writer.as_deref(), Some(&b"x"[..]));
     }
 
     #[test]

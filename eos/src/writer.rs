@@ -90,6 +90,17 @@ pub struct WriterStats {
     pub tombstones_committed: u64,
 }
 
+/// How long opening waits for a predecessor's open transactions to show their abort markers.
+const PREDECESSOR_WAIT: Duration = Duration::from_secs(10);
+
+fn ledger_error(e: LedgerError) -> SinkError {
+    match e {
+        LedgerError::MissingTopic { .. } => SinkError::fatal(e.to_string()),
+        e if e.is_retriable() => SinkError::retriable(e.to_string()),
+        e => SinkError::fatal(e.to_string()),
+    }
+}
+
 fn txn_error(e: TxnError) -> SinkError {
     if e.is_fatal() {
         SinkError::fatal(format!(
@@ -147,11 +158,12 @@ impl ExactlyOnceWriter {
             &format!("{}-ledger", self.producer.transactional_id()),
         )
         .await
-        .map_err(|e| match e {
-            LedgerError::MissingTopic { .. } => SinkError::fatal(e.to_string()),
-            e if e.is_retriable() => SinkError::retriable(e.to_string()),
-            e => SinkError::fatal(e.to_string()),
-        })?;
+        .map_err(ledger_error)?;
+        let mut reader = reader;
+        reader
+            .abort_predecessors(self.producer.transactional_id(), PREDECESSOR_WAIT)
+            .await
+            .map_err(ledger_error)?;
         self.mode = Mode::Share(Box::new(reader), ledger);
         Ok(())
     }
@@ -233,7 +245,10 @@ impl ExactlyOnceWriter {
             }
             self.open = true;
         }
-        let mut batch: Vec<OutRecord> = out.to_vec();
+        // Ledger records go first and are confirmed before the output is sent: an open
+        // transaction that wrote output then always shows in the ledger too, where a successor
+        // finds it (see `LedgerReader::abort_predecessors`).
+        let mut batch: Vec<OutRecord> = Vec::new();
         if let Mode::Share(reader, _) = &self.mode {
             let value = entry_value(self.producer.transactional_id());
             for (source, deadline) in sources {
@@ -260,7 +275,11 @@ impl ExactlyOnceWriter {
                 self.tombstones_in_txn.push(done);
             }
         }
-        let results = self.producer.send_all(&batch).await;
+        let ledger_results = self.producer.send_all(&batch).await;
+        let results = match ledger_results.iter().find_map(|r| r.as_ref().err()) {
+            Some(_) => ledger_results,
+            None => self.producer.send_all(out).await,
+        };
         if let Some(failed) = results.iter().find_map(|r| r.as_ref().err()) {
             let reason = failed.to_string();
             let abort = self.abort().await;
@@ -277,7 +296,6 @@ impl ExactlyOnceWriter {
         }
         results
             .into_iter()
-            .take(out.len())
             .map(|r| r.map_err(|e| SinkError::retriable(e.to_string())))
             .collect()
     }

@@ -312,6 +312,13 @@ impl Cluster {
 
     /// Find the group coordinator (key type 0, GROUP) and return its broker id.
     pub async fn find_coordinator(&self, group: &str) -> Result<i32, ClusterError> {
+        self.find_coordinator_of(0, group).await
+    }
+
+    /// Find the coordinator of `key` for `key_type` (0 GROUP, 1 TRANSACTION) and return its
+    /// broker id.
+    pub async fn find_coordinator_of(&self, key_type: i8, key: &str) -> Result<i32, ClusterError> {
+        let group = key;
         let conn = self.any_connection().await?;
         let version = conn.pick(
             FIND_COORDINATOR_KEY,
@@ -319,7 +326,7 @@ impl Cluster {
             FIND_COORDINATOR_VERSIONS.1,
         )?;
         let mut request = FindCoordinatorRequest::default();
-        request.key_type = 0;
+        request.key_type = key_type;
         if version < 4 {
             request.key = StrBytes::from_string(group.to_string());
         } else {

@@ -218,11 +218,10 @@ fn eos_broker() -> DevBroker {
 
 /// Two instances of one task (same connector and task id, so the same transactional id): the
 /// zombie wrote a batch and has not committed when its successor starts and gets the same
-/// records again. Only one of them commits those records. On Kafka the successor's
-/// `init_transactions` fences the zombie (its commit fails, its transaction is aborted); the dev
-/// broker hands the successor a new producer id without fencing (docs/exactly-once.md), and
-/// there the ledger decides: the successor's lookup waits for the zombie's open transaction and
-/// finds its entries committed.
+/// records again. Only the successor's transaction commits them. On Kafka the successor's
+/// `init_transactions` fences the zombie and aborts its transaction; the dev broker hands the
+/// successor a new producer id without fencing (docs/exactly-once.md), and there the successor
+/// aborts the transaction its predecessor left open in the ledger itself.
 #[tokio::test(flavor = "multi_thread")]
 async fn of_two_instances_of_a_task_only_one_commits_the_records() {
     let broker = eos_broker();
@@ -256,18 +255,13 @@ async fn of_two_instances_of_a_task_only_one_commits_the_records() {
         .exactly_once_stats()
         .expect("exactly-once")
         .records_committed;
-    match &zombie_result {
-        Ok(()) => assert_eq!(
-            successor_wrote, 0,
-            "the zombie committed: nothing written again"
-        ),
-        Err(e) => {
-            assert!(!e.is_retriable(), "fencing is fatal for the zombie: {e}");
-            assert_eq!(
-                successor_wrote, 10,
-                "the zombie was fenced: the successor wrote all"
-            );
-        }
+    // The successor aborted the zombie's open transaction when it started, so it wrote the
+    // records itself. Kafka also fences the zombie's producer: its commit fails for good. The
+    // dev broker does not fence, and acknowledges the zombie's commit of the aborted
+    // transaction; the output below shows that it stays aborted.
+    assert_eq!(successor_wrote, 10, "the successor wrote every record");
+    if let Err(e) = &zombie_result {
+        assert!(!e.is_retriable(), "fencing is fatal for the zombie: {e}");
     }
     successor.stop().await.expect("stops");
 
@@ -277,6 +271,54 @@ async fn of_two_instances_of_a_task_only_one_commits_the_records() {
         "out.src",
         "zombie-reader",
         10,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_exactly_once(&read, &expected);
+}
+
+/// A task that stalls (or dies) between its writes and its commit leaves a transaction open.
+/// Its successor (same transactional id) aborts it on start, so read_committed readers of the
+/// output are not held up behind it and its records are written once, by the successor.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_predecessors_open_transaction_is_aborted_when_the_task_restarts() {
+    let broker = eos_broker();
+    let cache = tempfile::tempdir().expect("tempdir");
+    let config = eos_task_config(&broker, "mirror", 0, cache.path());
+    let mut stalled = started_share_task(&config).await;
+    let first: Vec<SinkRecord> = (0..10)
+        .map(|o| sink_record(1, o, 1, Duration::from_secs(60)))
+        .collect();
+    assert!(stalled
+        .put(&first)
+        .await
+        .expect("writes")
+        .iter()
+        .all(|o| o.is_ok()));
+    // Never commits, never aborts: its producer stays connected with the transaction open.
+    std::mem::forget(stalled);
+
+    let mut successor = started_share_task(&config).await;
+    let again: Vec<SinkRecord> = (0..20)
+        .map(|o| sink_record(1, o, if o < 10 { 2 } else { 1 }, Duration::from_secs(60)))
+        .collect();
+    assert!(successor
+        .put(&again)
+        .await
+        .expect("no lookup waits: the open transaction was aborted")
+        .iter()
+        .all(|o| o.is_ok()));
+    successor.flush(&BTreeMap::new()).await.expect("commits");
+    let stats = successor.exactly_once_stats().expect("exactly-once");
+    assert_eq!((stats.ledger_hits, stats.records_committed), (0, 20));
+    successor.stop().await.expect("stops");
+
+    let expected: BTreeSet<Source> = (0..20).map(|o| ("src".to_owned(), 1, o)).collect();
+    let read = read_committed_sources(
+        &broker,
+        "out.src",
+        "restart-reader",
+        20,
         Duration::from_secs(20),
     )
     .await;
