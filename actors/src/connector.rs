@@ -210,11 +210,12 @@ impl ConnectorActor {
         let plan = &self.plan;
         let pipeline = RecordPipeline::from_config(&plan.config.originals, &plan.worker)
             .map_err(|e| e.to_string())?;
-        let sink_task = self
+        let connector = self
             .connector
             .as_ref()
-            .ok_or_else(|| "the connector is not started".to_owned())?
-            .create_task();
+            .ok_or_else(|| "the connector is not started".to_owned())?;
+        let sink_task = connector.create_task();
+        let task_commits_offsets = connector.task_commits_offsets();
         Ok(TaskSpec {
             tenant: self.tenant_label(),
             connector: plan.config.name.clone(),
@@ -226,7 +227,7 @@ impl ConnectorActor {
             task_config,
             pipeline,
             sink_task,
-            source: source_factory(plan, id),
+            source: source_factory(plan, id, task_commits_offsets),
             dead_letters: plan.dead_letters.clone(),
             settings: plan.settings.clone(),
             counters: Arc::default(),
@@ -277,8 +278,10 @@ impl ConnectorActor {
     }
 }
 
-/// Connects a share-group member or a consumer-group member for task `id`.
-fn source_factory(plan: &ConnectorPlan, id: u32) -> SourceFactory {
+/// Connects a share-group member or a consumer-group member for task `id`. When the task
+/// commits offsets itself (`task_commits_offsets`), a consumer-group member commits none and
+/// hands its group metadata over with each batch instead.
+fn source_factory(plan: &ConnectorPlan, id: u32, task_commits_offsets: bool) -> SourceFactory {
     let client_id = plan.scope.prefixed(&format!("{}-{id}", plan.config.name));
     // Worker-wide `consumer.*` settings, then the connector's `consumer.override.*` ones.
     let mut overrides: BTreeMap<String, String> = plan
@@ -332,12 +335,16 @@ fn source_factory(plan: &ConnectorPlan, id: u32) -> SourceFactory {
             overrides.remove("max.poll.records");
             overrides.insert("client.id".into(), client_id);
             config.overrides = overrides;
+            config.commit_offsets = !task_commits_offsets;
             Box::new(move || {
                 async move {
                     let source = ClassicSource::connect(config)
                         .map_err(|e| RuntimeError::Source(e.to_string()))?;
-                    Ok(Box::new(ConsumerGroupSource::new(source, &topics)?)
-                        as Box<dyn RecordSource>)
+                    let mut source = ConsumerGroupSource::new(source, &topics)?;
+                    if task_commits_offsets {
+                        source = source.with_group_metadata();
+                    }
+                    Ok(Box::new(source) as Box<dyn RecordSource>)
                 }
                 .boxed_local()
             })

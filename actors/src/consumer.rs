@@ -18,7 +18,7 @@ use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
-use crate::messages::{Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
+use crate::messages::{Acknowledged, Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
 use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
@@ -201,6 +201,7 @@ impl ConsumerActor {
                             changes: polled.changes,
                             records: polled.records,
                             trace,
+                            group: polled.group,
                         });
                     }
                     act.step(ctx);
@@ -257,6 +258,12 @@ impl ConsumerActor {
                         warn!(task = act.task, failure = %failure, "commit not applied; records will be redelivered");
                     }
                     TaskCounters::add(&counters.ack_failures, committed.unapplied.len());
+                    if !committed.accepted.is_empty() {
+                        // Behind every batch already sent, on the same path, to the sink task.
+                        act.converter.do_send(Acknowledged {
+                            records: committed.accepted.clone(),
+                        });
+                    }
                     count(&counters, &acks, &committed.unapplied);
                     let per_batch: Vec<(&[Ack], Option<BatchMeta>)> = batches
                         .iter()

@@ -5,7 +5,7 @@
 use actix::prelude::*;
 use spillway_core::RecordPipeline;
 
-use crate::messages::{Entry, Finish, SinkBatch, SourceBatch};
+use crate::messages::{Acknowledged, Entry, Finish, SinkBatch, SourceBatch};
 use crate::sink::SinkActor;
 use crate::telemetry::BatchStage;
 
@@ -43,6 +43,7 @@ impl Handler<SourceBatch> for ConverterActor {
             changes: batch.changes,
             entries,
             trace: batch.trace,
+            group: batch.group,
         });
     }
 }
@@ -51,6 +52,14 @@ impl Handler<Finish> for ConverterActor {
     type Result = ();
 
     fn handle(&mut self, msg: Finish, _ctx: &mut Context<Self>) {
+        self.sink.do_send(msg);
+    }
+}
+
+impl Handler<Acknowledged> for ConverterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Acknowledged, _ctx: &mut Context<Self>) {
         self.sink.do_send(msg);
     }
 }

@@ -7,7 +7,10 @@
 use std::sync::Arc;
 
 use actix::Message;
-use spillway_core::{Ack, DeadLetterRecord, Disposition, Processed, RawRecord, RecordCoordinates};
+use spillway_core::{
+    Ack, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
+    RecordCoordinates,
+};
 
 use crate::source::AssignmentChange;
 use crate::telemetry::BatchTrace;
@@ -20,6 +23,8 @@ pub struct SourceBatch {
     pub changes: Vec<AssignmentChange>,
     pub records: Vec<RawRecord>,
     pub trace: BatchTrace,
+    /// The member that read them, when the sink commits offsets itself (classic mode).
+    pub group: Option<ConsumerGroupMetadata>,
 }
 
 /// One record after conversion and transforms; the raw record is kept for a dead letter.
@@ -35,6 +40,15 @@ pub struct SinkBatch {
     pub changes: Vec<AssignmentChange>,
     pub entries: Vec<Entry>,
     pub trace: BatchTrace,
+    pub group: Option<ConsumerGroupMetadata>,
+}
+
+/// ACCEPTs the broker made durable (share mode), passed down the pipeline to the sink task's
+/// `acknowledged`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Acknowledged {
+    pub records: Vec<RecordCoordinates>,
 }
 
 /// The verdict on one record, and the dead letter to write before a REJECT.

@@ -28,7 +28,7 @@ use spillway_core::{
 use tracing::{error, warn, Instrument};
 
 use crate::acker::AckerActor;
-use crate::messages::{Finish, Reporter, SinkBatch, TaskEvent, Verdict, Verdicts};
+use crate::messages::{Acknowledged, Finish, Reporter, SinkBatch, TaskEvent, Verdict, Verdicts};
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
 use crate::telemetry::BatchStage;
@@ -132,6 +132,23 @@ impl Handler<SinkBatch> for SinkActor {
     }
 }
 
+impl Handler<Acknowledged> for SinkActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Acknowledged, ctx: &mut Context<Self>) {
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        let fut = async move {
+            task.acknowledged(&msg.records).await;
+            task
+        };
+        ctx.wait(fut.into_actor(self).map(|task, act, _ctx| {
+            act.task = Some(task);
+        }));
+    }
+}
+
 impl Handler<Finish> for SinkActor {
     type Result = ();
 
@@ -193,6 +210,9 @@ async fn run_batch(
                 .await
                 .map_err(|e| format!("the sink task failed to close {a:?}: {e}"))?,
         }
+    }
+    if let Some(group) = &batch.group {
+        task.consumer_group(group);
     }
     let ready: Vec<(usize, SinkRecord)> = batch
         .entries

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use spillway_core::record::TimestampType;
-use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordCoordinates, TopicPartition};
+use spillway_core::{
+    Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates,
+    TopicPartition,
+};
 use spillway_kafka::classic::{ClassicRecord, ClassicSource, RebalanceEvent};
 use spillway_kafka::share::{AckError, AcknowledgeType, ShareConsumer, ShareRecord};
 use tracing::warn;
@@ -36,6 +39,8 @@ pub struct Polled {
     /// Share mode: when each record's acquisition lock runs out (parallel to `records`);
     /// empty for consumer groups.
     pub lock_deadlines: Vec<Instant>,
+    /// Classic mode, when the sink commits offsets itself: the member that read the records.
+    pub group: Option<ConsumerGroupMetadata>,
 }
 
 /// What a commit came to.
@@ -48,6 +53,8 @@ pub struct Committed {
     pub unapplied: Vec<RecordCoordinates>,
     /// Those of `unapplied` the broker refused because their acquisition lock had run out.
     pub expired: Vec<RecordCoordinates>,
+    /// Share mode: the ACCEPTs this commit made durable (for `SinkTask::acknowledged`).
+    pub accepted: Vec<RecordCoordinates>,
 }
 
 /// A consumer as the task's ConsumerActor drives it: strictly one call at a time.
@@ -93,6 +100,8 @@ pub struct ShareGroupSource {
     settled: Vec<RecordCoordinates>,
     /// Verdicts the consumer refused (the record was no longer held).
     refused: Vec<RecordCoordinates>,
+    /// The ACCEPTs among `settled`.
+    accepted: Vec<RecordCoordinates>,
 }
 
 type Delivery = (Arc<str>, i32, i64, i16);
@@ -116,6 +125,7 @@ impl ShareGroupSource {
             seen_order: VecDeque::new(),
             settled: Vec::new(),
             refused: Vec::new(),
+            accepted: Vec::new(),
         }
     }
 
@@ -135,6 +145,7 @@ fn raw_from_share(r: ShareRecord) -> RawRecord {
         timestamp: Some(r.timestamp),
         timestamp_type: TimestampType::CreateTime,
         delivery_count: u16::try_from(r.delivery_count).ok(),
+        lock_deadline: Some(r.lock_deadline),
     }
 }
 
@@ -184,7 +195,12 @@ impl RecordSource for ShareGroupSource {
                 c.offset,
                 ack_type(&ack.disposition),
             ) {
-                Ok(()) => self.settled.push(c.clone()),
+                Ok(()) => {
+                    if ack.disposition == Disposition::Accept {
+                        self.accepted.push(c.clone());
+                    }
+                    self.settled.push(c.clone())
+                }
                 Err(e) => {
                     // The lock was lost (expired, session reset): the broker redelivers the
                     // record, which is what any verdict but ACCEPT would have led to anyway.
@@ -220,6 +236,11 @@ impl RecordSource for ShareGroupSource {
                 failed.insert(partition);
             }
         }
+        let in_failed = |c: &RecordCoordinates| failed.contains(&(c.topic.clone(), c.partition));
+        let accepted = std::mem::take(&mut self.accepted)
+            .into_iter()
+            .filter(|c| !in_failed(c))
+            .collect();
         let mut unapplied = std::mem::take(&mut self.refused);
         let mut expired = Vec::new();
         for c in std::mem::take(&mut self.settled) {
@@ -235,6 +256,7 @@ impl RecordSource for ShareGroupSource {
             failures,
             unapplied,
             expired,
+            accepted,
         })
     }
 
@@ -259,6 +281,8 @@ impl RecordSource for ShareGroupSource {
 pub struct ConsumerGroupSource {
     source: ClassicSource,
     owned: Vec<TopicPartition>,
+    /// Hand the group metadata to the sink with every batch (it commits the offsets).
+    share_group_metadata: bool,
 }
 
 impl ConsumerGroupSource {
@@ -270,7 +294,16 @@ impl ConsumerGroupSource {
         Ok(ConsumerGroupSource {
             source,
             owned: Vec::new(),
+            share_group_metadata: false,
         })
+    }
+
+    /// Every poll also returns the member's group metadata, for a sink that commits the
+    /// offsets in its own transactions (the source itself must then not commit: see
+    /// `ClassicConfig::commit_offsets`).
+    pub fn with_group_metadata(mut self) -> Self {
+        self.share_group_metadata = true;
+        self
     }
 }
 
@@ -290,6 +323,7 @@ fn raw_from_classic(r: ClassicRecord) -> RawRecord {
         timestamp,
         timestamp_type,
         delivery_count: None,
+        lock_deadline: None,
     }
 }
 
@@ -326,10 +360,16 @@ impl RecordSource for ConsumerGroupSource {
                 }
             }
         }
+        let group = if self.share_group_metadata {
+            self.source.group_metadata().map(ConsumerGroupMetadata::new)
+        } else {
+            None
+        };
         Ok(Polled {
             changes,
             records: polled.records.into_iter().map(raw_from_classic).collect(),
             lock_deadlines: Vec::new(),
+            group,
         })
     }
 

@@ -5,28 +5,60 @@
 //! Key, value, headers and timestamp are written as read: the record is serialized back with
 //! the connector's own converters (the `bytearray` default passes the original bytes through).
 //! The partition is kept (`target.partition=keep`, the target topic needs at least as many
-//! partitions) or chosen by hashing the key (`hash`). The producer is idempotent, and `put`
-//! returns only once the target confirmed every record, so an accepted source record is in the
-//! target.
+//! partitions) or chosen by hashing the key (`hash`). Every written record carries where it was
+//! read as headers ([`SOURCE_TOPIC_HEADER`] and friends, the original coordinates, before
+//! transforms), replacing headers of those names it had.
+//!
+//! `delivery.guarantee`:
+//! - `at_least_once` (default): an idempotent producer; `put` returns only once the target
+//!   confirmed every record, so an accepted source record is in the target (a crash between
+//!   the write and the acknowledgement writes it again).
+//! - `exactly_once`: transactions ([`spillway_eos::writer`]); in share mode with the ledger on
+//!   `delivery.ledger.topic`, in classic mode with the consumer's offsets in the transaction.
+//!   docs/exactly-once.md has the details.
 //!
 //! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
 use async_trait::async_trait;
+use bytes::Bytes;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
 use spillway_core::connector::replicate_task_configs;
 use spillway_core::convert::{strip_prefix, RecordConverter};
 use spillway_core::{
-    ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
+    Assignment, ConfigError, ConfigMap, ConsumerGroupMetadata, PutOutcome, RecordCoordinates,
+    SinkConnector, SinkError, SinkRecord, SinkTask, TopicPartition,
 };
+use spillway_eos::writer::{ExactlyOnceWriter, LedgerSettings, WriterSettings};
+use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 
-use crate::runtime_keys::SOURCE_BOOTSTRAP_SERVERS;
+use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID};
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
 pub const TOPIC_RENAME_FORMAT: &str = "topic.rename.format";
 pub const TARGET_PARTITION: &str = "target.partition";
 pub const PRODUCER_OVERRIDE_PREFIX: &str = "producer.override.";
+pub const DELIVERY_GUARANTEE: &str = "delivery.guarantee";
+pub const LEDGER_TOPIC: &str = "delivery.ledger.topic";
+pub const LEDGER_CACHE_DIR: &str = "delivery.ledger.cache.dir";
+pub const LOCK_MARGIN_MS: &str = "delivery.lock.margin.ms";
+pub const TRANSACTION_TIMEOUT_MS: &str = "delivery.transaction.step.timeout.ms";
+pub const TRANSACTIONAL_ID_PREFIX: &str = "transactional.id.prefix";
+
+/// Headers every written record carries: where its source record was read.
+pub const SOURCE_TOPIC_HEADER: &str = "spillway.source.topic";
+pub const SOURCE_PARTITION_HEADER: &str = "spillway.source.partition";
+pub const SOURCE_OFFSET_HEADER: &str = "spillway.source.offset";
+
+/// The ledger topic's name when `delivery.ledger.topic` is not set.
+pub fn default_ledger_topic(connector: &str) -> String {
+    format!("__spillway_eos_ledger.{connector}")
+}
 
 /// Names `connector.class` may use for this sink.
 pub const NAMES: &[&str] = &["kafka", "KafkaSink", "KafkaSinkConnector"];
@@ -64,6 +96,123 @@ fn config_def() -> ConfigDef {
             .validator(Validator::OneOf(&["keep", "hash"]))
             .display_name("Target partition"),
         )
+        .define(
+            ConfigKey::new(
+                DELIVERY_GUARANTEE,
+                ConfigType::String,
+                Importance::High,
+                "at_least_once: an idempotent producer (a crash may write a record twice); \
+                 exactly_once: producer transactions, with a ledger topic in share mode and the \
+                 consumer offsets in the transaction in classic mode.",
+            )
+            .default("at_least_once")
+            .validator(Validator::OneOf(&["at_least_once", "exactly_once"]))
+            .display_name("Delivery guarantee"),
+        )
+        .define(
+            ConfigKey::new(
+                LEDGER_TOPIC,
+                ConfigType::String,
+                Importance::Medium,
+                "exactly_once in share mode: the compacted topic on the target cluster that \
+                 records which source records have committed output; it must exist. Default \
+                 __spillway_eos_ledger.<connector name>.",
+            )
+            .null_default()
+            .display_name("Ledger topic"),
+        )
+        .define(
+            ConfigKey::new(
+                LEDGER_CACHE_DIR,
+                ConfigType::String,
+                Importance::Low,
+                "Where a task caches the ledger (sled, rebuilt from the topic on start). \
+                 Default: <temp dir>/spillway-eos/<transactional id>.",
+            )
+            .null_default()
+            .display_name("Ledger cache directory"),
+        )
+        .define(
+            ConfigKey::new(
+                LOCK_MARGIN_MS,
+                ConfigType::Long,
+                Importance::Low,
+                "exactly_once in share mode: a transaction must commit at least this long \
+                 before its records' acquisition locks expire, else it is aborted and they \
+                 are released.",
+            )
+            .default("5000")
+            .validator(Validator::AtLeast(0))
+            .display_name("Lock safety margin (ms)"),
+        )
+        .define(
+            ConfigKey::new(
+                TRANSACTION_TIMEOUT_MS,
+                ConfigType::Long,
+                Importance::Low,
+                "Longest one transaction step (init, offsets, commit, abort) may take.",
+            )
+            .default("30000")
+            .validator(Validator::AtLeast(1))
+            .display_name("Transaction step timeout (ms)"),
+        )
+        .define(
+            ConfigKey::new(
+                TRANSACTIONAL_ID_PREFIX,
+                ConfigType::String,
+                Importance::Low,
+                "Transactional ids are <prefix>-[<tenant>-]<connector>-<task>: stable, so a \
+                 restarted task fences its predecessor.",
+            )
+            .default("spillway")
+            .validator(Validator::NonEmptyString)
+            .display_name("Transactional id prefix"),
+        )
+}
+
+/// Whether `config` asks for exactly-once (after validation).
+fn exactly_once(config: &ConfigMap) -> bool {
+    config.get(DELIVERY_GUARANTEE).map(|v| v.trim()) == Some("exactly_once")
+}
+
+/// The stable transactional id of one task: `<prefix>-[<tenant>-]<connector>-<task>`.
+pub fn transactional_id(config: &ConfigMap) -> String {
+    let prefix = config
+        .get(TRANSACTIONAL_ID_PREFIX)
+        .map(String::as_str)
+        .unwrap_or("spillway");
+    let name = config
+        .get("name")
+        .map(String::as_str)
+        .unwrap_or("connector");
+    let task = config.get(TASK_ID).map(String::as_str).unwrap_or("0");
+    match config.get("tenant").filter(|t| !t.is_empty()) {
+        Some(tenant) => format!("{prefix}-{tenant}-{name}-{task}"),
+        None => format!("{prefix}-{name}-{task}"),
+    }
+}
+
+/// Headers of `record` with its source coordinates set (replacing older ones of those names).
+fn with_source_headers(
+    mut headers: Vec<(String, Option<Bytes>)>,
+    source: &RecordCoordinates,
+) -> Vec<(String, Option<Bytes>)> {
+    headers.retain(|(k, _)| {
+        k != SOURCE_TOPIC_HEADER && k != SOURCE_PARTITION_HEADER && k != SOURCE_OFFSET_HEADER
+    });
+    headers.push((
+        SOURCE_TOPIC_HEADER.into(),
+        Some(Bytes::from(source.topic.clone())),
+    ));
+    headers.push((
+        SOURCE_PARTITION_HEADER.into(),
+        Some(Bytes::from(source.partition.to_string())),
+    ));
+    headers.push((
+        SOURCE_OFFSET_HEADER.into(),
+        Some(Bytes::from(source.offset.to_string())),
+    ));
+    headers
 }
 
 /// The connector: every task gets the same configuration.
@@ -106,6 +255,10 @@ impl SinkConnector for KafkaSinkConnector {
     fn create_task(&self) -> Box<dyn SinkTask> {
         Box::new(KafkaSinkTask::default())
     }
+
+    fn task_commits_offsets(&self) -> bool {
+        exactly_once(&self.config)
+    }
 }
 
 fn target_bootstrap(config: &ConfigMap) -> Result<String, ConfigError> {
@@ -130,11 +283,29 @@ pub struct KafkaSinkTask {
     state: Option<Running>,
 }
 
+enum Producer {
+    AtLeastOnce(IdempotentProducer),
+    ExactlyOnce {
+        writer: Box<ExactlyOnceWriter>,
+        ledger: LedgerSettings,
+    },
+}
+
 struct Running {
-    producer: IdempotentProducer,
+    producer: Producer,
     converter: RecordConverter,
     format: String,
     keep_partition: bool,
+}
+
+impl KafkaSinkTask {
+    /// The exactly-once writer's counters (`None` under at-least-once or before start).
+    pub fn exactly_once_stats(&self) -> Option<spillway_eos::writer::WriterStats> {
+        match &self.state.as_ref()?.producer {
+            Producer::ExactlyOnce { writer, .. } => Some(writer.stats()),
+            Producer::AtLeastOnce(_) => None,
+        }
+    }
 }
 
 #[async_trait]
@@ -144,11 +315,48 @@ impl SinkTask for KafkaSinkTask {
         let parsed = config_def().parse(config).map_err(fatal)?;
         let bootstrap = target_bootstrap(config).map_err(fatal)?;
         let overrides = strip_prefix(config, PRODUCER_OVERRIDE_PREFIX);
-        let producer = IdempotentProducer::new(
-            &bootstrap,
-            overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        )
-        .map_err(|e| SinkError::fatal(e.to_string()))?;
+        let producer = if exactly_once(config) {
+            let id = transactional_id(config);
+            let settings = WriterSettings {
+                bootstrap: bootstrap.clone(),
+                transactional_id: id.clone(),
+                producer_overrides: overrides.into_iter().collect(),
+                step_timeout: Duration::from_millis(
+                    parsed.long(TRANSACTION_TIMEOUT_MS).map_err(fatal)? as u64,
+                ),
+            };
+            let name = config
+                .get("name")
+                .map(String::as_str)
+                .unwrap_or("connector");
+            let ledger = LedgerSettings {
+                topic: parsed
+                    .string(LEDGER_TOPIC)
+                    .map_err(fatal)?
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| default_ledger_topic(name)),
+                cache_dir: parsed
+                    .string(LEDGER_CACHE_DIR)
+                    .map_err(fatal)?
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| std::env::temp_dir().join("spillway-eos").join(&id)),
+                lock_margin: Duration::from_millis(
+                    parsed.long(LOCK_MARGIN_MS).map_err(fatal)? as u64
+                ),
+            };
+            Producer::ExactlyOnce {
+                writer: Box::new(ExactlyOnceWriter::start(&settings).await?),
+                ledger,
+            }
+        } else {
+            Producer::AtLeastOnce(
+                IdempotentProducer::new(
+                    &bootstrap,
+                    overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+                .map_err(|e| SinkError::fatal(e.to_string()))?,
+            )
+        };
         let converter = RecordConverter::from_config(config, &ConfigMap::new()).map_err(fatal)?;
         self.state = Some(Running {
             producer,
@@ -163,17 +371,67 @@ impl SinkTask for KafkaSinkTask {
         Ok(())
     }
 
+    async fn open(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
+        let Some(Running {
+            producer: Producer::ExactlyOnce { writer, ledger },
+            ..
+        }) = &mut self.state
+        else {
+            return Ok(());
+        };
+        match assignment {
+            Assignment::SharedTopics(_) => writer.open_share(ledger.clone()).await,
+            Assignment::Partitions(_) => {
+                writer.open_classic();
+                Ok(())
+            }
+        }
+    }
+
+    fn consumer_group(&mut self, group: &ConsumerGroupMetadata) {
+        if let Some(Running {
+            producer: Producer::ExactlyOnce { writer, .. },
+            ..
+        }) = &mut self.state
+        {
+            if let Some(metadata) = group.downcast::<GroupMetadata>() {
+                writer.set_group(metadata);
+            }
+        }
+    }
+
     async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
-        let Some(state) = &self.state else {
+        let Some(state) = &mut self.state else {
             return Err(SinkError::fatal("put before start"));
         };
         // A record that cannot be serialized fails alone; the rest are sent.
         let mut outcomes: Vec<Option<PutOutcome>> = vec![None; records.len()];
+        if let Producer::ExactlyOnce { writer, .. } = &mut state.producer {
+            let lookups: Vec<_> = records
+                .iter()
+                .map(|r| (r.original.clone(), r.delivery_count, r.lock_deadline))
+                .collect();
+            for (i, written) in writer
+                .already_written(&lookups)
+                .await?
+                .into_iter()
+                .enumerate()
+            {
+                if written {
+                    // Its output is committed already: accept it without writing it again.
+                    outcomes[i] = Some(PutOutcome::Ok);
+                }
+            }
+        }
         let mut out = Vec::with_capacity(records.len());
+        let mut sources = Vec::with_capacity(records.len());
         let mut positions = Vec::with_capacity(records.len());
         // The runtime's `put` span is current here (it enters it around `put`).
         let trace_context = opentelemetry::Context::current();
         for (i, record) in records.iter().enumerate() {
+            if outcomes[i].is_some() {
+                continue;
+            }
             match state.converter.to_raw_record(record) {
                 Ok(mut raw) => {
                     crate::trace_context::replace(&mut raw.headers, &trace_context);
@@ -182,34 +440,77 @@ impl SinkTask for KafkaSinkTask {
                         partition: state.keep_partition.then_some(record.partition),
                         key: raw.key,
                         value: raw.value,
-                        headers: raw.headers,
+                        headers: with_source_headers(raw.headers, &record.original),
                         timestamp: raw.timestamp,
                     });
+                    sources.push((record.original.clone(), record.lock_deadline));
                     positions.push(i);
                 }
                 Err(e) => outcomes[i] = Some(PutOutcome::Fatal(SinkError::fatal(e.to_string()))),
             }
         }
-        for (i, result) in positions
-            .into_iter()
-            .zip(state.producer.send_all(&out).await)
-        {
-            outcomes[i] = Some(match result {
-                Ok(_) => PutOutcome::Ok,
-                Err(e) if e.is_retriable() => {
-                    PutOutcome::Retriable(SinkError::retriable(e.to_string()))
+        match &mut state.producer {
+            Producer::AtLeastOnce(producer) => {
+                for (i, result) in positions.into_iter().zip(producer.send_all(&out).await) {
+                    outcomes[i] = Some(match result {
+                        Ok(_) => PutOutcome::Ok,
+                        Err(e) if e.is_retriable() => {
+                            PutOutcome::Retriable(SinkError::retriable(e.to_string()))
+                        }
+                        Err(e) => PutOutcome::Fatal(SinkError::fatal(e.to_string())),
+                    });
                 }
-                Err(e) => PutOutcome::Fatal(SinkError::fatal(e.to_string())),
-            });
+            }
+            Producer::ExactlyOnce { writer, .. } => {
+                for (i, result) in positions
+                    .into_iter()
+                    .zip(writer.write(&out, &sources).await)
+                {
+                    outcomes[i] = Some(match result {
+                        Ok(_) => PutOutcome::Ok,
+                        Err(e) => PutOutcome::from_result(Err(e)),
+                    });
+                }
+            }
         }
-        // Every position was filled above: by a conversion error or by a send result.
+        // Every position was filled above: by the ledger, a conversion error or a send result.
         Ok(outcomes
             .into_iter()
             .map(|o| o.unwrap_or_else(|| PutOutcome::Fatal(SinkError::fatal("not sent"))))
             .collect())
     }
 
+    /// Exactly-once: commits the batch's transaction (with `offsets` in classic mode).
+    async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, i64>) -> Result<(), SinkError> {
+        match &mut self.state {
+            Some(Running {
+                producer: Producer::ExactlyOnce { writer, .. },
+                ..
+            }) => writer.commit(offsets).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn acknowledged(&mut self, committed: &[RecordCoordinates]) {
+        if let Some(Running {
+            producer: Producer::ExactlyOnce { writer, .. },
+            ..
+        }) = &mut self.state
+        {
+            writer.acknowledged(committed);
+        }
+    }
+
     async fn stop(&mut self) -> Result<(), SinkError> {
+        if let Some(Running {
+            producer: Producer::ExactlyOnce { writer, .. },
+            ..
+        }) = &mut self.state
+        {
+            // Whatever is open was not flushed, so not acknowledged: it goes.
+            writer.abort().await?;
+            writer.flush_tombstones().await?;
+        }
         self.state = None;
         Ok(())
     }
@@ -236,6 +537,80 @@ mod tests {
         assert_eq!(target_bootstrap(&config).expect("target"), "dst:9092");
         let err = target_bootstrap(&ConfigMap::new()).expect_err("neither");
         assert_eq!(err.key(), Some(TARGET_BOOTSTRAP_SERVERS));
+    }
+
+    #[test]
+    fn a_bad_delivery_guarantee_is_refused_naming_the_key() {
+        let mut connector = KafkaSinkConnector::default();
+        let config: ConfigMap = [
+            (SOURCE_BOOTSTRAP_SERVERS.to_owned(), "src:9092".to_owned()),
+            (DELIVERY_GUARANTEE.to_owned(), "exactly-once".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let err = connector.start(&config).expect_err("not a guarantee");
+        let text = err.to_string();
+        assert!(text.contains("delivery.guarantee"), "{text}");
+        assert!(text.contains("exactly-once"), "{text}");
+        assert!(!connector.task_commits_offsets());
+    }
+
+    #[test]
+    fn exactly_once_makes_the_tasks_commit_offsets() {
+        let mut connector = KafkaSinkConnector::default();
+        let mut config: ConfigMap = [(SOURCE_BOOTSTRAP_SERVERS.to_owned(), "src:9092".to_owned())]
+            .into_iter()
+            .collect();
+        connector.start(&config).expect("default");
+        assert!(
+            !connector.task_commits_offsets(),
+            "at_least_once by default"
+        );
+        config.insert(DELIVERY_GUARANTEE.into(), "exactly_once".into());
+        connector.start(&config).expect("exactly_once");
+        assert!(connector.task_commits_offsets());
+    }
+
+    #[test]
+    fn transactional_ids_are_stable_per_tenant_connector_and_task() {
+        let mut config: ConfigMap = [("name", "mirror"), (TASK_ID, "3")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(transactional_id(&config), "spillway-mirror-3");
+        config.insert("tenant".into(), "acme".into());
+        config.insert(TRANSACTIONAL_ID_PREFIX.into(), "dc1".into());
+        assert_eq!(transactional_id(&config), "dc1-acme-mirror-3");
+    }
+
+    #[test]
+    fn source_headers_replace_older_ones_and_keep_the_rest() {
+        let headers = vec![
+            ("trace".to_owned(), Some(Bytes::from_static(b"abc"))),
+            (
+                SOURCE_OFFSET_HEADER.to_owned(),
+                Some(Bytes::from_static(b"1")),
+            ),
+        ];
+        let out = with_source_headers(headers, &RecordCoordinates::new("orders", 4, 99));
+        assert_eq!(
+            out,
+            vec![
+                ("trace".to_owned(), Some(Bytes::from_static(b"abc"))),
+                (
+                    SOURCE_TOPIC_HEADER.to_owned(),
+                    Some(Bytes::from_static(b"orders"))
+                ),
+                (
+                    SOURCE_PARTITION_HEADER.to_owned(),
+                    Some(Bytes::from_static(b"4"))
+                ),
+                (
+                    SOURCE_OFFSET_HEADER.to_owned(),
+                    Some(Bytes::from_static(b"99"))
+                ),
+            ]
+        );
     }
 
     #[test]

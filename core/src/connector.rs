@@ -6,14 +6,16 @@
 //! its batch is accepted: success → ACCEPT, a retriable error → RELEASE (redelivered), a fatal
 //! error → REJECT (or a failed task under `errors.tolerance=none`).
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::ack::Disposition;
 use crate::config::{validate_sink_connector, ConfigDef, ConfigMap, ValidationReport};
 use crate::error::{ConfigError, SinkError};
-use crate::record::{SinkRecord, TopicPartition};
+use crate::record::{RecordCoordinates, SinkRecord, TopicPartition};
 
 /// What one record's `put` came to.
 #[derive(Debug, Clone)]
@@ -81,6 +83,31 @@ pub enum Assignment {
     SharedTopics(Vec<String>),
 }
 
+/// The consumer group member a classic-mode batch was read by (group, generation, member), as
+/// the Kafka client holds it. A sink that commits the consumer's offsets inside its own producer
+/// transaction (exactly-once) passes it on, so the group coordinator fences a commit from a
+/// member that has lost its partitions. Opaque here: core knows no Kafka client; the source
+/// puts its client's metadata in and the producer takes it out with [`downcast`](Self::downcast).
+#[derive(Clone)]
+pub struct ConsumerGroupMetadata(Arc<dyn Any + Send + Sync>);
+
+impl ConsumerGroupMetadata {
+    pub fn new<T: Any + Send + Sync>(metadata: T) -> Self {
+        ConsumerGroupMetadata(Arc::new(metadata))
+    }
+
+    /// The client's own metadata, when it is of type `T`.
+    pub fn downcast<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        Arc::clone(&self.0).downcast::<T>().ok()
+    }
+}
+
+impl std::fmt::Debug for ConsumerGroupMetadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConsumerGroupMetadata")
+    }
+}
+
 /// One task: the unit of work the runtime runs and restarts.
 #[async_trait]
 pub trait SinkTask: Send {
@@ -103,6 +130,21 @@ pub trait SinkTask: Send {
     async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, i64>) -> Result<(), SinkError> {
         let _ = offsets;
         Ok(())
+    }
+
+    /// Classic mode, for a task whose connector says
+    /// [`task_commits_offsets`](SinkConnector::task_commits_offsets): the consumer group member
+    /// the next batch was read by, before its `put` (it changes with every rebalance).
+    fn consumer_group(&mut self, group: &ConsumerGroupMetadata) {
+        let _ = group;
+    }
+
+    /// Share mode: the records whose ACCEPT the broker has durably applied (`commit_sync`
+    /// succeeded for their partitions). They will not be delivered again, so state kept to
+    /// recognise a redelivery (the exactly-once ledger) may be dropped. Called after the commit,
+    /// in commit order, on the task's own thread.
+    async fn acknowledged(&mut self, committed: &[RecordCoordinates]) {
+        let _ = committed;
     }
 
     /// Called when partitions are taken away (classic mode) and before `stop`.
@@ -136,6 +178,15 @@ pub trait SinkConnector: Send + Sync {
 
     /// A new, unstarted task.
     fn create_task(&self) -> Box<dyn SinkTask>;
+
+    /// Whether the tasks commit the consumer group's offsets themselves, inside their own
+    /// producer transactions (exactly-once, classic mode), from the offsets `flush` receives and
+    /// the metadata `consumer_group` hands over. The runtime then never commits offsets for
+    /// this connector: a commit of its own could land after a later transaction's and move the
+    /// group's position back. Called after `start`.
+    fn task_commits_offsets(&self) -> bool {
+        false
+    }
 
     fn stop(&mut self) {}
 }

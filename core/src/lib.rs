@@ -19,7 +19,7 @@ pub mod transforms;
 
 pub use ack::{Ack, AckCollector, AckHandle, AckSink, Disposition};
 pub use config::ConfigMap;
-pub use connector::{Assignment, PutOutcome, SinkConnector, SinkTask};
+pub use connector::{Assignment, ConsumerGroupMetadata, PutOutcome, SinkConnector, SinkTask};
 pub use data::{Struct, Value};
 pub use dead_letter::{dead_letter_record, DeadLetterRecord, ErrorContext};
 pub use error::{

@@ -6,6 +6,7 @@
 //! each record's [`AckHandle`](crate::ack::AckHandle) beside it instead.
 
 use std::fmt;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -89,6 +90,10 @@ pub struct RawRecord {
     /// How often the broker delivered this record (share groups, starting at 1); `None` in
     /// classic mode, where the broker does not count.
     pub delivery_count: Option<u16>,
+    /// When the share group's acquisition lock on this delivery runs out (the time the fetch
+    /// response arrived plus the lock duration it announced); `None` in classic mode. Work on
+    /// the record that finishes after it may race with a redelivery to another member.
+    pub lock_deadline: Option<Instant>,
 }
 
 impl RawRecord {
@@ -105,6 +110,7 @@ impl RawRecord {
             timestamp: None,
             timestamp_type: TimestampType::NoTimestamp,
             delivery_count: None,
+            lock_deadline: None,
         }
     }
 
@@ -147,6 +153,8 @@ pub struct SinkRecord {
     pub timestamp: Option<i64>,
     pub timestamp_type: TimestampType,
     pub delivery_count: Option<u16>,
+    /// The acquisition lock's deadline (share mode), as on [`RawRecord::lock_deadline`].
+    pub lock_deadline: Option<Instant>,
     /// Where the record was read; transforms never change it, so acks and offsets use it
     /// (Connect's `originalTopic()` and friends, KIP-793).
     pub original: RecordCoordinates,
@@ -169,6 +177,7 @@ impl SinkRecord {
             timestamp: None,
             timestamp_type: TimestampType::NoTimestamp,
             delivery_count: None,
+            lock_deadline: None,
         }
     }
 

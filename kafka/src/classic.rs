@@ -78,6 +78,11 @@ pub enum RebalanceProtocol {
     Consumer,
 }
 
+/// The consumer group member's identity as librdkafka holds it; what
+/// [`TransactionalProducer::send_offsets`](crate::producer::TransactionalProducer::send_offsets)
+/// needs.
+pub use rdkafka::consumer::ConsumerGroupMetadata as GroupMetadata;
+
 /// Settings of a [`ClassicSource`].
 #[derive(Debug, Clone)]
 pub struct ClassicConfig {
@@ -89,6 +94,11 @@ pub struct ClassicConfig {
     /// Further consumer settings (`consumer.override.*` without the prefix), applied last;
     /// keys this source must control (offset commits) are ignored.
     pub overrides: BTreeMap<String, String>,
+    /// Whether this source commits the processed offsets (the default). Off when the sink
+    /// commits them inside its producer transactions (exactly-once): a commit of this source's
+    /// own, on a rebalance or at close, could then move the group's position back past a later
+    /// transaction's commit.
+    pub commit_offsets: bool,
 }
 
 impl ClassicConfig {
@@ -98,6 +108,7 @@ impl ClassicConfig {
             group_id: group_id.to_owned(),
             protocol: RebalanceProtocol::Classic,
             max_poll_records: 500,
+            commit_offsets: true,
             overrides: BTreeMap::new(),
         }
     }
@@ -270,6 +281,7 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
 /// The rdkafka context: turns rebalance callbacks into events and commits on revocation.
 struct GroupContext {
     group: String,
+    commit_offsets: bool,
     tracker: Arc<Mutex<OffsetTracker>>,
     events: Mutex<Vec<RebalanceEvent>>,
 }
@@ -281,7 +293,7 @@ impl ConsumerContext for GroupContext {
         if let Rebalance::Revoke(tpl) = rebalance {
             let revoked = partitions_of(tpl);
             let commit = lock(&self.tracker).forget(&revoked);
-            if !commit.is_empty() {
+            if self.commit_offsets && !commit.is_empty() {
                 if let Err(e) = consumer.commit(&tpl_of(&commit), CommitMode::Sync) {
                     // The new owner re-reads from the last commit: duplicates, not loss.
                     warn!(group = %self.group, offsets = %describe(&commit), error = %e,
@@ -347,6 +359,7 @@ impl ClassicSource {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
         let context = GroupContext {
             group: config.group_id.clone(),
+            commit_offsets: config.commit_offsets,
             tracker: Arc::clone(&tracker),
             events: Mutex::new(Vec::new()),
         };
@@ -458,9 +471,10 @@ impl ClassicSource {
     }
 
     /// Commits every partition's processed watermark that moved; returns what was committed.
+    /// Nothing when `commit_offsets` is off: the sink commits them in its transactions.
     pub async fn commit(&self) -> Result<Vec<((String, i32), i64)>, ClassicError> {
         let offsets = lock(&self.tracker).to_commit();
-        if offsets.is_empty() {
+        if offsets.is_empty() || !self.config.commit_offsets {
             return Ok(offsets);
         }
         let consumer = Arc::clone(&self.consumer);
@@ -483,6 +497,12 @@ impl ClassicSource {
         })
         .await
         .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+    }
+
+    /// The member's current group metadata (group, generation, member id), for a producer
+    /// that commits this group's offsets in a transaction; `None` before the first join.
+    pub fn group_metadata(&self) -> Option<GroupMetadata> {
+        self.consumer.group_metadata()
     }
 
     /// Records delivered and not yet marked done.

@@ -7,11 +7,17 @@
 //! letter must be written before its record is rejected, a replicated record before it is
 //! accepted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::join_all;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::classic::GroupMetadata;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
@@ -121,51 +127,7 @@ impl IdempotentProducer {
     /// Writes `records` (pipelined) and returns one result per record, in input order, once
     /// every record is confirmed or failed.
     pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
-        let pending = records.iter().map(|record| {
-            let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
-            if let Some(p) = record.partition {
-                future_record = future_record.partition(p);
-            }
-            if let Some(k) = &record.key {
-                future_record = future_record.key(k.as_ref());
-            }
-            if let Some(v) = &record.value {
-                future_record = future_record.payload(v.as_ref());
-            }
-            if let Some(ts) = record.timestamp {
-                future_record = future_record.timestamp(ts);
-            }
-            if !record.headers.is_empty() {
-                let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-                for (name, value) in &record.headers {
-                    headers = headers.insert(Header {
-                        key: name,
-                        value: value.as_deref(),
-                    });
-                }
-                future_record = future_record.headers(headers);
-            }
-            // Waits for queue space rather than failing when the local queue is full.
-            self.inner.send(future_record, Timeout::Never)
-        });
-        join_all(pending)
-            .await
-            .into_iter()
-            .zip(records)
-            .map(|(result, record)| {
-                result
-                    .map(|delivery| Written {
-                        partition: delivery.partition,
-                        offset: delivery.offset,
-                    })
-                    .map_err(|(e, _)| ProduceError::Delivery {
-                        topic: record.topic.clone(),
-                        partition: record.partition,
-                        retriable: !is_permanent(&e),
-                        reason: e.to_string(),
-                    })
-            })
-            .collect()
+        send_all(&self.inner, records).await
     }
 
     /// Waits until everything sent so far is confirmed (blocking: call it off the async path).
@@ -175,6 +137,244 @@ impl IdempotentProducer {
             timeout,
             reason: e.to_string(),
         })
+    }
+}
+
+/// Sends `records` pipelined on `producer`; one result per record, in input order.
+async fn send_all(
+    producer: &FutureProducer,
+    records: &[OutRecord],
+) -> Vec<Result<Written, ProduceError>> {
+    let pending = records.iter().map(|record| {
+        let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+        if let Some(p) = record.partition {
+            future_record = future_record.partition(p);
+        }
+        if let Some(k) = &record.key {
+            future_record = future_record.key(k.as_ref());
+        }
+        if let Some(v) = &record.value {
+            future_record = future_record.payload(v.as_ref());
+        }
+        if let Some(ts) = record.timestamp {
+            future_record = future_record.timestamp(ts);
+        }
+        if !record.headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+            for (name, value) in &record.headers {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: value.as_deref(),
+                });
+            }
+            future_record = future_record.headers(headers);
+        }
+        // Waits for queue space rather than failing when the local queue is full.
+        producer.send(future_record, Timeout::Never)
+    });
+    join_all(pending)
+        .await
+        .into_iter()
+        .zip(records)
+        .map(|(result, record)| {
+            result
+                .map(|delivery| Written {
+                    partition: delivery.partition,
+                    offset: delivery.offset,
+                })
+                .map_err(|(e, _)| ProduceError::Delivery {
+                    topic: record.topic.clone(),
+                    partition: record.partition,
+                    retriable: !is_permanent(&e),
+                    reason: e.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// Why a transaction step failed, and what the caller may do about it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("transaction step '{step}' of producer '{transactional_id}' failed: {reason}")]
+pub struct TxnError {
+    pub step: &'static str,
+    pub transactional_id: String,
+    pub reason: String,
+    pub kind: TxnErrorKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnErrorKind {
+    /// Another producer with the same transactional id started (this one is a zombie), or
+    /// librdkafka raised a fatal error: the producer is unusable; the task must stop.
+    Fatal,
+    /// The transaction must be aborted; after that the producer can begin a new one.
+    Abortable,
+    /// The same step may be tried again.
+    Retriable,
+}
+
+impl TxnError {
+    fn from_kafka(step: &'static str, transactional_id: &str, e: KafkaError) -> TxnError {
+        let kind = match &e {
+            KafkaError::Transaction(t) if t.is_fatal() => TxnErrorKind::Fatal,
+            KafkaError::Transaction(t) if t.txn_requires_abort() => TxnErrorKind::Abortable,
+            KafkaError::Transaction(t) if t.is_retriable() => TxnErrorKind::Retriable,
+            KafkaError::Transaction(t) if t.code() == RDKafkaErrorCode::ProducerFenced => {
+                TxnErrorKind::Fatal
+            }
+            // Anything else (a flush timeout, a state error): abort to be safe.
+            _ => TxnErrorKind::Abortable,
+        };
+        TxnError {
+            step,
+            transactional_id: transactional_id.to_owned(),
+            reason: e.to_string(),
+            kind,
+        }
+    }
+
+    pub fn is_fatal(&self) -> bool {
+        self.kind == TxnErrorKind::Fatal
+    }
+}
+
+/// A transactional producer (`transactional.id` set): what it writes between
+/// [`begin`](Self::begin) and [`commit`](Self::commit) becomes visible to read_committed
+/// readers all at once or, after [`abort`](Self::abort), never. Creating one with the
+/// transactional id of a running producer fences that one (its next step fails with a fatal
+/// error) and aborts its open transaction, so a restarted task cannot be overtaken by its zombie.
+///
+/// The transaction steps block inside librdkafka, so they run on tokio's blocking pool.
+#[derive(Clone)]
+pub struct TransactionalProducer {
+    inner: FutureProducer,
+    bootstrap: String,
+    transactional_id: String,
+    /// How long one transaction step may take.
+    step_timeout: Duration,
+}
+
+impl std::fmt::Debug for TransactionalProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionalProducer")
+            .field("bootstrap", &self.bootstrap)
+            .field("transactional_id", &self.transactional_id)
+            .finish()
+    }
+}
+
+impl TransactionalProducer {
+    /// Creates the producer and registers its transactional id with the transaction
+    /// coordinator (fencing any earlier producer with that id). `overrides` as for
+    /// [`IdempotentProducer::new`]; `transactional.id` and idempotence are set last.
+    pub async fn new<'a>(
+        bootstrap: &str,
+        transactional_id: &str,
+        overrides: impl IntoIterator<Item = (&'a str, &'a str)>,
+        step_timeout: Duration,
+    ) -> Result<TransactionalProducer, TxnError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "30000")
+            .set("transaction.timeout.ms", "60000");
+        for (key, value) in overrides {
+            config.set(key, value);
+        }
+        config
+            .set("enable.idempotence", "true")
+            .set("transactional.id", transactional_id);
+        let inner: FutureProducer = config.create().map_err(|e| TxnError {
+            step: "create",
+            transactional_id: transactional_id.to_owned(),
+            reason: format!("cannot create a producer for {bootstrap}: {e}"),
+            kind: TxnErrorKind::Fatal,
+        })?;
+        let producer = TransactionalProducer {
+            inner,
+            bootstrap: bootstrap.to_owned(),
+            transactional_id: transactional_id.to_owned(),
+            step_timeout,
+        };
+        producer
+            .blocking("init_transactions", |p, t| p.init_transactions(t))
+            .await?;
+        Ok(producer)
+    }
+
+    pub fn transactional_id(&self) -> &str {
+        &self.transactional_id
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Runs one blocking transaction step off the async threads.
+    async fn blocking(
+        &self,
+        step: &'static str,
+        f: impl FnOnce(&FutureProducer, Duration) -> Result<(), KafkaError> + Send + 'static,
+    ) -> Result<(), TxnError> {
+        let inner = self.inner.clone();
+        let timeout = self.step_timeout;
+        let id = self.transactional_id.clone();
+        tokio::task::spawn_blocking(move || f(&inner, timeout))
+            .await
+            .map_err(|e| TxnError {
+                step,
+                transactional_id: id.clone(),
+                reason: format!("the blocking step was cancelled: {e}"),
+                kind: TxnErrorKind::Abortable,
+            })?
+            .map_err(|e| TxnError::from_kafka(step, &id, e))
+    }
+
+    pub async fn begin(&self) -> Result<(), TxnError> {
+        // Local state change only; no need for the blocking pool.
+        self.inner
+            .begin_transaction()
+            .map_err(|e| TxnError::from_kafka("begin_transaction", &self.transactional_id, e))
+    }
+
+    /// Writes `records` in the open transaction and waits for every delivery report. A failed
+    /// record leaves the transaction needing an abort.
+    pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
+        send_all(&self.inner, records).await
+    }
+
+    /// Adds the consumer group's next offsets (`(topic, partition) → offset`) to the open
+    /// transaction: they are committed with it, and the group coordinator refuses them when
+    /// `group` is no longer a current member (a rebalance fenced it).
+    pub async fn send_offsets(
+        &self,
+        offsets: &[((String, i32), i64)],
+        group: Arc<GroupMetadata>,
+    ) -> Result<(), TxnError> {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in offsets {
+            tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| {
+                    TxnError::from_kafka("send_offsets_to_transaction", &self.transactional_id, e)
+                })?;
+        }
+        self.blocking("send_offsets_to_transaction", move |p, t| {
+            p.send_offsets_to_transaction(&tpl, &group, t)
+        })
+        .await
+    }
+
+    /// Commits the open transaction (flushing what is still queued first).
+    pub async fn commit(&self) -> Result<(), TxnError> {
+        self.blocking("commit_transaction", |p, t| p.commit_transaction(t))
+            .await
+    }
+
+    /// Aborts the open transaction: nothing it wrote becomes visible to read_committed readers.
+    pub async fn abort(&self) -> Result<(), TxnError> {
+        self.blocking("abort_transaction", |p, t| p.abort_transaction(t))
+            .await
     }
 }
 
@@ -190,7 +390,7 @@ impl ProduceError {
 
 /// Errors that sending the same record again cannot fix.
 fn is_permanent(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as C;
+    use RDKafkaErrorCode as C;
     matches!(
         e.rdkafka_error_code(),
         Some(

@@ -1,5 +1,5 @@
 //! The `kafka` sink replicates MirrorMaker-style: every record reaches the renamed topic with
-//! its key, value, headers, timestamp and partition.
+//! its key, value, headers, timestamp and partition, plus headers naming its source record.
 
 mod runtime_support;
 
@@ -101,7 +101,23 @@ async fn records_are_replicated_with_key_value_headers_timestamp_and_partition()
         );
         assert_eq!(copy.1, r.key, "record {i}: key");
         assert_eq!(copy.2, r.value, "record {i}: value (tombstones stay null)");
-        assert_eq!(copy.3, r.headers, "record {i}: headers");
+        // Produced round-robin over 3 partitions, so record i is the (i/3)-th of partition i%3.
+        let mut headers = r.headers.clone();
+        headers.extend([
+            ("spillway.source.topic".to_owned(), Some(b"src".to_vec())),
+            (
+                "spillway.source.partition".to_owned(),
+                Some(format!("{}", i % 3).into_bytes()),
+            ),
+            (
+                "spillway.source.offset".to_owned(),
+                Some(format!("{}", i / 3).into_bytes()),
+            ),
+        ]);
+        assert_eq!(
+            copy.3, headers,
+            "record {i}: headers, then the source coordinates"
+        );
         assert_eq!(copy.4, r.timestamp, "record {i}: timestamp");
     }
 }

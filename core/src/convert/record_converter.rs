@@ -39,6 +39,7 @@ impl RecordConverter {
             timestamp: raw.timestamp,
             timestamp_type: raw.timestamp_type,
             delivery_count: raw.delivery_count,
+            lock_deadline: raw.lock_deadline,
             topic: raw.topic,
             partition: raw.partition,
             offset: raw.offset,
@@ -67,6 +68,7 @@ impl RecordConverter {
             timestamp: record.timestamp,
             timestamp_type: record.timestamp_type,
             delivery_count: record.delivery_count,
+            lock_deadline: record.lock_deadline,
         })
     }
 }

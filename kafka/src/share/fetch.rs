@@ -808,6 +808,7 @@ pub(crate) fn absorb_partition(
             break;
         }
         let mut batch = bytes.split_to(total);
+        let control_batch = is_control_batch(&batch);
         let last_delta = if total >= 27 {
             i32::from_be_bytes(batch[23..27].try_into().unwrap_or([0; 4])) as i64
         } else {
@@ -851,6 +852,17 @@ pub(crate) fn absorb_partition(
                         delivery_count,
                         lock_deadline,
                     });
+                }
+            }
+            Err(_) if control_batch => {
+                // Transaction markers carry no data. The dev broker writes them with a zero
+                // CRC, so they fail the check; their acquired offsets are gaps either way.
+                let last = base.saturating_add(last_delta.max(0));
+                for &(f, l, dc) in &ranges {
+                    for offset in f.max(base)..=l.min(last) {
+                        covered.push(offset);
+                        ledger.auto_ack(topic, partition, owner, offset, dc, GAP);
+                    }
                 }
             }
             Err(e) => {
@@ -897,6 +909,14 @@ pub(crate) fn absorb_partition(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Whether a record batch (v2 header: attributes at bytes 21..23) is a control batch.
+fn is_control_batch(batch: &[u8]) -> bool {
+    const CONTROL: u16 = 0x20;
+    batch
+        .get(21..23)
+        .is_some_and(|a| u16::from_be_bytes([a[0], a[1]]) & CONTROL != 0)
 }
 
 fn corrupt_error(
@@ -1098,6 +1118,27 @@ mod tests {
             "{msg}"
         );
         assert_eq!(pending(&mut ledger), [(2, REJECT)].into_iter().collect());
+    }
+
+    #[test]
+    fn a_control_batch_with_a_zero_crc_is_a_gap_not_an_error() {
+        // The dev broker writes transaction markers with CRC 0.
+        let mut ledger = Ledger::default();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &[record(4, true)],
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        buf[17..21].copy_from_slice(&[0, 0, 0, 0]);
+        let (out, r) = absorb(&mut ledger, &[acquired(4, 4, 1)], buf.freeze());
+        r.expect("not corrupt: a marker");
+        assert!(out.is_empty());
+        assert_eq!(pending(&mut ledger), [(4, GAP)].into_iter().collect());
     }
 
     #[test]

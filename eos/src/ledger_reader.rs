@@ -1,0 +1,609 @@
+//! Reads the ledger topic with plain Fetch requests (read_uncommitted) and replays it through
+//! [`PartitionReplay`], which resolves transactions from their markers, into the
+//! [`LedgerCache`]. On start every ledger partition is replayed from its log start; a lookup
+//! then reads its partition on to the end seen when the lookup began, and further while one of
+//! the looked-up keys is in a transaction still open (another task's commit or abort in flight).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    EndTxnRequest, FetchRequest, ListOffsetsRequest, ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use spillway_core::RecordCoordinates;
+use spillway_kafka::cluster::Cluster;
+use spillway_kafka::error_name;
+
+use crate::ledger::{ledger_key, ledger_partition, LogRecord, Marker, PartitionReplay};
+use crate::ledger_cache::{CacheError, LedgerCache};
+
+/// Fetch v4–v12 name topics (v13+ use topic ids).
+const FETCH_VERSIONS: (i16, i16) = (4, 12);
+const LIST_OFFSETS_VERSIONS: (i16, i16) = (1, 7);
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const PENDING_POLL: Duration = Duration::from_millis(20);
+const PARTITION_MAX_BYTES: i32 = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("the exactly-once ledger topic '{topic}' does not exist on the target cluster {bootstrap}; create it before starting the connector (cleanup.policy=compact, no time retention, as many partitions as the largest source topic has, or fewer), or name another with delivery.ledger.topic")]
+    MissingTopic { topic: String, bootstrap: String },
+    #[error(
+        "reading the exactly-once ledger topic '{topic}' partition {partition} failed: {reason}"
+    )]
+    Read {
+        topic: String,
+        partition: i32,
+        reason: String,
+    },
+    #[error("the ledger entry of {record} is in a transaction still open after {waited:?}; the record is released and checked again on its next delivery")]
+    Pending {
+        record: RecordCoordinates,
+        waited: Duration,
+    },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+impl LedgerError {
+    /// Whether trying again later may succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, LedgerError::Read { .. } | LedgerError::Pending { .. })
+    }
+}
+
+pub struct LedgerReader {
+    cluster: Arc<Cluster>,
+    topic: String,
+    partitions: i32,
+    replays: BTreeMap<i32, PartitionReplay>,
+    cache: LedgerCache,
+}
+
+impl LedgerReader {
+    /// Connects to the target cluster, checks that `topic` exists, and rebuilds the cache
+    /// under `cache_dir` from every partition of it.
+    pub async fn open(
+        bootstrap: &str,
+        topic: &str,
+        cache_dir: &Path,
+        client_id: &str,
+    ) -> Result<LedgerReader, LedgerError> {
+        let read_error = |partition: i32, reason: String| LedgerError::Read {
+            topic: topic.to_owned(),
+            partition,
+            reason,
+        };
+        let cluster = Cluster::connect(bootstrap, client_id, Duration::from_secs(30))
+            .await
+            .map_err(|e| read_error(-1, e.to_string()))?;
+        cluster
+            .refresh_metadata(&[topic.to_owned()])
+            .await
+            .map_err(|e| read_error(-1, e.to_string()))?;
+        let partitions = cluster
+            .topic(topic)
+            .map(|t| t.leaders.len() as i32)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| LedgerError::MissingTopic {
+                topic: topic.to_owned(),
+                bootstrap: bootstrap.to_owned(),
+            })?;
+        let cache = LedgerCache::open(cache_dir)?;
+        let mut reader = LedgerReader {
+            cluster,
+            topic: topic.to_owned(),
+            partitions,
+            replays: BTreeMap::new(),
+            cache,
+        };
+        for partition in 0..partitions {
+            let start = reader.earliest(partition).await?;
+            reader
+                .replays
+                .insert(partition, PartitionReplay::starting_at(start));
+            reader.catch_up(partition, &[], None).await?;
+        }
+        Ok(reader)
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn partitions(&self) -> i32 {
+        self.partitions
+    }
+
+    /// The ledger partition for a source record.
+    pub fn partition_of(&self, record: &RecordCoordinates) -> i32 {
+        ledger_partition(record.partition, self.partitions)
+    }
+
+    /// Standing entries in the cache (committed, not yet tombstoned), as read so far.
+    pub fn standing(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Aborts the transactions a predecessor with `transactional_id` left open in the ledger
+    /// (a task killed between its writes and its commit), then reads until their markers are
+    /// in. Kafka has aborted them already when this task's producer registered the same
+    /// transactional id (the old epoch's EndTxn is then refused, which is fine); the dev broker
+    /// hands out a new producer id instead and leaves them open, which would stall
+    /// read_committed readers of the output at the open transaction for good. Returns how many
+    /// were found.
+    pub async fn abort_predecessors(
+        &mut self,
+        transactional_id: &str,
+        wait: Duration,
+    ) -> Result<usize, LedgerError> {
+        let mut owners: BTreeMap<i64, i16> = BTreeMap::new();
+        for replay in self.replays.values() {
+            for (pid, epoch, writer) in replay.open_transaction_owners() {
+                if writer.as_deref() == Some(transactional_id.as_bytes()) {
+                    owners.insert(pid, epoch);
+                }
+            }
+        }
+        if owners.is_empty() {
+            return Ok(0);
+        }
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition: -1,
+            reason,
+        };
+        let coordinator = self
+            .cluster
+            .find_coordinator_of(
+                spillway_kafka::cluster::CoordinatorKind::Transaction,
+                transactional_id,
+            )
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        let conn = self
+            .cluster
+            .broker(coordinator)
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        for (pid, epoch) in &owners {
+            let request = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(
+                    transactional_id.to_owned(),
+                )))
+                .with_producer_id(ProducerId(*pid))
+                .with_producer_epoch(*epoch)
+                .with_committed(false);
+            match conn
+                .request_in_range(&request, 0, 3, self.cluster.request_timeout())
+                .await
+            {
+                Ok((response, _)) if response.error_code != 0 => {
+                    tracing::debug!(pid, epoch, error = %error_name(response.error_code),
+                        "the predecessor's transaction was already ended");
+                }
+                Ok(_) => tracing::info!(
+                    pid,
+                    epoch,
+                    transactional_id,
+                    "aborted a transaction a predecessor left open"
+                ),
+                Err(e) => return Err(read_error(e.to_string())),
+            }
+        }
+        let until = Instant::now() + wait;
+        for partition in 0..self.partitions {
+            loop {
+                self.catch_up(partition, &[], None).await?;
+                let open = self.replays[&partition]
+                    .open_transaction_owners()
+                    .iter()
+                    .any(|(pid, _, _)| owners.contains_key(pid));
+                if !open || Instant::now() >= until {
+                    break;
+                }
+                tokio::time::sleep(PENDING_POLL).await;
+            }
+        }
+        Ok(owners.len())
+    }
+
+    /// For each record, whether the ledger holds a committed entry for it. Each ledger
+    /// partition involved is read to its end first; a record whose entry is in an open
+    /// transaction is waited for until `wait_until`, then [`LedgerError::Pending`].
+    pub async fn contains(
+        &mut self,
+        records: &[RecordCoordinates],
+        wait_until: Instant,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let mut by_partition: BTreeMap<i32, Vec<Bytes>> = BTreeMap::new();
+        for r in records {
+            by_partition
+                .entry(self.partition_of(r))
+                .or_default()
+                .push(ledger_key(r));
+        }
+        for (partition, keys) in &by_partition {
+            self.catch_up(*partition, keys, Some(wait_until)).await?;
+        }
+        records
+            .iter()
+            .map(|r| Ok(self.cache.contains(&ledger_key(r))?))
+            .collect()
+    }
+
+    /// Reads `partition` up to the end it had when called, then on while one of `keys` is in
+    /// an open transaction (until `wait_until`).
+    async fn catch_up(
+        &mut self,
+        partition: i32,
+        keys: &[Bytes],
+        wait_until: Option<Instant>,
+    ) -> Result<(), LedgerError> {
+        let started = Instant::now();
+        let mut target: Option<i64> = None;
+        loop {
+            let high_watermark = self.fetch_once(partition).await?;
+            let target = *target.get_or_insert(high_watermark);
+            let replay = &self.replays[&partition];
+            if replay.next_offset < target.min(high_watermark) {
+                continue;
+            }
+            let Some(waiting) = keys.iter().find(|k| replay.is_pending(k)) else {
+                return Ok(());
+            };
+            let Some(until) = wait_until.filter(|u| Instant::now() < *u) else {
+                let record = crate::ledger::parse_ledger_key(waiting)
+                    .unwrap_or_else(|| RecordCoordinates::new(self.topic.clone(), partition, -1));
+                return Err(LedgerError::Pending {
+                    record,
+                    waited: started.elapsed(),
+                });
+            };
+            tokio::time::sleep(PENDING_POLL.min(until.saturating_duration_since(Instant::now())))
+                .await;
+        }
+    }
+
+    /// One Fetch from the partition's next offset; applies what came and returns the high
+    /// watermark.
+    async fn fetch_once(&mut self, partition: i32) -> Result<i64, LedgerError> {
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition,
+            reason,
+        };
+        let next_offset = self.replays[&partition].next_offset;
+        let conn = self.leader(partition).await?;
+        let request = FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(PARTITION_MAX_BYTES)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(next_offset)
+                    .with_partition_max_bytes(PARTITION_MAX_BYTES)])]);
+        let (response, _) = conn
+            .request_in_range(
+                &request,
+                FETCH_VERSIONS.0,
+                FETCH_VERSIONS.1,
+                self.cluster.request_timeout(),
+            )
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        if response.error_code != 0 {
+            return Err(read_error(format!(
+                "Fetch failed with {}",
+                error_name(response.error_code)
+            )));
+        }
+        let Some(data) = response
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == partition)
+        else {
+            return Err(read_error(
+                "the Fetch response left the partition out".into(),
+            ));
+        };
+        match data.error_code {
+            0 => {}
+            OFFSET_OUT_OF_RANGE => {
+                // Older data is gone (retention): start over from the log start. Entries lost
+                // that way are the duplicate window docs/exactly-once.md names.
+                let start = self.earliest(partition).await?;
+                tracing::warn!(topic = %self.topic, partition, from = next_offset, to = start,
+                    "ledger data before the log start is gone; replaying from the log start");
+                if let Some(replay) = self.replays.get_mut(&partition) {
+                    replay.reset(start);
+                }
+                return Ok(data.high_watermark.max(start));
+            }
+            NOT_LEADER_OR_FOLLOWER => {
+                self.cluster
+                    .refresh_metadata(std::slice::from_ref(&self.topic))
+                    .await
+                    .map_err(|e| read_error(e.to_string()))?;
+                return Err(read_error("the partition's leader moved; try again".into()));
+            }
+            code => return Err(read_error(format!("Fetch answered {}", error_name(code)))),
+        }
+        let (records, next) = decode_log(data.records.unwrap_or_default()).map_err(read_error)?;
+        let replay = self
+            .replays
+            .get_mut(&partition)
+            .ok_or_else(|| read_error("no replay state".into()))?;
+        let mut changes = Vec::new();
+        for record in records {
+            changes.extend(replay.apply(record));
+        }
+        if let Some(next) = next {
+            // Past the whole batch, also when compaction removed its last records.
+            replay.next_offset = replay.next_offset.max(next);
+        }
+        self.cache.apply(changes)?;
+        Ok(data.high_watermark)
+    }
+
+    async fn leader(
+        &self,
+        partition: i32,
+    ) -> Result<Arc<spillway_kafka::connection::Connection>, LedgerError> {
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition,
+            reason,
+        };
+        let leader = self
+            .cluster
+            .topic(&self.topic)
+            .and_then(|t| t.leaders.get(&partition).copied())
+            .filter(|l| *l >= 0)
+            .ok_or_else(|| read_error("no leader known".into()))?;
+        self.cluster
+            .broker(leader)
+            .await
+            .map_err(|e| read_error(e.to_string()))
+    }
+
+    /// The partition's log start offset.
+    async fn earliest(&self, partition: i32) -> Result<i64, LedgerError> {
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition,
+            reason,
+        };
+        let conn = self.leader(partition).await?;
+        let request = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(self.topic.clone())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_timestamp(-2)])]);
+        let (response, _) = conn
+            .request_in_range(
+                &request,
+                LIST_OFFSETS_VERSIONS.0,
+                LIST_OFFSETS_VERSIONS.1,
+                self.cluster.request_timeout(),
+            )
+            .await
+            .map_err(|e| read_error(e.to_string()))?;
+        let p = response
+            .topics
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| read_error("ListOffsets left the partition out".into()))?;
+        if p.error_code != 0 {
+            return Err(read_error(format!(
+                "ListOffsets answered {}",
+                error_name(p.error_code)
+            )));
+        }
+        Ok(p.offset.max(0))
+    }
+}
+
+/// The records of the whole batches in `bytes` (a partial batch at the end, cut by the fetch
+/// size, is left for the next fetch), and the offset after the last whole batch. A data batch
+/// that does not decode is an error: skipping it could hide a ledger entry.
+fn decode_log(mut bytes: Bytes) -> Result<(Vec<LogRecord>, Option<i64>), String> {
+    let mut out = Vec::new();
+    let mut next = None;
+    // Batch header: baseOffset int64, batchLength int32, ..., lastOffsetDelta int32 at byte 23.
+    while bytes.len() >= 12 {
+        let base = (&bytes[0..8]).get_i64();
+        let len = (&bytes[8..12]).get_i32();
+        if len < 0 {
+            return Err(format!("negative batch length at offset {base}"));
+        }
+        let total = 12 + len as usize;
+        if bytes.len() < total {
+            break;
+        }
+        let mut batch = bytes.split_to(total);
+        let last_delta = if total >= 27 {
+            (&batch[23..27]).get_i32() as i64
+        } else {
+            0
+        };
+        if is_control_batch(&batch) {
+            // Decoded by hand: the dev broker writes markers with a zero CRC.
+            if let Some(marker) = decode_marker(&batch) {
+                out.push(marker);
+            }
+        } else {
+            let set = RecordBatchDecoder::decode(&mut batch)
+                .map_err(|e| format!("the batch at offset {base} does not decode: {e}"))?;
+            for r in set.records {
+                out.push(LogRecord {
+                    offset: r.offset,
+                    producer_id: r.producer_id,
+                    producer_epoch: r.producer_epoch,
+                    transactional: r.transactional,
+                    control: None,
+                    present: r.value.is_some(),
+                    key: r.key,
+                    writer: r.value,
+                });
+            }
+        }
+        next = Some(base + last_delta + 1);
+    }
+    Ok((out, next))
+}
+
+/// v2 batch header offsets.
+const ATTRIBUTES: usize = 21;
+const PRODUCER_ID: usize = 43;
+const RECORDS: usize = 61;
+
+fn is_control_batch(batch: &[u8]) -> bool {
+    batch
+        .get(ATTRIBUTES..ATTRIBUTES + 2)
+        .is_some_and(|a| u16::from_be_bytes([a[0], a[1]]) & 0x20 != 0)
+}
+
+/// The transaction marker of a control batch: its one record's key says COMMIT or ABORT.
+fn decode_marker(batch: &[u8]) -> Option<LogRecord> {
+    let base = i64::from_be_bytes(batch.get(0..8)?.try_into().ok()?);
+    let producer_id = i64::from_be_bytes(batch.get(PRODUCER_ID..PRODUCER_ID + 8)?.try_into().ok()?);
+    let producer_epoch = i16::from_be_bytes(
+        batch
+            .get(PRODUCER_ID + 8..PRODUCER_ID + 10)?
+            .try_into()
+            .ok()?,
+    );
+    let mut record = batch.get(RECORDS..)?;
+    let _length = varint(&mut record)?;
+    let _attributes = record.get(..1)?;
+    record = &record[1..];
+    let _timestamp_delta = varint(&mut record)?;
+    let offset_delta = varint(&mut record)?;
+    let key_length = usize::try_from(varint(&mut record)?).ok()?;
+    let key = record.get(..key_length)?;
+    let marker = Marker::from_control_key(key)?;
+    Some(LogRecord {
+        offset: base + offset_delta,
+        producer_id,
+        producer_epoch,
+        transactional: true,
+        control: Some(marker),
+        key: None,
+        present: false,
+        writer: None,
+    })
+}
+
+/// A zigzag-encoded variable-length integer (Kafka's record fields).
+fn varint(bytes: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let (&b, rest) = bytes.split_first()?;
+        *bytes = rest;
+        value |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    fn record(offset: i64, key: &[u8], value: Option<&[u8]>, control: bool) -> Record {
+        Record {
+            transactional: true,
+            control,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 42,
+            producer_epoch: 5,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: 0,
+            timestamp: 0,
+            key: Some(Bytes::copy_from_slice(key)),
+            value: value.map(Bytes::copy_from_slice),
+            headers: Default::default(),
+        }
+    }
+
+    fn encode(records: &[Record]) -> BytesMut {
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .expect("encodes");
+        buf
+    }
+
+    #[test]
+    fn data_and_a_zero_crc_marker_decode_in_order() {
+        let mut log = encode(&[
+            record(7, b"t/0/1", Some(b"x"), false),
+            record(8, b"t/0/2", None, false),
+        ]);
+        let mut marker = encode(&[record(9, &[0, 0, 0, 1], Some(&[0, 0, 0, 0, 0, 0]), true)]);
+        marker[17..21].copy_from_slice(&[0, 0, 0, 0]);
+        log.extend_from_slice(&marker);
+        let (records, next) = decode_log(log.freeze()).expect("decodes");
+        assert_eq!(next, Some(10));
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[0].key.as_deref(), Some(&b"t/0/1"[..]));
+        assert!(records[0].present && !records[1].present);
+        assert_eq!(records[2].control, Some(Marker::Commit));
+        assert_eq!(
+            (
+                records[2].offset,
+                records[2].producer_id,
+                records[2].producer_epoch
+            ),
+            (9, 42, 5)
+        );
+        assert_eq!(records[0].writer.as_deref(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn a_corrupt_data_batch_is_an_error_not_a_skip() {
+        let mut log = encode(&[record(0, b"t/0/1", Some(b"x"), false)]);
+        let n = log.len();
+        log[n - 2] ^= 0xff;
+        let err = decode_log(log.freeze()).expect_err("corrupt");
+        assert!(err.contains("offset 0"), "{err}");
+    }
+
+    #[test]
+    fn varints_are_zigzag() {
+        let mut b: &[u8] = &[0x02, 0x01, 0xac, 0x02];
+        assert_eq!(varint(&mut b), Some(1));
+        assert_eq!(varint(&mut b), Some(-1));
+        assert_eq!(varint(&mut b), Some(150));
+        assert_eq!(varint(&mut b), None);
+    }
+}

@@ -1,0 +1,428 @@
+//! [`ExactlyOnceWriter`]: the kafka sink's transactions under `delivery.guarantee=exactly_once`.
+//!
+//! One transaction per `put` batch, committed by `flush` (before the runtime acknowledges):
+//!
+//! - **share mode (ledger):** the batch's output records and, per source record, a ledger entry
+//!   (key `topic/partition/offset`) on the ledger topic, partitioned by source partition. A
+//!   record delivered again (delivery count > 1) is looked up in the ledger first and, when its
+//!   entry is there, accepted without writing it again. Entries whose ACCEPT the broker made
+//!   durable ([`acknowledged`](ExactlyOnceWriter::acknowledged)) are tombstoned in the next
+//!   transaction. A transaction that cannot commit before the records' acquisition locks run
+//!   out (less `lock_margin`) is aborted and its records released.
+//! - **classic mode:** the output records and the consumer group's offsets
+//!   (`send_offsets_to_transaction`, fenced by the group's generation) in one transaction; the
+//!   runtime commits no offsets of its own.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use spillway_core::{RecordCoordinates, SinkError, TopicPartition};
+use spillway_kafka::classic::GroupMetadata;
+use spillway_kafka::producer::{OutRecord, TransactionalProducer, TxnError, Written};
+
+use crate::ledger::ledger_key;
+use crate::ledger_reader::{LedgerError, LedgerReader};
+
+/// Where the share mode's ledger lives.
+#[derive(Debug, Clone)]
+pub struct LedgerSettings {
+    pub topic: String,
+    pub cache_dir: PathBuf,
+    /// Acquisition-lock safety margin: a transaction must commit this long before the
+    /// earliest lock deadline of its records.
+    pub lock_margin: Duration,
+}
+
+/// What the writer needs to start.
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    pub bootstrap: String,
+    pub transactional_id: String,
+    pub producer_overrides: Vec<(String, String)>,
+    /// Longest a transaction step (init, offsets, commit, abort) may take.
+    pub step_timeout: Duration,
+}
+
+/// The value of a standing ledger entry: who wrote it (for people reading the topic).
+fn entry_value(transactional_id: &str) -> Bytes {
+    Bytes::from(transactional_id.to_owned())
+}
+
+enum Mode {
+    /// Not opened yet.
+    Unknown,
+    Share(Box<LedgerReader>, LedgerSettings),
+    Classic(Option<Arc<GroupMetadata>>),
+}
+
+pub struct ExactlyOnceWriter {
+    producer: TransactionalProducer,
+    mode: Mode,
+    /// A transaction is open (begun by `write`, ended by `commit` or `abort`).
+    open: bool,
+    /// Ledger entries written in the open transaction.
+    entries_in_txn: Vec<RecordCoordinates>,
+    /// Tombstones written in the open transaction.
+    tombstones_in_txn: Vec<RecordCoordinates>,
+    /// The earliest acquisition-lock deadline of the records in the open transaction.
+    deadline: Option<Instant>,
+    /// Committed entries whose ACCEPT is not known to be durable yet.
+    standing: HashSet<RecordCoordinates>,
+    /// Entries whose ACCEPT is durable: tombstoned in the next transaction.
+    to_tombstone: Vec<RecordCoordinates>,
+    stats: WriterStats,
+}
+
+/// Counts for tests, metrics and the benchmark.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStats {
+    pub committed_transactions: u64,
+    pub aborted_transactions: u64,
+    pub records_committed: u64,
+    /// Redelivered records found in the ledger and accepted without writing them again.
+    pub ledger_hits: u64,
+    pub ledger_lookups: u64,
+    /// Transactions aborted by the acquisition-lock guard.
+    pub lock_guard_aborts: u64,
+    pub tombstones_committed: u64,
+}
+
+/// How long opening waits for a predecessor's open transactions to show their abort markers.
+const PREDECESSOR_WAIT: Duration = Duration::from_secs(10);
+
+fn ledger_error(e: LedgerError) -> SinkError {
+    match e {
+        LedgerError::MissingTopic { .. } => SinkError::fatal(e.to_string()),
+        e if e.is_retriable() => SinkError::retriable(e.to_string()),
+        e => SinkError::fatal(e.to_string()),
+    }
+}
+
+fn txn_error(e: TxnError) -> SinkError {
+    if e.is_fatal() {
+        SinkError::fatal(format!(
+            "{e}; another task with this transactional id took over, or the producer failed for good: this task stops"
+        ))
+    } else {
+        SinkError::retriable(e.to_string())
+    }
+}
+
+impl ExactlyOnceWriter {
+    /// Creates the transactional producer (fencing an earlier one with the same id).
+    pub async fn start(settings: &WriterSettings) -> Result<ExactlyOnceWriter, SinkError> {
+        let producer = TransactionalProducer::new(
+            &settings.bootstrap,
+            &settings.transactional_id,
+            settings
+                .producer_overrides
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+            settings.step_timeout,
+        )
+        .await
+        .map_err(|e| SinkError::fatal(e.to_string()))?;
+        Ok(ExactlyOnceWriter {
+            producer,
+            mode: Mode::Unknown,
+            open: false,
+            entries_in_txn: Vec::new(),
+            tombstones_in_txn: Vec::new(),
+            deadline: None,
+            standing: HashSet::new(),
+            to_tombstone: Vec::new(),
+            stats: WriterStats::default(),
+        })
+    }
+
+    pub fn transactional_id(&self) -> &str {
+        self.producer.transactional_id()
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    /// Share mode: opens the ledger (rebuilding its cache from the topic).
+    pub async fn open_share(&mut self, ledger: LedgerSettings) -> Result<(), SinkError> {
+        if matches!(self.mode, Mode::Share(..)) {
+            return Ok(());
+        }
+        let reader = LedgerReader::open(
+            self.producer.bootstrap(),
+            &ledger.topic,
+            &ledger.cache_dir,
+            &format!("{}-ledger", self.producer.transactional_id()),
+        )
+        .await
+        .map_err(ledger_error)?;
+        let mut reader = reader;
+        reader
+            .abort_predecessors(self.producer.transactional_id(), PREDECESSOR_WAIT)
+            .await
+            .map_err(ledger_error)?;
+        self.mode = Mode::Share(Box::new(reader), ledger);
+        Ok(())
+    }
+
+    /// Classic mode: offsets go into the transactions.
+    pub fn open_classic(&mut self) {
+        if !matches!(self.mode, Mode::Classic(_)) {
+            self.mode = Mode::Classic(None);
+        }
+    }
+
+    /// Classic mode: the member that read the next batch.
+    pub fn set_group(&mut self, group: Arc<GroupMetadata>) {
+        self.mode = Mode::Classic(Some(group));
+    }
+
+    /// Share mode: which of `records` (coordinates, delivery count, lock deadline) already have
+    /// committed output, per the ledger. Only redeliveries are looked up. A lookup that cannot
+    /// finish before the record's lock margin fails retriably (the batch is released).
+    pub async fn already_written(
+        &mut self,
+        records: &[(RecordCoordinates, Option<u16>, Option<Instant>)],
+    ) -> Result<Vec<bool>, SinkError> {
+        let mut found = vec![false; records.len()];
+        let Mode::Share(reader, settings) = &mut self.mode else {
+            return Ok(found);
+        };
+        let redelivered: Vec<usize> = (0..records.len())
+            .filter(|i| records[*i].1.is_some_and(|count| count > 1))
+            .collect();
+        if redelivered.is_empty() {
+            return Ok(found);
+        }
+        let coordinates: Vec<RecordCoordinates> =
+            redelivered.iter().map(|i| records[*i].0.clone()).collect();
+        let wait_until = redelivered
+            .iter()
+            .filter_map(|i| records[*i].2)
+            .min()
+            .map(|d| d.checked_sub(settings.lock_margin).unwrap_or(d))
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(10));
+        self.stats.ledger_lookups += coordinates.len() as u64;
+        let present = reader
+            .contains(&coordinates, wait_until)
+            .await
+            .map_err(|e| {
+                if e.is_retriable() {
+                    SinkError::retriable(e.to_string())
+                } else {
+                    SinkError::fatal(e.to_string())
+                }
+            })?;
+        for (i, hit) in redelivered.into_iter().zip(present) {
+            if hit {
+                found[i] = true;
+                self.stats.ledger_hits += 1;
+                // Its ACCEPT still has to become durable before the entry can go.
+                self.standing.insert(records[i].0.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    /// Writes `out` in the open transaction (beginning one if needed), with a ledger entry per
+    /// `sources` record in share mode and the tombstones that are due. On any failure the
+    /// transaction is aborted and every record of it reported as failed retriably.
+    pub async fn write(
+        &mut self,
+        out: &[OutRecord],
+        sources: &[(RecordCoordinates, Option<Instant>)],
+    ) -> Vec<Result<Written, SinkError>> {
+        if out.is_empty() {
+            return Vec::new();
+        }
+        if !self.open {
+            if let Err(e) = self.producer.begin().await {
+                let error = txn_error(e);
+                return out.iter().map(|_| Err(error.clone())).collect();
+            }
+            self.open = true;
+        }
+        // Ledger records go first and are confirmed before the output is sent: an open
+        // transaction that wrote output then always shows in the ledger too, where a successor
+        // finds it (see `LedgerReader::abort_predecessors`).
+        let mut batch: Vec<OutRecord> = Vec::new();
+        if let Mode::Share(reader, _) = &self.mode {
+            let value = entry_value(self.producer.transactional_id());
+            for (source, deadline) in sources {
+                batch.push(OutRecord {
+                    topic: reader.topic().to_owned(),
+                    partition: Some(reader.partition_of(source)),
+                    key: Some(ledger_key(source)),
+                    value: Some(value.clone()),
+                    ..OutRecord::default()
+                });
+                self.entries_in_txn.push(source.clone());
+                if let Some(d) = deadline {
+                    self.deadline = Some(self.deadline.map_or(*d, |e| e.min(*d)));
+                }
+            }
+            for done in std::mem::take(&mut self.to_tombstone) {
+                batch.push(OutRecord {
+                    topic: reader.topic().to_owned(),
+                    partition: Some(reader.partition_of(&done)),
+                    key: Some(ledger_key(&done)),
+                    value: None,
+                    ..OutRecord::default()
+                });
+                self.tombstones_in_txn.push(done);
+            }
+        }
+        let ledger_results = self.producer.send_all(&batch).await;
+        let results = match ledger_results.iter().find_map(|r| r.as_ref().err()) {
+            Some(_) => ledger_results,
+            None => self.producer.send_all(out).await,
+        };
+        if let Some(failed) = results.iter().find_map(|r| r.as_ref().err()) {
+            let reason = failed.to_string();
+            let abort = self.abort().await;
+            let error = match abort {
+                Err(fatal) if fatal.is_retriable() => SinkError::retriable(format!(
+                    "the transaction was aborted because a record failed: {reason}"
+                )),
+                Err(fatal) => fatal,
+                Ok(()) => SinkError::retriable(format!(
+                    "the transaction was aborted because a record failed: {reason}"
+                )),
+            };
+            return out.iter().map(|_| Err(error.clone())).collect();
+        }
+        results
+            .into_iter()
+            .map(|r| r.map_err(|e| SinkError::retriable(e.to_string())))
+            .collect()
+    }
+
+    /// Commits the open transaction (nothing to do when none is open). Share mode first checks
+    /// the lock guard; classic mode adds `offsets` (next offset per partition) for the group.
+    /// On failure the transaction is aborted and the error says whether to retry.
+    pub async fn commit(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, i64>,
+    ) -> Result<(), SinkError> {
+        if !self.open {
+            return Ok(());
+        }
+        if let (Mode::Share(_, settings), Some(deadline)) = (&self.mode, self.deadline) {
+            let margin = settings.lock_margin;
+            if Instant::now() + margin >= deadline {
+                self.stats.lock_guard_aborts += 1;
+                self.abort().await?;
+                return Err(SinkError::retriable(format!(
+                    "the transaction could not commit {margin:?} before its records' acquisition locks expire; aborted, and the records are released"
+                )));
+            }
+        }
+        if let Mode::Classic(group) = &self.mode {
+            let offsets: Vec<((String, i32), i64)> = offsets
+                .iter()
+                .map(|(tp, o)| ((tp.topic.clone(), tp.partition), *o))
+                .collect();
+            if !offsets.is_empty() {
+                let Some(group) = group.clone() else {
+                    self.abort().await?;
+                    return Err(SinkError::fatal(
+                        "exactly-once in classic mode needs the consumer group metadata, and the runtime did not hand it over",
+                    ));
+                };
+                if let Err(e) = self.producer.send_offsets(&offsets, group).await {
+                    let error = txn_error(e);
+                    self.abort().await?;
+                    return Err(error);
+                }
+            }
+        }
+        match self.producer.commit().await {
+            Ok(()) => {
+                self.open = false;
+                self.deadline = None;
+                self.stats.committed_transactions += 1;
+                self.stats.records_committed += self.entries_in_txn.len() as u64;
+                self.stats.tombstones_committed += self.tombstones_in_txn.len() as u64;
+                self.standing.extend(self.entries_in_txn.drain(..));
+                self.tombstones_in_txn.clear();
+                Ok(())
+            }
+            Err(e) => {
+                let error = txn_error(e);
+                self.abort().await?;
+                Err(error)
+            }
+        }
+    }
+
+    /// Aborts the open transaction; its tombstones are due again.
+    pub async fn abort(&mut self) -> Result<(), SinkError> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        self.deadline = None;
+        self.entries_in_txn.clear();
+        self.to_tombstone.append(&mut self.tombstones_in_txn);
+        self.stats.aborted_transactions += 1;
+        self.producer.abort().await.map_err(txn_error)
+    }
+
+    /// Records whose ACCEPT is durable: their ledger entries are tombstoned in the next
+    /// transaction.
+    pub fn acknowledged(&mut self, records: &[RecordCoordinates]) {
+        for r in records {
+            if self.standing.remove(r) {
+                self.to_tombstone.push(r.clone());
+            }
+        }
+    }
+
+    /// Entries due for a tombstone.
+    pub fn tombstones_due(&self) -> usize {
+        self.to_tombstone.len()
+    }
+
+    /// Committed ledger entries whose ACCEPT is not known to be durable yet.
+    pub fn standing_entries(&self) -> usize {
+        self.standing.len()
+    }
+
+    /// Writes the due tombstones in a transaction of their own (on stop).
+    pub async fn flush_tombstones(&mut self) -> Result<(), SinkError> {
+        if self.to_tombstone.is_empty() || !matches!(self.mode, Mode::Share(..)) || self.open {
+            return Ok(());
+        }
+        self.producer.begin().await.map_err(txn_error)?;
+        self.open = true;
+        let Mode::Share(reader, _) = &self.mode else {
+            return Ok(());
+        };
+        let batch: Vec<OutRecord> = self
+            .to_tombstone
+            .iter()
+            .map(|done| OutRecord {
+                topic: reader.topic().to_owned(),
+                partition: Some(reader.partition_of(done)),
+                key: Some(ledger_key(done)),
+                value: None,
+                ..OutRecord::default()
+            })
+            .collect();
+        self.tombstones_in_txn.append(&mut self.to_tombstone);
+        if let Some(e) = self
+            .producer
+            .send_all(&batch)
+            .await
+            .into_iter()
+            .find_map(Result::err)
+        {
+            self.abort().await?;
+            return Err(SinkError::retriable(e.to_string()));
+        }
+        self.commit(&BTreeMap::new()).await
+    }
+}

@@ -1,0 +1,213 @@
+//! Exactly-once under crashes: `spillway standalone` replicates 200,000 records with the kafka
+//! sink under `delivery.guarantee=exactly_once` (share mode, ledger) while it is killed with
+//! SIGKILL at random moments, five times, and restarted. A read_committed share group then
+//! finds every source record in the output exactly once (by the source-coordinate headers),
+//! and nothing else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
+use spillway_tests::{produce, DevBroker, TestRecord};
+
+/// `SPILLWAY_EOS_CRASH_RECORDS` overrides it (the debug build replicates ~1,000 records/s on
+/// two shared cores, the release build ~7,000).
+const RECORDS: i64 = 200_000;
+/// 20,000 records per partition: source, output (with the three source headers) and ledger
+/// stay well under the dev broker's 5 MiB per partition.
+const PARTITIONS: i32 = 10;
+const KILLS: usize = 5;
+
+type Source = (String, i32, i64);
+
+/// `spillway standalone` on the given files; SIGKILLed when dropped.
+struct Standalone(Child);
+
+impl Standalone {
+    fn start(worker: &Path, connector: &Path) -> Standalone {
+        Standalone(
+            Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .arg("standalone")
+                .arg(worker)
+                .arg(connector)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spillway standalone starts"),
+        )
+    }
+
+    fn kill_9(mut self) {
+        self.0.kill().expect("SIGKILL");
+        self.0.wait().expect("reaped");
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads the output through a read_committed share group until every expected source record
+/// was seen (then a few seconds more, to catch extras) or `limit` passed. Returns, per source
+/// record, the distinct output positions holding it: a record the reader itself got twice (its
+/// session was reset) has one position; a duplicate written by the sink has two.
+async fn read_output(
+    broker: &DevBroker,
+    topic: &str,
+    expected: usize,
+    limit: Duration,
+) -> BTreeMap<Source, BTreeSet<(i32, i64)>> {
+    let mut config = ShareConsumerConfig::new(&broker.bootstrap(), "crash-output-reader");
+    config.max_poll_records = 2000;
+    let mut consumer = ShareConsumer::connect(config)
+        .await
+        .expect("the output reader connects");
+    consumer.subscribe(&[topic]);
+    let mut found: BTreeMap<Source, BTreeSet<(i32, i64)>> = BTreeMap::new();
+    let deadline = Instant::now() + limit;
+    let mut settle_until: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if found.len() >= expected && settle_until.is_none() {
+            settle_until = Some(now + Duration::from_secs(3));
+        }
+        if settle_until.is_some_and(|s| now >= s) || now >= deadline {
+            break;
+        }
+        let records = match consumer.poll(Duration::from_millis(300)).await {
+            Ok(records) => records,
+            Err(e) => {
+                eprintln!("output reader: {e}");
+                continue;
+            }
+        };
+        for r in &records {
+            let header = |name: &str| -> String {
+                r.headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .and_then(|(_, v)| v.as_ref())
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "output {}-{}@{} lacks {name}",
+                            r.topic, r.partition, r.offset
+                        )
+                    })
+            };
+            let source = (
+                header("spillway.source.topic"),
+                header("spillway.source.partition")
+                    .parse()
+                    .expect("partition"),
+                header("spillway.source.offset").parse().expect("offset"),
+            );
+            found
+                .entry(source)
+                .or_default()
+                .insert((r.partition, r.offset));
+        }
+        let _ = consumer.acknowledge_all(&records, AcknowledgeType::Accept);
+        if !records.is_empty() {
+            let _ = consumer.commit_sync(Duration::from_secs(5)).await;
+        }
+    }
+    let _ = consumer.close().await;
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn share_mode_replicates_exactly_once_through_repeated_kill_9() {
+    let started = Instant::now();
+    let broker = DevBroker::start(1);
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_record_lock_duration(30_000);
+    broker.set_share_heartbeat_interval(300);
+    broker.set_share_session_timeout(3000);
+    broker.set_share_isolation_level(true);
+    for topic in ["src", "out.src", "ledger"] {
+        broker.create_topic(topic, PARTITIONS);
+    }
+    let total: i64 = std::env::var("SPILLWAY_EOS_CRASH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RECORDS);
+    let records: Vec<TestRecord> = (0..total)
+        .map(|i| TestRecord {
+            partition: Some((i % PARTITIONS as i64) as i32),
+            key: Some(format!("{i}").into_bytes()),
+            value: Some(format!("v{i}").into_bytes()),
+            ..TestRecord::default()
+        })
+        .collect();
+    let produced = produce(&broker.bootstrap(), "src", records, "none").await;
+    let expected: BTreeSet<Source> = produced
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition, p.offset))
+        .collect();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = dir.path().join("worker.properties");
+    std::fs::write(
+        &worker,
+        format!(
+            "bootstrap.servers={}\ntask.restart.backoff.ms=200\ntask.poll.timeout.ms=100\n",
+            broker.bootstrap()
+        ),
+    )
+    .expect("worker properties");
+    let connector = dir.path().join("mirror.properties");
+    std::fs::write(
+        &connector,
+        format!(
+            "name=mirror\nconnector.class=kafka\ntopics=src\ntasks.max=2\n\
+             consumer.override.group.protocol=share\ntopic.rename.format=out.${{topic}}\n\
+             delivery.guarantee=exactly_once\ndelivery.ledger.topic=ledger\n\
+             delivery.ledger.cache.dir={}\n",
+            dir.path().join("ledger-cache").display()
+        ),
+    )
+    .expect("connector properties");
+
+    let mut rng = rand::thread_rng();
+    for _ in 0..KILLS {
+        let process = Standalone::start(&worker, &connector);
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(1500..5000))).await;
+        process.kill_9();
+    }
+    let last = Standalone::start(&worker, &connector);
+    // Generous: most of the data is replicated by this last run, at debug-build speed.
+    let found = read_output(&broker, "out.src", expected.len(), Duration::from_secs(480)).await;
+    drop(last);
+
+    let duplicated: Vec<_> = found.iter().filter(|(_, at)| at.len() > 1).collect();
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|s| !found.contains_key(*s))
+        .collect();
+    let extra: Vec<_> = found.keys().filter(|s| !expected.contains(*s)).collect();
+    eprintln!(
+        "{} source records, {} kills: {} found, {} duplicated, {} missing, {} extra, in {:?}",
+        expected.len(),
+        KILLS,
+        found.len(),
+        duplicated.len(),
+        missing.len(),
+        extra.len(),
+        started.elapsed()
+    );
+    assert!(
+        duplicated.is_empty() && missing.is_empty() && extra.is_empty(),
+        "duplicated (first 5): {:?}; missing (first 5): {:?}; extra (first 5): {:?}",
+        duplicated.iter().take(5).collect::<Vec<_>>(),
+        missing.iter().take(5).collect::<Vec<_>>(),
+        extra.iter().take(5).collect::<Vec<_>>()
+    );
+}
