@@ -2,7 +2,12 @@
 //! and the report format. Every benchmark prints ratios against a reference measured in the
 //! same run on the same dev broker, never absolute pass/fail thresholds.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use spillway_actors::Worker;
+use spillway_core::ConfigMap;
+use spillway_tests::DevBroker;
 
 /// Peak resident set size of this process in bytes (VmHWM), from /proc.
 pub fn peak_rss_bytes() -> Option<u64> {
@@ -35,6 +40,67 @@ pub fn cpu_time() -> Duration {
 /// A megabyte figure for reports.
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
+}
+
+pub fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+pub fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBroker> {
+    let broker = DevBroker::try_start(brokers, &[(topic, partitions)])?;
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_heartbeat_interval(300);
+    Ok(broker)
+}
+
+/// A steady-state window of one connector's acknowledgements.
+pub struct Window {
+    pub records: u64,
+    pub seconds: f64,
+}
+
+impl Window {
+    pub fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Waits until connector `name` has acknowledged (ACCEPTed and committed) `total` records. The
+/// window opens at the first sample at or after `not_before` that shows acknowledged records.
+pub async fn measure(
+    worker: &Worker,
+    name: &str,
+    total: u64,
+    not_before: Instant,
+    limit: Duration,
+) -> Result<Window> {
+    let deadline = Instant::now() + limit;
+    let mut start: Option<(Instant, u64)> = None;
+    loop {
+        let now = Instant::now();
+        let status = worker.status(name).context("connector not registered")?;
+        let accepted = status.totals().accepted;
+        if start.is_none() && now >= not_before && accepted > 0 {
+            if accepted >= total {
+                bail!("{name} acknowledged all {total} records before the window opened");
+            }
+            start = Some((now, accepted));
+        }
+        if accepted >= total {
+            let (t0, n0) = start.context("window never opened")?;
+            return Ok(Window {
+                records: accepted - n0,
+                seconds: now.duration_since(t0).as_secs_f64(),
+            });
+        }
+        if now > deadline {
+            bail!("{name} acknowledged {accepted} of {total} records in {limit:?}: {status:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 #[cfg(test)]

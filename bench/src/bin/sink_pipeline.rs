@@ -29,7 +29,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use spillway_actors::settings::TaskSettings;
 use spillway_actors::Worker;
-use spillway_bench::{cpu_time, mib, peak_rss_bytes};
+use spillway_bench::{config, cpu_time, measure, mib, peak_rss_bytes, start_broker};
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
 use spillway_core::connector::replicate_task_configs;
@@ -37,7 +37,7 @@ use spillway_core::{
     ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
 };
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
-use spillway_tests::{numbered_records, produce, DevBroker, TestProducer};
+use spillway_tests::{numbered_records, produce, TestProducer};
 
 /// `max.poll.records` when the flag does not say (the runtime's and the share consumer's
 /// default).
@@ -230,20 +230,6 @@ async fn main() -> Result<()> {
     }
 }
 
-fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBroker> {
-    let broker = DevBroker::try_start(brokers, &[(topic, partitions)])?;
-    broker.set_share_auto_offset_reset("earliest");
-    broker.set_share_heartbeat_interval(300);
-    Ok(broker)
-}
-
 async fn produce_all(
     bootstrap: &str,
     topic: &str,
@@ -432,53 +418,6 @@ async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Resu
         peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
         idle_rss_bytes,
     })
-}
-
-/// A steady-state window of one connector's acknowledgements.
-struct Window {
-    records: u64,
-    seconds: f64,
-}
-
-impl Window {
-    fn rate(&self) -> f64 {
-        self.records as f64 / self.seconds.max(1e-9)
-    }
-}
-
-/// Waits until connector `name` has acknowledged (ACCEPTed and committed) `total` records. The
-/// window opens at the first sample at or after `not_before` that shows acknowledged records.
-async fn measure(
-    worker: &Worker,
-    name: &str,
-    total: u64,
-    not_before: Instant,
-    limit: Duration,
-) -> Result<Window> {
-    let deadline = Instant::now() + limit;
-    let mut start: Option<(Instant, u64)> = None;
-    loop {
-        let now = Instant::now();
-        let status = worker.status(name).context("connector not registered")?;
-        let accepted = status.totals().accepted;
-        if start.is_none() && now >= not_before && accepted > 0 {
-            if accepted >= total {
-                bail!("{name} acknowledged all {total} records before the window opened");
-            }
-            start = Some((now, accepted));
-        }
-        if accepted >= total {
-            let (t0, n0) = start.context("window never opened")?;
-            return Ok(Window {
-                records: accepted - n0,
-                seconds: now.duration_since(t0).as_secs_f64(),
-            });
-        }
-        if now > deadline {
-            bail!("{name} acknowledged {accepted} of {total} records in {limit:?}: {status:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A share-mode file-sink connector in a worker of this process, until `records` are
