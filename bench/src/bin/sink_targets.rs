@@ -76,7 +76,7 @@ fn order(n: u64) -> Vec<u8> {
             "customer": format!("customer-{}", n % 977),
             "qty": (n % 10) as i32,
             "price": n as f64 * 0.25,
-            "note": if n % 3 == 0 { None } else { Some(format!("order {n}")) }
+            "note": if n.is_multiple_of(3) { None } else { Some(format!("order {n}")) }
         }
     })
     .to_string()
