@@ -172,7 +172,7 @@ impl ConnectorActor {
         let generation = self.slots.get(&id).map_or(1, |s| s.generation + 1);
         let counters = self.board.task_counters(self.name(), id);
         if let Some(labels) = self.board.labels(self.name()) {
-            let labels = metrics::task_labels(self.name(), &labels, id);
+            let labels = metrics::task_labels(&labels, id);
             counters.metrics.bind(self.board.telemetry(), &labels);
         }
         let spec = match self.task_spec(id, generation, task_config, ctx) {
@@ -256,6 +256,7 @@ impl ConnectorActor {
         let config = &self.plan.config;
         ConnectorLabels {
             tenant: self.tenant_label(),
+            connector: self.plan.config.name.clone(),
             mode: if self.plan.protocol.is_share() {
                 "share"
             } else {

@@ -47,6 +47,8 @@ pub fn prometheus_name(group: &str, metric: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectorLabels {
     pub tenant: String,
+    /// The connector's own name (the worker keys a tenant's connectors `tenant/name`).
+    pub connector: String,
     /// `share`, or `classic` for consumer groups (the classic and the KIP-848 protocol).
     pub mode: &'static str,
     pub connector_class: String,
@@ -54,19 +56,19 @@ pub struct ConnectorLabels {
 }
 
 impl ConnectorLabels {
-    fn of_task(&self, connector: &str, task: u32) -> Vec<KeyValue> {
+    fn of_task(&self, task: u32) -> Vec<KeyValue> {
         vec![
             KeyValue::new("tenant", self.tenant.clone()),
-            KeyValue::new("connector", connector.to_owned()),
+            KeyValue::new("connector", self.connector.clone()),
             KeyValue::new("task", task.to_string()),
             KeyValue::new("mode", self.mode),
         ]
     }
 
-    fn of_connector(&self, connector: &str) -> Vec<KeyValue> {
+    fn of_connector(&self) -> Vec<KeyValue> {
         vec![
             KeyValue::new("tenant", self.tenant.clone()),
-            KeyValue::new("connector", connector.to_owned()),
+            KeyValue::new("connector", self.connector.clone()),
             KeyValue::new("mode", self.mode),
         ]
     }
@@ -816,7 +818,7 @@ pub fn register(meter: &Meter, board: &StatusBoard) {
                 return;
             };
             let now = Instant::now();
-            for (connector, labels, tasks) in board.metric_view() {
+            for (_, labels, tasks) in board.metric_view() {
                 for (task, _, counters) in tasks {
                     let view = TaskView {
                         counts: counters.snapshot(),
@@ -828,7 +830,7 @@ pub fn register(meter: &Meter, board: &StatusBoard) {
                         Kind::Rate => counters.metrics.rates.rate(metric_name, v as u64, now),
                         _ => v,
                     };
-                    observe(v, &labels.of_task(&connector, task));
+                    observe(v, &labels.of_task(task));
                 }
             }
         };
@@ -866,7 +868,7 @@ fn register_statuses(meter: &Meter, board: &StatusBoard) {
                 let Some(labels) = board.labels(&status.name) else {
                     continue;
                 };
-                let mut attrs = labels.of_connector(&status.name);
+                let mut attrs = labels.of_connector();
                 attrs.extend([
                     KeyValue::new("status", status_label(status.state)),
                     KeyValue::new("connector_class", labels.connector_class.clone()),
@@ -883,9 +885,9 @@ fn register_statuses(meter: &Meter, board: &StatusBoard) {
         .with_description(OTHER_METRICS[1].help)
         .with_callback(move |o| {
             let Some(board) = weak.upgrade() else { return };
-            for (connector, labels, tasks) in board.metric_view() {
+            for (_, labels, tasks) in board.metric_view() {
                 for (task, state, _) in tasks {
-                    let mut attrs = labels.of_task(&connector, task);
+                    let mut attrs = labels.of_task(task);
                     attrs.push(KeyValue::new("status", status_label(state)));
                     o.observe(1, &attrs);
                 }
@@ -986,9 +988,9 @@ fn register_worker(meter: &Meter, board: &StatusBoard) {
             .with_description(help_of(name))
             .with_callback(move |o| {
                 let Some(board) = weak.upgrade() else { return };
-                for (connector, labels, tasks) in board.metric_view() {
+                for (_, labels, tasks) in board.metric_view() {
                     let n = tasks.iter().filter(|(_, s, _)| wanted(*s)).count();
-                    o.observe(n as u64, &labels.of_connector(&connector));
+                    o.observe(n as u64, &labels.of_connector());
                 }
             })
             .build();
@@ -1003,8 +1005,8 @@ fn help_of(name: &str) -> &'static str {
 }
 
 /// The labels of a task's series (used when binding its histograms).
-pub fn task_labels(connector: &str, labels: &ConnectorLabels, task: u32) -> Vec<KeyValue> {
-    labels.of_task(connector, task)
+pub fn task_labels(labels: &ConnectorLabels, task: u32) -> Vec<KeyValue> {
+    labels.of_task(task)
 }
 
 /// Every metric as (Prometheus name, kind), for the documentation and dashboard tests.
@@ -1108,6 +1110,7 @@ mod tests {
         board.connector_started("c", "share (default)".into(), "connect-c".into());
         let labels = ConnectorLabels {
             tenant: "acme".into(),
+            connector: "c".into(),
             mode: "share",
             connector_class: "file".into(),
             connector_version: "1.0".into(),
@@ -1115,7 +1118,7 @@ mod tests {
         board.set_labels("c", labels.clone());
         let task = board.task_counters("c", 0);
         task.metrics
-            .bind(board.telemetry(), &task_labels("c", &labels, 0));
+            .bind(board.telemetry(), &task_labels(&labels, 0));
         board.set_task("c", 0, State::Running, None);
         Exported {
             registry,
