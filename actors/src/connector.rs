@@ -233,6 +233,7 @@ impl ConnectorActor {
             counters: Arc::default(),
             reporter: Self::reporter(ctx),
             throttle: plan.scope.throttle.clone(),
+            inflight_bytes: plan.scope.inflight.clone(),
         })
     }
 

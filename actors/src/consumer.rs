@@ -3,7 +3,8 @@
 //! come back with each credit — so the consumer is only ever used from here, one call at a time.
 //!
 //! A batch counts as done only once its acknowledgements (share mode) or offsets (classic mode)
-//! are committed. On [`Drain`] it stops polling, waits for the batches in flight, commits,
+//! are committed; until then its bytes count against the tenant's in-flight bytes budget, and
+//! while that budget is full no new poll starts. On [`Drain`] it stops polling, waits for the batches in flight, commits,
 //! leaves the group and passes [`Finish`] down the pipeline.
 
 use std::collections::{HashMap, HashSet};
@@ -23,7 +24,7 @@ use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::source::RecordSource;
 use crate::status::TaskCounters;
 use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
-use crate::tenancy::{Debt, Throttle};
+use crate::tenancy::{record_bytes, Debt, InflightBytes, InflightHold, Throttle};
 
 /// Connects the task's source (on the task's own thread, so its background work lives there).
 pub type SourceFactory = Box<
@@ -61,7 +62,18 @@ pub struct ConsumerActor {
     debt: Debt,
     /// A wake-up is scheduled for when the budget can pay the debt.
     throttled: bool,
+    /// The tenant's in-flight bytes budget, shared with its other tasks.
+    inflight_bytes: Option<Arc<InflightBytes>>,
+    /// Per batch in flight, its bytes in that budget: released when the batch is committed,
+    /// or when the actor is dropped (stop, kill, failure).
+    held: HashMap<u64, InflightHold>,
+    /// A re-check is scheduled for when the in-flight bytes budget may have room again.
+    awaiting_room: bool,
 }
+
+/// How often a task whose tenant's in-flight bytes budget is full looks again: another task
+/// of the tenant may commit meanwhile, and only this task's own commits wake it.
+const INFLIGHT_RECHECK: Duration = Duration::from_millis(20);
 
 /// What a ConsumerActor needs to run.
 pub struct ConsumerSetup {
@@ -77,6 +89,7 @@ pub struct ConsumerSetup {
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
     pub throttle: Option<Arc<Throttle>>,
+    pub inflight_bytes: Option<Arc<InflightBytes>>,
     pub identity: Arc<TaskIdentity>,
 }
 
@@ -108,6 +121,9 @@ impl ConsumerActor {
             throttle: s.throttle,
             debt: Debt::default(),
             throttled: false,
+            inflight_bytes: s.inflight_bytes,
+            held: HashMap::new(),
+            awaiting_room: false,
         }
     }
 
@@ -133,7 +149,10 @@ impl ConsumerActor {
             if self.in_flight == 0 {
                 self.close_step(ctx);
             }
-        } else if self.in_flight < self.max_inflight && !self.over_budget(ctx) {
+        } else if self.in_flight < self.max_inflight
+            && !self.inflight_bytes_full(ctx)
+            && !self.over_budget(ctx)
+        {
             self.poll_step(ctx);
         }
     }
@@ -158,6 +177,26 @@ impl ConsumerActor {
                 true
             }
         }
+    }
+
+    /// True while the tenant's tasks hold at least its `inflight.bytes` in flight; then a
+    /// re-check is scheduled. Commits go on meanwhile (each one re-checks too): only polling
+    /// waits, so records are held back at the broker, never dropped.
+    fn inflight_bytes_full(&mut self, ctx: &mut Context<Self>) -> bool {
+        let Some(budget) = &self.inflight_bytes else {
+            return false;
+        };
+        if budget.has_room() {
+            return false;
+        }
+        if !self.awaiting_room {
+            self.awaiting_room = true;
+            ctx.run_later(INFLIGHT_RECHECK, |act, ctx| {
+                act.awaiting_room = false;
+                act.step(ctx);
+            });
+        }
+        true
     }
 
     fn poll_step(&mut self, ctx: &mut Context<Self>) {
@@ -191,6 +230,10 @@ impl ConsumerActor {
                         }
                         act.in_flight += 1;
                         act.next_seq += 1;
+                        if let Some(budget) = &act.inflight_bytes {
+                            let bytes = polled.records.iter().map(record_bytes).sum();
+                            act.held.insert(act.next_seq, budget.hold(bytes));
+                        }
                         let deadlines = std::mem::take(&mut polled.lock_deadlines);
                         let meta = act.counters.metrics.polled(&polled.records, deadlines);
                         act.batch_meta.insert(act.next_seq, meta);
@@ -246,11 +289,16 @@ impl ConsumerActor {
             (source, acks, result, started, started.elapsed())
         }
         .instrument(current);
+        let seqs: Vec<u64> = batches.iter().map(|b| b.seq).collect();
         ctx.spawn(fut.into_actor(self).map(move |(source, acks, result, started, elapsed), act, ctx| {
             drop(spans);
             act.source = Some(source);
             act.busy = false;
             act.in_flight = act.in_flight.saturating_sub(credits);
+            // Done with, committed or not (what was not is redelivered by the broker).
+            for seq in &seqs {
+                act.held.remove(seq);
+            }
             match result {
                 Err(e) => return act.fail_now(ctx, e.to_string()),
                 Ok(committed) => {
@@ -320,13 +368,6 @@ impl ConsumerActor {
     }
 }
 
-/// What a record weighs against a bytes/s budget: key, value and headers.
-fn record_bytes(record: &spillway_core::RawRecord) -> u64 {
-    let len = |b: &Option<bytes::Bytes>| b.as_ref().map_or(0, |b| b.len());
-    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + len(v)).sum();
-    (len(&record.key) + len(&record.value) + headers) as u64
-}
-
 /// Counts the verdicts that took effect.
 fn count(counters: &TaskCounters, acks: &[Ack], unapplied: &[RecordCoordinates]) {
     let unapplied: HashSet<&RecordCoordinates> = unapplied.iter().collect();
@@ -362,6 +403,12 @@ impl Actor for ConsumerActor {
                 Err(e) => act.fail_now(ctx, e.to_string()),
             }
         }));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // A stopped task holds nothing in flight any more: give its bytes back now rather
+        // than when the actor is dropped.
+        self.held.clear();
     }
 }
 

@@ -30,5 +30,5 @@ pub mod worker;
 
 pub use error::RuntimeError;
 pub use status::{ConnectorStatus, Counts, State, TaskStatus};
-pub use tenancy::{OverridePolicy, TenantScope, Throttle};
+pub use tenancy::{InflightBytes, OverridePolicy, TenantScope, Throttle};
 pub use worker::Worker;

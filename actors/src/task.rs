@@ -16,7 +16,7 @@ use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
 use crate::telemetry::{self, TaskIdentity};
-use crate::tenancy::Throttle;
+use crate::tenancy::{InflightBytes, Throttle};
 
 /// Everything one run of a task needs.
 pub struct TaskSpec {
@@ -40,6 +40,8 @@ pub struct TaskSpec {
     pub reporter: Reporter,
     /// The tenant's records/s and bytes/s budget, shared with its other tasks.
     pub throttle: Option<Arc<Throttle>>,
+    /// The tenant's in-flight bytes budget, shared with its other tasks.
+    pub inflight_bytes: Option<Arc<InflightBytes>>,
 }
 
 /// A running task.
@@ -94,6 +96,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             counters,
             reporter,
             throttle,
+            inflight_bytes,
         } = spec;
         let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
         let sink = SinkActor::new(
@@ -125,6 +128,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             counters,
             reporter,
             throttle,
+            inflight_bytes,
             identity,
         })
     });
@@ -167,6 +171,8 @@ mod tests {
         closed: bool,
         /// Highest number of batches out at once.
         max_outstanding: usize,
+        /// The tenant's bytes in flight as each poll started.
+        inflight_bytes_at_poll: Vec<u64>,
     }
 
     /// Hands out records in batches of `batch`; verdicts count once committed.
@@ -177,12 +183,17 @@ mod tests {
         seen: Arc<Mutex<Seen>>,
         opened: bool,
         outstanding: usize,
+        budget: Option<Arc<InflightBytes>>,
     }
 
     #[async_trait(?Send)]
     impl RecordSource for FakeSource {
         async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
             let mut polled = Polled::default();
+            if let Some(budget) = &self.budget {
+                let used = budget.used();
+                self.seen.lock().unwrap().inflight_bytes_at_poll.push(used);
+            }
             if !self.opened {
                 self.opened = true;
                 polled
@@ -236,6 +247,8 @@ mod tests {
         stopped: Arc<Mutex<bool>>,
         attempts: Arc<Mutex<BTreeMap<String, usize>>>,
         flaky_failures: usize,
+        /// How long each `put` takes.
+        put_delay: Duration,
     }
 
     #[async_trait]
@@ -250,6 +263,9 @@ mod tests {
         }
 
         async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+            if !self.put_delay.is_zero() {
+                tokio::time::sleep(self.put_delay).await;
+            }
             Ok(records
                 .iter()
                 .map(|r| {
@@ -313,6 +329,7 @@ mod tests {
         inflight: usize,
         pipeline: ConfigMap,
         throttle: Option<Arc<Throttle>>,
+        inflight_bytes: Option<Arc<InflightBytes>>,
     }
 
     impl Default for Options {
@@ -327,6 +344,7 @@ mod tests {
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
                 throttle: None,
+                inflight_bytes: None,
             }
         }
     }
@@ -336,6 +354,7 @@ mod tests {
         let source_seen = Arc::clone(&seen);
         let (tx, events) = mpsc::unbounded_channel();
         let counters = Arc::new(TaskCounters::default());
+        let budget = o.inflight_bytes.clone();
         let factory: SourceFactory = Box::new(move || {
             async move {
                 Ok(Box::new(FakeSource {
@@ -345,6 +364,7 @@ mod tests {
                     seen: source_seen,
                     opened: false,
                     outstanding: 0,
+                    budget,
                 }) as Box<dyn RecordSource>)
             }
             .boxed_local()
@@ -383,6 +403,7 @@ mod tests {
                 let _ = tx.send(e);
             }),
             throttle: o.throttle,
+            inflight_bytes: o.inflight_bytes,
         });
         Run {
             seen,
@@ -479,6 +500,104 @@ mod tests {
         assert!(verdicts(&run)
             .iter()
             .all(|(_, d)| *d == Disposition::Accept));
+    }
+
+    /// Records of exactly 10 bytes (value only), so a batch of 3 weighs 30.
+    fn ten_byte_records(n: i64) -> Vec<RawRecord> {
+        (0..n).map(|i| raw(i, &format!("{i:010}"))).collect()
+    }
+
+    /// Samples `budget` every millisecond until `stop`; returns the highest value seen.
+    fn sample_max(
+        budget: &Arc<InflightBytes>,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> tokio::task::JoinHandle<u64> {
+        let (budget, stop) = (Arc::clone(budget), Arc::clone(stop));
+        tokio::spawn(async move {
+            let mut max = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                max = max.max(budget.used());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            max
+        })
+    }
+
+    #[actix::test]
+    async fn an_inflight_bytes_budget_holds_polls_back_and_delivers_everything() {
+        // Batches of 30 bytes, 4 batches allowed in flight by credits (120 bytes), a slow
+        // sink: only the 45-byte budget keeps the task to two batches (60 bytes) at most.
+        let budget = Arc::new(InflightBytes::new(Some(45)));
+        let sink = ScriptedSink {
+            put_delay: Duration::from_millis(15),
+            ..ScriptedSink::default()
+        };
+        let mut run = start(
+            ten_byte_records(30),
+            sink.clone(),
+            Options {
+                inflight: 4,
+                inflight_bytes: Some(Arc::clone(&budget)),
+                ..Options::default()
+            },
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = sample_max(&budget, &stop);
+        finish(&mut run, 30).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let max = sampler.await.expect("sampler");
+        assert!(max > 0, "the batches were counted");
+        assert!(
+            max <= 45 + 30,
+            "{max} bytes in flight: over the limit plus one batch"
+        );
+        let at_poll = run.seen.lock().unwrap().inflight_bytes_at_poll.clone();
+        assert!(
+            at_poll.iter().all(|used| *used < 45),
+            "a poll started with the budget full: {at_poll:?}"
+        );
+        assert!(
+            run.seen.lock().unwrap().max_outstanding <= 2,
+            "the budget, not the credits, bounded the batches"
+        );
+        assert_eq!(sink.written.lock().unwrap().len(), 30, "nothing dropped");
+        assert_eq!(budget.used(), 0, "every batch's bytes are released");
+    }
+
+    #[actix::test]
+    async fn a_killed_task_gives_its_inflight_bytes_back() {
+        let budget = Arc::new(InflightBytes::new(None));
+        let sink = ScriptedSink {
+            put_delay: Duration::from_secs(30),
+            ..ScriptedSink::default()
+        };
+        let run = start(
+            ten_byte_records(30),
+            sink,
+            Options {
+                inflight_bytes: Some(Arc::clone(&budget)),
+                ..Options::default()
+            },
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while budget.used() < 60 {
+            assert!(tokio::time::Instant::now() < deadline, "two batches polled");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            budget.used(),
+            60,
+            "two credits of 30 bytes, stuck in the sink"
+        );
+        run.task.kill();
+        while budget.used() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a killed task still holds {} bytes",
+                budget.used()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[actix::test]

@@ -1,12 +1,13 @@
 //! What the runtime does differently for a connector of a tenant: names in Kafka carry the
 //! tenant's prefix, client overrides obey the tenant's policy, and the tenant's tasks share
-//! one records/s and bytes/s budget.
+//! one records/s and bytes/s budget and one budget of bytes in flight.
 //!
 //! The `default` tenant (the only one while REST authentication is off) runs exactly as Kafka
 //! Connect: no prefix, the worker's `connector.client.config.override.policy`, no budget
 //! unless one is set.
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -132,6 +133,8 @@ pub struct TenantScope {
     pub policy: OverridePolicy,
     /// The budget all the tenant's tasks share, when it has one.
     pub throttle: Option<Arc<Throttle>>,
+    /// The bytes all the tenant's tasks hold between poll and commit, and their limit.
+    pub inflight: Option<Arc<InflightBytes>>,
 }
 
 impl std::fmt::Debug for TenantScope {
@@ -140,6 +143,10 @@ impl std::fmt::Debug for TenantScope {
             .field("prefix", &self.prefix)
             .field("policy", &self.policy)
             .field("throttled", &self.throttle.is_some())
+            .field(
+                "inflight_limit",
+                &self.inflight.as_ref().and_then(|b| b.limit()),
+            )
             .finish()
     }
 }
@@ -151,6 +158,7 @@ impl TenantScope {
             prefix: None,
             policy,
             throttle: None,
+            inflight: None,
         }
     }
 
@@ -310,6 +318,94 @@ impl Throttle {
     }
 }
 
+/// The bytes (key + value + headers, as [`record_bytes`] weighs them) a tenant's tasks hold
+/// between poll and commit, shared by all its tasks, and the tenant's `inflight.bytes` limit.
+///
+/// A task adds a batch's bytes once the poll returned it (a batch's size is known only then)
+/// and polls again only while the total is below the limit, so the total exceeds the limit by
+/// at most the batches of polls that started below it: one batch per poll, and one poll per
+/// task at a time.
+#[derive(Debug, Default)]
+pub struct InflightBytes {
+    used: AtomicU64,
+    /// 0: no limit (the quota is at least 1 when set).
+    limit: AtomicU64,
+}
+
+impl InflightBytes {
+    /// A budget of `limit` bytes in flight (`None`: unlimited, only counted).
+    pub fn new(limit: Option<u64>) -> InflightBytes {
+        let budget = InflightBytes::default();
+        budget.set_limit(limit);
+        budget
+    }
+
+    /// Changes the limit; running tasks follow from their next poll.
+    pub fn set_limit(&self, limit: Option<u64>) {
+        self.limit.store(limit.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        Some(self.limit.load(Ordering::Relaxed)).filter(|l| *l > 0)
+    }
+
+    /// The bytes held in flight now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Whether a task may start a poll: the bytes in flight are below the limit.
+    pub fn has_room(&self) -> bool {
+        self.limit().is_none_or(|limit| self.used() < limit)
+    }
+
+    /// Counts `bytes` as in flight until the returned guard is dropped.
+    pub fn hold(self: &Arc<Self>, bytes: u64) -> InflightHold {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+        InflightHold {
+            budget: Arc::clone(self),
+            bytes,
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        // Never below zero, even if a release were counted twice.
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+}
+
+/// One batch's bytes in an [`InflightBytes`] budget: released when dropped, so a batch
+/// committed, dropped, or lost with its task (stop, kill, failure) always gives them back.
+#[derive(Debug)]
+pub struct InflightHold {
+    budget: Arc<InflightBytes>,
+    bytes: u64,
+}
+
+impl InflightHold {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for InflightHold {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
+}
+
+/// What a record weighs against the bytes/s and in-flight bytes budgets: key, value and
+/// headers.
+pub fn record_bytes(record: &spillway_core::RawRecord) -> u64 {
+    let len = |b: &Option<bytes::Bytes>| b.as_ref().map_or(0, |b| b.len());
+    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + len(v)).sum();
+    (len(&record.key) + len(&record.value) + headers) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -338,6 +434,7 @@ mod tests {
             prefix: Some("acme".into()),
             policy,
             throttle: None,
+            inflight: None,
         }
     }
 
@@ -491,5 +588,81 @@ mod tests {
         };
         assert_eq!(unlimited.pay(&mut debt), None);
         assert!(debt.is_paid());
+    }
+
+    #[test]
+    fn inflight_bytes_are_held_until_dropped_and_never_go_negative() {
+        let budget = Arc::new(InflightBytes::new(Some(100)));
+        assert!(budget.has_room());
+        let first = budget.hold(60);
+        assert_eq!(budget.used(), 60);
+        assert!(budget.has_room(), "60 of 100");
+        let second = budget.hold(70);
+        assert_eq!(second.bytes(), 70);
+        assert_eq!(budget.used(), 130, "one batch may take it over the limit");
+        assert!(!budget.has_room(), "at or above the limit no poll starts");
+        drop(first);
+        assert_eq!(budget.used(), 70);
+        assert!(budget.has_room());
+        let exact = budget.hold(30);
+        assert!(!budget.has_room(), "exactly at the limit is full");
+        drop(exact);
+        drop(second);
+        assert_eq!(budget.used(), 0);
+        // A release larger than what is held stops at zero.
+        budget.release(5);
+        assert_eq!(budget.used(), 0);
+        let held = budget.hold(10);
+        budget.release(25);
+        assert_eq!(budget.used(), 0);
+        drop(held);
+        assert_eq!(budget.used(), 0, "never wraps below zero");
+    }
+
+    #[test]
+    fn inflight_bytes_limit_changes_apply_at_once_and_unlimited_only_counts() {
+        let budget = Arc::new(InflightBytes::new(None));
+        assert_eq!(budget.limit(), None);
+        let held: Vec<InflightHold> = (0..4).map(|_| budget.hold(1 << 20)).collect();
+        assert!(budget.has_room(), "no limit: always room");
+        assert_eq!(budget.used(), 4 << 20);
+        budget.set_limit(Some(1 << 20));
+        assert_eq!(budget.limit(), Some(1 << 20));
+        assert!(!budget.has_room());
+        drop(held);
+        assert!(budget.has_room());
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn inflight_bytes_from_many_threads_balance_out() {
+        let budget = Arc::new(InflightBytes::new(Some(1)));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let budget = Arc::clone(&budget);
+                std::thread::spawn(move || {
+                    for n in 0..1000 {
+                        let _hold = budget.hold(n);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_records_weight_is_its_key_value_and_headers() {
+        let mut record = spillway_core::RawRecord::new("t", 0, 0);
+        assert_eq!(record_bytes(&record), 0);
+        record.key = Some(bytes::Bytes::from_static(b"k1"));
+        record.value = Some(bytes::Bytes::from_static(b"value"));
+        record
+            .headers
+            .push(("h".into(), Some(bytes::Bytes::from_static(b"abc"))));
+        record.headers.push(("none".into(), None));
+        assert_eq!(record_bytes(&record), 2 + 5 + 1 + 3 + 4);
     }
 }

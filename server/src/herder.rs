@@ -209,6 +209,9 @@ pub struct Usage {
     pub tasks: u64,
     #[serde(rename = "inflight.records")]
     pub inflight_records: u64,
+    /// Bytes the tenant's running tasks hold between poll and commit now (a gauge).
+    #[serde(rename = "inflight.bytes")]
+    pub inflight_bytes: u64,
 }
 
 /// A tenant with what it uses (`GET /tenants/{tenant}`).
@@ -537,6 +540,7 @@ impl Herder {
             connectors: 1,
             tasks,
             inflight_records: tasks.saturating_mul(batches).saturating_mul(poll),
+            inflight_bytes: 0,
         }
     }
 
@@ -552,6 +556,7 @@ impl Herder {
             usage.tasks = usage.tasks.saturating_add(one.tasks);
             usage.inflight_records = usage.inflight_records.saturating_add(one.inflight_records);
         }
+        usage.inflight_bytes = self.tenants.inflight_bytes(tenant);
         Ok(usage)
     }
 

@@ -2,7 +2,7 @@
 //!
 //! A tenant is kept in the state store as a [`Tenant`] whose settings map holds, as text:
 //! `quota.connectors`, `quota.tasks`, `quota.records.per.second`, `quota.bytes.per.second`,
-//! `quota.inflight.records` (absent: unlimited), `client.config.override.policy` and
+//! `quota.inflight.records`, `quota.inflight.bytes` (absent: unlimited), `client.config.override.policy` and
 //! `token.sha256`. Only the SHA-256 digest of a token is stored: tokens are 256 random bits,
 //! so a fast digest is as good as a password hash and lets a request find its tenant in one
 //! lookup. The token itself is shown once, in the answer that created (or rotated) it.
@@ -17,7 +17,7 @@ use base64::Engine as _;
 use rand::RngCore as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use spillway_actors::{OverridePolicy, TenantScope, Throttle};
+use spillway_actors::{InflightBytes, OverridePolicy, TenantScope, Throttle};
 use spillway_storage::{StateStore, StorageError, Tenant};
 
 /// The tenant of every connector while authentication is off.
@@ -39,18 +39,33 @@ pub struct Quotas {
     /// connectors of `tasks.max × task.inflight.batches × max.poll.records`.
     #[serde(rename = "inflight.records")]
     pub inflight_records: Option<u64>,
+    /// Bytes (keys, values and headers of the records) the tenant's tasks may hold between
+    /// poll and commit, enforced while they run: a task does not poll while its tenant holds
+    /// this much, so the total may exceed it by the batch of each poll already under way.
+    #[serde(rename = "inflight.bytes")]
+    pub inflight_bytes: Option<u64>,
 }
 
 /// The quota names, as in the API and the store (`quota.<name>`).
-pub const QUOTA_NAMES: [&str; 5] = [
+pub const QUOTA_NAMES: [&str; 6] = [
     "connectors",
     "tasks",
     "records.per.second",
     "bytes.per.second",
     "inflight.records",
+    "inflight.bytes",
 ];
 
 impl Quotas {
+    /// The smallest value quota `name` takes: 0 refuses everything for counts; a rate or an
+    /// in-flight bytes budget of 0 would stop the tenant's tasks for good, so it starts at 1.
+    pub fn minimum(name: &str) -> u64 {
+        match name {
+            "records.per.second" | "bytes.per.second" | "inflight.bytes" => 1,
+            _ => 0,
+        }
+    }
+
     /// Sets one quota by name; `None` removes it. The error says what is wrong.
     pub fn set(&mut self, name: &str, value: Option<u64>) -> Result<(), String> {
         let rate = |v: Option<u64>| -> Result<Option<u32>, String> {
@@ -65,6 +80,14 @@ impl Quotas {
             "connectors" => self.connectors = value,
             "tasks" => self.tasks = value,
             "inflight.records" => self.inflight_records = value,
+            "inflight.bytes" => {
+                if value == Some(0) {
+                    return Err("quota inflight.bytes must be a positive number of bytes \
+                                (at least 1), found 0; use null for no limit"
+                        .to_owned());
+                }
+                self.inflight_bytes = value;
+            }
             "records.per.second" => self.records_per_second = rate(value)?,
             "bytes.per.second" => self.bytes_per_second = rate(value)?,
             other => {
@@ -82,6 +105,7 @@ impl Quotas {
             "connectors" => self.connectors,
             "tasks" => self.tasks,
             "inflight.records" => self.inflight_records,
+            "inflight.bytes" => self.inflight_bytes,
             "records.per.second" => self.records_per_second.map(u64::from),
             "bytes.per.second" => self.bytes_per_second.map(u64::from),
             _ => None,
@@ -106,6 +130,8 @@ struct Entry {
     token_digest: Option<String>,
     /// Shared by the tenant's running tasks; its rates follow the quotas.
     throttle: Arc<Throttle>,
+    /// The bytes the tenant's running tasks hold in flight; its limit follows the quota.
+    inflight: Arc<InflightBytes>,
 }
 
 impl Entry {
@@ -145,6 +171,7 @@ impl Entry {
                 quotas.records_per_second,
                 quotas.bytes_per_second,
             )),
+            inflight: Arc::new(InflightBytes::new(quotas.inflight_bytes)),
             quotas,
             policy,
             token_digest: record.settings.get(TOKEN_DIGEST).cloned(),
@@ -250,6 +277,7 @@ impl Tenants {
                 policy: default_policy,
                 token_digest: None,
                 throttle: Arc::new(Throttle::new(None, None)),
+                inflight: Arc::new(InflightBytes::new(None)),
             });
         Ok(Tenants {
             store,
@@ -297,7 +325,15 @@ impl Tenants {
             prefix: (tenant != DEFAULT_TENANT).then(|| tenant.to_owned()),
             policy: entry.map_or(OverridePolicy::Restricted, |e| e.policy),
             throttle: entry.map(|e| Arc::clone(&e.throttle)),
+            inflight: entry.map(|e| Arc::clone(&e.inflight)),
         }
+    }
+
+    /// The bytes the tenant's running tasks hold between poll and commit now.
+    pub fn inflight_bytes(&self, tenant: &str) -> u64 {
+        read(&self.entries)
+            .get(tenant)
+            .map_or(0, |e| e.inflight.used())
     }
 
     /// Creates a tenant; returns it with its token (shown only here).
@@ -321,6 +357,7 @@ impl Tenants {
                 quotas.records_per_second,
                 quotas.bytes_per_second,
             )),
+            inflight: Arc::new(InflightBytes::new(quotas.inflight_bytes)),
         };
         self.store.put_tenant(&entry.to_record(name))?;
         write(&self.tokens).insert(digest(&token), name.to_owned());
@@ -356,6 +393,7 @@ impl Tenants {
         updated
             .throttle
             .set_rates(quotas.records_per_second, quotas.bytes_per_second);
+        updated.inflight.set_limit(quotas.inflight_bytes);
         *entry = updated;
         Ok(info(name, entry))
     }
@@ -434,6 +472,7 @@ mod tests {
         let quotas = Quotas {
             connectors: Some(2),
             records_per_second: Some(100),
+            inflight_bytes: Some(1 << 20),
             ..Quotas::default()
         };
         let token = {
@@ -450,6 +489,17 @@ mod tests {
         assert_eq!(t.by_token(&token).as_deref(), Some("acme"));
         assert_eq!(t.by_token("spw_guess"), None);
         assert_eq!(t.quotas("acme"), quotas);
+        let budget = t
+            .scope("acme")
+            .inflight
+            .expect("a tenant's tasks share a budget");
+        assert_eq!(budget.limit(), Some(1 << 20));
+        let held = budget.hold(300);
+        assert_eq!(t.inflight_bytes("acme"), 300);
+        t.update("acme", Quotas::default(), None).expect("update");
+        assert_eq!(budget.limit(), None, "running tasks follow the new quota");
+        drop(held);
+        assert_eq!(t.inflight_bytes("acme"), 0);
         let names: Vec<String> = t.list().into_iter().map(|i| i.name).collect();
         assert_eq!(names, ["acme", "default"]);
         let stored = t.store.tenants().expect("tenants");
@@ -509,6 +559,10 @@ mod tests {
             .set("records.per.second", Some(0))
             .expect_err("zero rate");
         assert!(err.contains("records.per.second"), "{err}");
+        let err = Quotas::default()
+            .set("inflight.bytes", Some(0))
+            .expect_err("zero bytes in flight");
+        assert!(err.contains("inflight.bytes"), "{err}");
         let err = Quotas::default().set("cpu", Some(1)).expect_err("unknown");
         assert!(err.contains("'cpu'"), "{err}");
         assert!(t.delete(DEFAULT_TENANT).is_err());

@@ -41,7 +41,8 @@ fn apply_quotas(top: &Map<String, Json>, quotas: &mut Quotas) -> Result<(), ApiE
             Json::Null => None,
             Json::Number(n) => Some(n.as_u64().ok_or_else(|| {
                 ApiError::BadRequest(format!(
-                    "quota {name} must be a whole number of at least 0, found {n}"
+                    "quota {name} must be a whole number of at least {}, found {n}",
+                    Quotas::minimum(name)
                 ))
             })?),
             other => {
