@@ -1,7 +1,8 @@
 //! Tenants over the REST API with `rest.auth.enabled=true`: isolation (another tenant's
 //! connectors are 404, names are per tenant, group ids carry the tenant's prefix), quotas
 //! refused with 4xx naming the quota, the client override policy, a records/s quota slowing a
-//! running connector, and a slow or failing tenant leaving the others at full speed.
+//! running connector, an in-flight bytes quota bounding a slow one, and a slow or failing
+//! tenant leaving the others at full speed.
 
 mod support;
 
@@ -260,6 +261,29 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
         .post("/tenants", json!({"name": "acme", "quotas": {"cpus": 1}}))
         .await;
     assert!(bad.assert_error(400).contains("'cpus'"), "{}", bad.text);
+    for (value, says) in [
+        (json!(0), "at least 1"),
+        (json!(-5), "at least 1"),
+        (json!(1.5), "at least 1"),
+        (json!("1MB"), "whole number"),
+    ] {
+        let bad = admin
+            .post(
+                "/tenants",
+                json!({"name": "acme", "quotas": {"inflight.bytes": value}}),
+            )
+            .await;
+        let message = bad.assert_error(400);
+        assert!(
+            message.contains("quota inflight.bytes") && message.contains(says),
+            "{value}: {message}"
+        );
+    }
+    assert_eq!(
+        admin.get("/tenants/acme").await.status,
+        404,
+        "nothing is created by a refused request"
+    );
     let acme = anonymous.with_token(
         &tenant(
             &admin,
@@ -313,7 +337,7 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
     let usage = acme.get("/tenants/acme").await;
     assert_eq!(
         usage.body["usage"],
-        json!({"connectors": 2, "tasks": 3, "inflight.records": 1200}),
+        json!({"connectors": 2, "tasks": 3, "inflight.records": 1200, "inflight.bytes": 0}),
         "{}",
         usage.text
     );
@@ -327,6 +351,43 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
     assert_eq!(raised.status, 200, "{}", raised.text);
     assert_eq!(raised.body["quotas"]["connectors"], 2);
     assert_eq!(raised.body["quotas"]["inflight.records"], Json::Null);
+    // inflight.bytes is set like the others, on PATCH and PUT, and refused the same way.
+    let set = admin
+        .patch(
+            "/tenants/acme",
+            json!({"quotas": {"inflight.bytes": 65536}}),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.text);
+    assert_eq!(set.body["quotas"]["inflight.bytes"], 65536);
+    assert_eq!(
+        set.body["quotas"]["tasks"], 5,
+        "PATCH keeps the other quotas"
+    );
+    let refused = admin
+        .put(
+            "/tenants/acme",
+            json!({"quotas": {"tasks": 5, "connectors": 2, "inflight.bytes": 0}}),
+        )
+        .await;
+    assert!(
+        refused.assert_error(400).contains("quota inflight.bytes"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(
+        admin.get("/tenants/acme").await.body["quotas"]["inflight.bytes"],
+        65536,
+        "a refused PUT changes nothing"
+    );
+    let replaced = admin
+        .put(
+            "/tenants/acme",
+            json!({"quotas": {"tasks": 5, "connectors": 2, "inflight.bytes": 1048576}}),
+        )
+        .await;
+    assert_eq!(replaced.status, 200, "{}", replaced.text);
+    assert_eq!(replaced.body["quotas"]["inflight.bytes"], 1048576);
     assert_eq!(acme.put_empty("/connectors/b/resume").await.status, 202);
 
     // A tenant cannot point a connector at another cluster or change its security.
@@ -507,5 +568,78 @@ async fn a_slow_or_failing_tenant_does_not_slow_another() {
         rate > 500.0,
         "the healthy tenant wrote only {rate:.0} records/s"
     );
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inflight_bytes_quota_bounds_a_slow_tenant() {
+    const RECORDS: usize = 400;
+    const POLL: usize = 20;
+    // Keys "k<n>" of at most 4 bytes, values of 100, no headers.
+    const BATCH_BYTES: u64 = (POLL * (4 + 100)) as u64;
+    // One and a half batches: 4 batches in flight by credits (about 8 KB) would exceed it.
+    const QUOTA: u64 = 3000;
+    let broker = broker();
+    broker.create_topic("held", 1);
+    produce(
+        &broker.bootstrap(),
+        "held",
+        numbered_records(RECORDS as u64, 100, 1),
+        "none",
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &auth()).await;
+    let admin = anonymous.with_token(ADMIN_TOKEN);
+    let held = anonymous.with_token(
+        &tenant(
+            &admin,
+            json!({"name": "held", "quotas": {"inflight.bytes": QUOTA}}),
+        )
+        .await,
+    );
+    let out = dir.path().join("held.txt");
+    let slow = json!({"name": "slow", "config": {
+        "connector.class": "slow", "topics": "held", "slow.put.ms": "40",
+        "slow.file": out.display().to_string(),
+        "task.inflight.batches": "4",
+        "consumer.override.max.poll.records": POLL.to_string(),
+        "consumer.override.group.protocol": "share"}});
+    assert_eq!(held.post("/connectors", slow).await.status, 201);
+
+    // Sample the tenant's gauge while the slow sink works through the topic.
+    let start = Instant::now();
+    let (mut samples, mut max) = (0, 0);
+    let delivered = || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<BTreeSet<String>>()
+    };
+    while delivered().len() < RECORDS {
+        assert!(
+            start.elapsed() < WAIT,
+            "only {} of {RECORDS} records delivered",
+            delivered().len()
+        );
+        let usage = held.get("/tenants/held").await;
+        assert_eq!(usage.status, 200, "{}", usage.text);
+        let bytes = usage.body["usage"]["inflight.bytes"]
+            .as_u64()
+            .expect("usage.inflight.bytes");
+        max = max.max(bytes);
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("{RECORDS} records under inflight.bytes={QUOTA}: at most {max} bytes in flight over {samples} samples, {:?}", start.elapsed());
+    assert!(max > 0, "the gauge never showed a batch in flight");
+    assert!(
+        max <= QUOTA + BATCH_BYTES,
+        "{max} bytes in flight: more than the quota {QUOTA} plus one batch of {BATCH_BYTES}"
+    );
+    assert_eq!(delivered().len(), RECORDS, "every record delivered");
+    held.wait_for("/tenants/held", WAIT, |t| t["usage"]["inflight.bytes"] == 0)
+        .await;
     worker.stop().await;
 }

@@ -254,7 +254,8 @@ impl SinkConnector for VaultConnector {
 }
 
 /// A sink that takes `slow.put.ms` for every batch, or with `slow.fail=true` fails every
-/// batch for good: a tenant in trouble.
+/// batch for good: a tenant in trouble. With `slow.file` it appends `topic/partition/offset`
+/// of every record it took to that file.
 #[derive(Default)]
 pub struct SlowConnector {
     config: ConfigMap,
@@ -279,6 +280,15 @@ fn slow_def() -> ConfigDef {
                 "Fail batches.",
             )
             .default("false"),
+        )
+        .define(
+            ConfigKey::new(
+                "slow.file",
+                ConfigType::String,
+                Importance::Low,
+                "Where to note the records taken.",
+            )
+            .default(""),
         )
 }
 
@@ -310,6 +320,7 @@ impl SinkConnector for SlowConnector {
 struct SlowTask {
     put_time: Duration,
     fail: bool,
+    file: Option<std::path::PathBuf>,
 }
 
 #[async_trait::async_trait]
@@ -325,6 +336,10 @@ impl SinkTask for SlowTask {
         self.fail = parsed
             .boolean("slow.fail")
             .map_err(|e| SinkError::fatal(e.to_string()))?;
+        self.file = config
+            .get("slow.file")
+            .filter(|f| !f.is_empty())
+            .map(std::path::PathBuf::from);
         Ok(())
     }
 
@@ -333,6 +348,20 @@ impl SinkTask for SlowTask {
             return Err(SinkError::fatal("the slow sink was told to fail"));
         }
         tokio::time::sleep(self.put_time).await;
+        if let Some(path) = &self.file {
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| SinkError::fatal(format!("{}: {e}", path.display())))?;
+            let lines: String = records
+                .iter()
+                .map(|r| format!("{}/{}/{}\n", r.topic, r.partition, r.offset))
+                .collect();
+            file.write_all(lines.as_bytes())
+                .map_err(|e| SinkError::fatal(format!("{}: {e}", path.display())))?;
+        }
         Ok(records.iter().map(|_| PutOutcome::Ok).collect())
     }
 
