@@ -4,8 +4,8 @@
 //!
 //! A batch counts as done only once its acknowledgements (share mode) or offsets (classic mode)
 //! are committed; until then its bytes count against the tenant's in-flight bytes budget, and
-//! while that budget is full no new poll starts. On [`Drain`] it stops polling, waits for the batches in flight, commits,
-//! leaves the group and passes [`Finish`] down the pipeline.
+//! while that budget is full no new poll starts. On [`Drain`] it stops polling, waits for the
+//! batches in flight, commits, leaves the group and passes [`Finish`] down the pipeline.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -224,14 +224,14 @@ impl ConsumerActor {
                 Ok(mut polled) => {
                     if !polled.records.is_empty() || !polled.changes.is_empty() {
                         TaskCounters::add(&act.counters.read, polled.records.len());
+                        let bytes: u64 = polled.records.iter().map(record_bytes).sum();
                         if act.throttle.is_some() {
                             act.debt.records += polled.records.len() as u64;
-                            act.debt.bytes += polled.records.iter().map(record_bytes).sum::<u64>();
+                            act.debt.bytes += bytes;
                         }
                         act.in_flight += 1;
                         act.next_seq += 1;
                         if let Some(budget) = &act.inflight_bytes {
-                            let bytes = polled.records.iter().map(record_bytes).sum();
                             act.held.insert(act.next_seq, budget.hold(bytes));
                         }
                         let deadlines = std::mem::take(&mut polled.lock_deadlines);
