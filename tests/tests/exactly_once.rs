@@ -703,6 +703,7 @@ async fn classic_mode_resumes_from_its_checkpoints_after_a_restart() {
         },
     )
     .await;
+    second.shutdown().await;
     let read = read_committed_sources(
         &broker,
         "out.src",
@@ -711,7 +712,6 @@ async fn classic_mode_resumes_from_its_checkpoints_after_a_restart() {
         Duration::from_secs(30),
     )
     .await;
-    second.shutdown().await;
     assert_exactly_once(&read, &sources_of(&produced));
     assert_eq!(
         count_written(&broker, "out.src", 3),
