@@ -755,6 +755,18 @@ mod tests {
     }
 
     #[test]
+    fn skipping_ahead_moves_the_delivered_mark_forward_only() {
+        let mut t = OffsetTracker::default();
+        assert_eq!(t.next("a", 0), 0);
+        t.skipped_to("a", 0, 100);
+        assert_eq!(t.next("a", 0), 100);
+        assert_eq!(t.to_commit(), vec![(("a".to_owned(), 0), 100)]);
+        t.delivered("a", 1, 40);
+        t.skipped_to("a", 1, 20);
+        assert_eq!(t.next("a", 1), 41, "never back");
+    }
+
+    #[test]
     fn forgotten_partitions_return_what_was_left_to_commit() {
         let mut t = OffsetTracker::default();
         t.delivered("a", 0, 0);
