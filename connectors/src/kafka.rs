@@ -14,7 +14,8 @@
 //!   confirmed every record, so an accepted source record is in the target (a crash between
 //!   the write and the acknowledgement writes it again).
 //! - `exactly_once`: transactions ([`spillway_eos::writer`]); in share mode with the ledger on
-//!   `delivery.ledger.topic`, in classic mode with the consumer's offsets in the transaction.
+//!   `delivery.ledger.topic`, in classic mode with the consumer's offsets in the transaction and
+//!   a checkpoint per source partition on that topic (where a reassigned partition resumes).
 //!   docs/exactly-once.md has the details.
 //!
 //! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
@@ -114,8 +115,9 @@ fn config_def() -> ConfigDef {
                 LEDGER_TOPIC,
                 ConfigType::String,
                 Importance::Medium,
-                "exactly_once in share mode: the compacted topic on the target cluster that \
-                 records which source records have committed output; it must exist. Default \
+                "exactly_once: the compacted topic on the target cluster that records which \
+                 source records have committed output (share mode: per record; classic mode: \
+                 a checkpoint per source partition); it must exist. Default \
                  __spillway_eos_ledger.<connector name>.",
             )
             .null_default()
