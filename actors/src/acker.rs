@@ -54,6 +54,7 @@ fn settle(verdicts: Verdicts) -> Settled {
             .collect(),
         fail_task: verdicts.fail_task,
         trace: verdicts.trace,
+        start_offsets: verdicts.start_offsets,
     }
 }
 

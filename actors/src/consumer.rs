@@ -7,14 +7,14 @@
 //! while that budget is full no new poll starts. On [`Drain`] it stops polling, waits for the
 //! batches in flight, commits, leaves the group and passes [`Finish`] down the pipeline.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
-use spillway_core::{Ack, Disposition, RecordCoordinates};
+use spillway_core::{Ack, Disposition, RecordCoordinates, TopicPartition};
 use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
@@ -263,6 +263,10 @@ impl ConsumerActor {
             .flat_map(|b| b.acks.iter().cloned())
             .collect();
         let failure = batches.iter().find_map(|b| b.fail_task.clone());
+        let start_offsets: BTreeMap<TopicPartition, i64> = batches
+            .iter()
+            .flat_map(|b| b.start_offsets.iter().map(|(tp, o)| (tp.clone(), *o)))
+            .collect();
         let credits = batches.len();
         let counters = Arc::clone(&self.counters);
         self.busy = true;
@@ -282,7 +286,10 @@ impl ConsumerActor {
         };
         let fut = async move {
             let started = Instant::now();
-            let result = match source.settle(&acks) {
+            let result = match source
+                .start_from(&start_offsets)
+                .and_then(|()| source.settle(&acks))
+            {
                 Ok(()) => source.commit(timeout).await,
                 Err(e) => Err(e),
             };

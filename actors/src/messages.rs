@@ -7,9 +7,11 @@
 use std::sync::Arc;
 
 use actix::Message;
+use std::collections::BTreeMap;
+
 use spillway_core::{
     Ack, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
-    RecordCoordinates,
+    RecordCoordinates, TopicPartition,
 };
 
 use crate::source::AssignmentChange;
@@ -68,6 +70,9 @@ pub struct Verdicts {
     /// batch's verdicts are committed.
     pub fail_task: Option<String>,
     pub trace: BatchTrace,
+    /// Classic mode: where the task asked partitions it opened to start
+    /// (`SinkTask::start_offsets`).
+    pub start_offsets: BTreeMap<TopicPartition, i64>,
 }
 
 /// A batch done: its verdicts, to acknowledge and commit, and one credit back.
@@ -78,6 +83,7 @@ pub struct Settled {
     pub acks: Vec<Ack>,
     pub fail_task: Option<String>,
     pub trace: BatchTrace,
+    pub start_offsets: BTreeMap<TopicPartition, i64>,
 }
 
 /// Stop polling, finish the batches in flight, commit, leave the group, stop the task.

@@ -199,12 +199,15 @@ async fn run_batch(
     batch: SinkBatch,
     ctx: &SinkContext,
 ) -> Result<(Verdicts, Vec<AssignmentChange>), String> {
+    let mut start_offsets = BTreeMap::new();
     for change in &batch.changes {
         match change {
-            AssignmentChange::Opened(a) => task
-                .open(a)
-                .await
-                .map_err(|e| format!("the sink task failed to open {a:?}: {e}"))?,
+            AssignmentChange::Opened(a) => {
+                task.open(a)
+                    .await
+                    .map_err(|e| format!("the sink task failed to open {a:?}: {e}"))?;
+                start_offsets.extend(task.start_offsets());
+            }
             AssignmentChange::Closed(a) => task
                 .close(a)
                 .await
@@ -313,6 +316,7 @@ async fn run_batch(
             verdicts,
             fail_task,
             trace: batch.trace,
+            start_offsets,
         },
         batch.changes,
     ))

@@ -20,7 +20,7 @@ use spillway_core::{
 };
 use spillway_kafka::classic::{ClassicRecord, ClassicSource, RebalanceEvent};
 use spillway_kafka::share::{AckError, AcknowledgeType, ShareConsumer, ShareRecord};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::error::RuntimeError;
 
@@ -70,6 +70,12 @@ pub trait RecordSource {
     async fn close(self: Box<Self>) -> Result<(), RuntimeError>;
     /// The assignment to close when the task stops.
     fn assignment(&self) -> Assignment;
+    /// Classic mode: the sink task has every record of these partitions before the offset
+    /// (`SinkTask::start_offsets`); records below it are not delivered from now on.
+    fn start_from(&mut self, starts: &BTreeMap<TopicPartition, i64>) -> Result<(), RuntimeError> {
+        let _ = starts;
+        Ok(())
+    }
     /// How many partitions the task reads now, when the source knows.
     fn partition_count(&self) -> Option<usize> {
         None
@@ -283,6 +289,9 @@ pub struct ConsumerGroupSource {
     owned: Vec<TopicPartition>,
     /// Hand the group metadata to the sink with every batch (it commits the offsets).
     share_group_metadata: bool,
+    /// Per owned partition, the offset the sink task needs records from (`start_from`), moved
+    /// on past every record delivered.
+    starts: BTreeMap<TopicPartition, i64>,
 }
 
 impl ConsumerGroupSource {
@@ -295,6 +304,7 @@ impl ConsumerGroupSource {
             source,
             owned: Vec::new(),
             share_group_metadata: false,
+            starts: BTreeMap::new(),
         })
     }
 
@@ -304,6 +314,17 @@ impl ConsumerGroupSource {
     pub fn with_group_metadata(mut self) -> Self {
         self.share_group_metadata = true;
         self
+    }
+
+    /// Seeks `tp` forward to `start`; a failed seek only costs reading records `poll` drops.
+    fn skip_to(&self, tp: &TopicPartition, start: i64) {
+        match self.source.skip_to(&tp.topic, tp.partition, start) {
+            Ok(true) => debug!(partition = %tp, start, "moved to the sink task's start offset"),
+            Ok(false) => {}
+            Err(e) => {
+                warn!(partition = %tp, start, error = %e, "could not move to the sink task's start offset; records before it are read and dropped")
+            }
+        }
     }
 }
 
@@ -356,6 +377,7 @@ impl RecordSource for ConsumerGroupSource {
                 RebalanceEvent::Revoked(list) => {
                     let list = partitions(list);
                     self.owned.retain(|tp| !list.contains(tp));
+                    self.starts.retain(|tp, _| !list.contains(tp));
                     changes.push(AssignmentChange::Closed(Assignment::Partitions(list)));
                 }
             }
@@ -365,12 +387,55 @@ impl RecordSource for ConsumerGroupSource {
         } else {
             None
         };
+        let mut records = polled.records;
+        if !self.starts.is_empty() {
+            // Read before the consumer moved to the task's start: the sink has them.
+            let mut behind: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+            records.retain(|r| {
+                let tp = TopicPartition::new(r.topic.clone(), r.partition);
+                match self.starts.get(&tp) {
+                    Some(start) if r.offset < *start => {
+                        self.source.mark_done(&r.topic, r.partition, r.offset);
+                        behind.insert(tp, *start);
+                        false
+                    }
+                    _ => true,
+                }
+            });
+            for (tp, start) in behind {
+                self.skip_to(&tp, start);
+            }
+            // A seek can race with records fetched before it, which would then come twice:
+            // past a start, a partition is never delivered below what it delivered already
+            // (until a RELEASE rewinds it, in `settle`).
+            for r in &records {
+                let tp = TopicPartition::new(r.topic.clone(), r.partition);
+                if let Some(start) = self.starts.get_mut(&tp) {
+                    *start = (*start).max(r.offset + 1);
+                }
+            }
+        }
         Ok(Polled {
             changes,
-            records: polled.records.into_iter().map(raw_from_classic).collect(),
+            records: records.into_iter().map(raw_from_classic).collect(),
             lock_deadlines: Vec::new(),
             group,
         })
+    }
+
+    fn start_from(&mut self, starts: &BTreeMap<TopicPartition, i64>) -> Result<(), RuntimeError> {
+        for (tp, start) in starts {
+            // A partition revoked meanwhile starts wherever its new owner's task says.
+            if !self.owned.contains(tp) {
+                continue;
+            }
+            let delivered = self.source.delivered_up_to(&tp.topic, tp.partition);
+            let known = self.starts.entry(tp.clone()).or_insert(delivered);
+            *known = (*known).max(*start);
+            let start = *known;
+            self.skip_to(tp, start);
+        }
+        Ok(())
     }
 
     fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
@@ -395,6 +460,10 @@ impl RecordSource for ConsumerGroupSource {
                 .contains(&TopicPartition::new(topic.clone(), partition))
             {
                 continue;
+            }
+            let tp = TopicPartition::new(topic.clone(), partition);
+            if let Some(start) = self.starts.get_mut(&tp) {
+                *start = (*start).min(offset);
             }
             self.source
                 .seek_back(&topic, partition, offset)

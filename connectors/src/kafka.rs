@@ -14,7 +14,8 @@
 //!   confirmed every record, so an accepted source record is in the target (a crash between
 //!   the write and the acknowledgement writes it again).
 //! - `exactly_once`: transactions ([`spillway_eos::writer`]); in share mode with the ledger on
-//!   `delivery.ledger.topic`, in classic mode with the consumer's offsets in the transaction.
+//!   `delivery.ledger.topic`, in classic mode with the consumer's offsets in the transaction and
+//!   a checkpoint per source partition on that topic (where a reassigned partition resumes).
 //!   docs/exactly-once.md has the details.
 //!
 //! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
@@ -114,8 +115,9 @@ fn config_def() -> ConfigDef {
                 LEDGER_TOPIC,
                 ConfigType::String,
                 Importance::Medium,
-                "exactly_once in share mode: the compacted topic on the target cluster that \
-                 records which source records have committed output; it must exist. Default \
+                "exactly_once: the compacted topic on the target cluster that records which \
+                 source records have committed output (share mode: per record; classic mode: \
+                 a checkpoint per source partition); it must exist. Default \
                  __spillway_eos_ledger.<connector name>.",
             )
             .null_default()
@@ -288,6 +290,12 @@ enum Producer {
     ExactlyOnce {
         writer: Box<ExactlyOnceWriter>,
         ledger: LedgerSettings,
+        /// Names the connector in classic-mode checkpoint keys: `[<tenant>/]<name>`.
+        connector: String,
+        /// How long opening partitions waits for a checkpoint in an open transaction.
+        step_timeout: Duration,
+        /// Classic mode: start offsets read by the last `open`, for the runtime.
+        start_offsets: BTreeMap<TopicPartition, i64>,
     },
 }
 
@@ -317,13 +325,13 @@ impl SinkTask for KafkaSinkTask {
         let overrides = strip_prefix(config, PRODUCER_OVERRIDE_PREFIX);
         let producer = if exactly_once(config) {
             let id = transactional_id(config);
+            let step_timeout =
+                Duration::from_millis(parsed.long(TRANSACTION_TIMEOUT_MS).map_err(fatal)? as u64);
             let settings = WriterSettings {
                 bootstrap: bootstrap.clone(),
                 transactional_id: id.clone(),
                 producer_overrides: overrides.into_iter().collect(),
-                step_timeout: Duration::from_millis(
-                    parsed.long(TRANSACTION_TIMEOUT_MS).map_err(fatal)? as u64,
-                ),
+                step_timeout,
             };
             let name = config
                 .get("name")
@@ -347,6 +355,12 @@ impl SinkTask for KafkaSinkTask {
             Producer::ExactlyOnce {
                 writer: Box::new(ExactlyOnceWriter::start(&settings).await?),
                 ledger,
+                connector: match config.get("tenant").filter(|t| !t.is_empty()) {
+                    Some(tenant) => format!("{tenant}/{name}"),
+                    None => name.to_owned(),
+                },
+                step_timeout,
+                start_offsets: BTreeMap::new(),
             }
         } else {
             Producer::AtLeastOnce(
@@ -373,7 +387,14 @@ impl SinkTask for KafkaSinkTask {
 
     async fn open(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
         let Some(Running {
-            producer: Producer::ExactlyOnce { writer, ledger },
+            producer:
+                Producer::ExactlyOnce {
+                    writer,
+                    ledger,
+                    connector,
+                    step_timeout,
+                    start_offsets,
+                },
             ..
         }) = &mut self.state
         else {
@@ -381,11 +402,40 @@ impl SinkTask for KafkaSinkTask {
         };
         match assignment {
             Assignment::SharedTopics(_) => writer.open_share(ledger.clone()).await,
-            Assignment::Partitions(_) => {
-                writer.open_classic();
+            Assignment::Partitions(partitions) => {
+                let starts = writer
+                    .open_classic(ledger, connector, partitions, *step_timeout)
+                    .await?;
+                start_offsets.extend(starts);
                 Ok(())
             }
         }
+    }
+
+    /// Classic mode, exactly-once: the checkpoints `open` found. Records before them have
+    /// committed output; `put` skips those that still arrive.
+    fn start_offsets(&mut self) -> BTreeMap<TopicPartition, i64> {
+        match &mut self.state {
+            Some(Running {
+                producer: Producer::ExactlyOnce { start_offsets, .. },
+                ..
+            }) => std::mem::take(start_offsets),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    async fn close(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
+        if let (
+            Some(Running {
+                producer: Producer::ExactlyOnce { writer, .. },
+                ..
+            }),
+            Assignment::Partitions(partitions),
+        ) = (&mut self.state, assignment)
+        {
+            writer.close_classic(partitions);
+        }
+        Ok(())
     }
 
     fn consumer_group(&mut self, group: &ConsumerGroupMetadata) {

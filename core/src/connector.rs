@@ -121,6 +121,16 @@ pub trait SinkTask: Send {
         Ok(())
     }
 
+    /// Classic mode, asked after each `open`: per newly assigned partition, the offset the task
+    /// needs records from, where it knows one (an exactly-once sink's checkpoint, which may be
+    /// ahead of the group's committed offset when the broker did not keep it). The runtime
+    /// moves its consumer forward to it; it never moves back, and records already read may
+    /// still arrive, so the task must still recognise them. Connect's
+    /// `SinkTaskContext.offset`, forward only.
+    fn start_offsets(&mut self) -> BTreeMap<TopicPartition, i64> {
+        BTreeMap::new()
+    }
+
     /// Writes a batch, reporting one outcome per record in order (or an error for the whole
     /// batch). Records are acknowledged only after this returns.
     async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError>;

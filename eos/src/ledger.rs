@@ -36,6 +36,32 @@ pub fn parse_ledger_key(key: &[u8]) -> Option<RecordCoordinates> {
     (!topic.is_empty()).then(|| RecordCoordinates::new(topic, partition, offset))
 }
 
+/// Classic mode: the ledger key of a source partition's checkpoint,
+/// `checkpoint:<connector>/<topic>/<partition>`. One key per partition, so compaction keeps
+/// only the latest; the `checkpoint:` prefix (`:` is not allowed in topic names) keeps it apart
+/// from share-mode entry keys.
+pub fn checkpoint_key(connector: &str, topic: &str, partition: i32) -> Bytes {
+    Bytes::from(format!("checkpoint:{connector}/{topic}/{partition}"))
+}
+
+/// A checkpoint's value: the source partition's next offset, as decimal text.
+pub fn checkpoint_value(next_offset: i64) -> Bytes {
+    Bytes::from(next_offset.to_string())
+}
+
+/// The next offset a checkpoint value names; `None` for a value this module did not write.
+pub fn parse_checkpoint_value(value: &[u8]) -> Option<i64> {
+    std::str::from_utf8(value)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|o: &i64| *o >= 0)
+}
+
+/// The record header naming the transactional id that wrote a checkpoint (its value is the
+/// offset), so a successor can find the transactions its predecessor left open.
+pub const WRITER_HEADER: &str = "spillway.writer";
+
 /// The ledger partition holding the entries of `source_partition`'s records: entries are
 /// partitioned by source partition, so a lookup reads one ledger partition.
 pub fn ledger_partition(source_partition: i32, ledger_partitions: i32) -> i32 {
@@ -54,7 +80,10 @@ pub struct LogRecord {
     pub key: Option<Bytes>,
     /// `false` for a tombstone.
     pub present: bool,
-    /// A standing entry's value: the transactional id that wrote it.
+    /// The record's value (`None` for a tombstone).
+    pub value: Option<Bytes>,
+    /// The transactional id that wrote it: a share entry's value, a checkpoint's
+    /// [`WRITER_HEADER`].
     pub writer: Option<Bytes>,
 }
 
@@ -80,7 +109,8 @@ impl Marker {
 /// A change the replay applies to the set of standing entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    Put(Bytes),
+    /// The key stands with this value.
+    Put(Bytes, Bytes),
     Remove(Bytes),
 }
 
@@ -89,7 +119,7 @@ pub enum Change {
 #[derive(Debug, Default)]
 pub struct PartitionReplay {
     pub next_offset: i64,
-    pending: HashMap<i64, Vec<(Bytes, bool)>>,
+    pending: HashMap<i64, Vec<(Bytes, Option<Bytes>)>>,
     /// Per open transaction: the producer's epoch and the writer an entry of it names.
     pending_owner: HashMap<i64, (i16, Option<Bytes>)>,
     /// Keys in some open transaction, to tell a lookup to wait for its outcome.
@@ -133,8 +163,13 @@ impl PartitionReplay {
         let Some(key) = record.key else {
             return Vec::new();
         };
+        let value = if record.present {
+            Some(record.value.unwrap_or_default())
+        } else {
+            None
+        };
         if !record.transactional {
-            return vec![change((key, record.present))];
+            return vec![change((key, value))];
         }
         let owner = self
             .pending_owner
@@ -147,7 +182,7 @@ impl PartitionReplay {
         self.pending
             .entry(record.producer_id)
             .or_default()
-            .push((key, record.present));
+            .push((key, value));
         Vec::new()
     }
 
@@ -174,11 +209,10 @@ impl PartitionReplay {
     }
 }
 
-fn change((key, present): (Bytes, bool)) -> Change {
-    if present {
-        Change::Put(key)
-    } else {
-        Change::Remove(key)
+fn change((key, value): (Bytes, Option<Bytes>)) -> Change {
+    match value {
+        Some(value) => Change::Put(key, value),
+        None => Change::Remove(key),
     }
 }
 
@@ -200,6 +234,7 @@ mod tests {
             control: None,
             key: Some(Bytes::from(key.to_owned())),
             present,
+            value: present.then(|| Bytes::from_static(b"spillway-m-0")),
             writer: present.then(|| Bytes::from_static(b"spillway-m-0")),
         }
     }
@@ -213,12 +248,44 @@ mod tests {
             control: Some(m),
             key: None,
             present: false,
+            value: None,
             writer: None,
         }
     }
 
     fn key(s: &str) -> Bytes {
         Bytes::from(s.to_owned())
+    }
+
+    fn writer() -> Bytes {
+        Bytes::from_static(b"spillway-m-0")
+    }
+
+    #[test]
+    fn checkpoints_have_one_key_per_partition_and_parse_back() {
+        let k = checkpoint_key("acme/mirror", "orders", 3);
+        assert_eq!(&k[..], b"checkpoint:acme/mirror/orders/3");
+        assert_ne!(k, checkpoint_key("acme/mirror", "orders", 4));
+        assert_eq!(parse_checkpoint_value(&checkpoint_value(1234)), Some(1234));
+        assert_eq!(parse_checkpoint_value(b"-1"), None);
+        assert_eq!(parse_checkpoint_value(b"spillway-m-0"), None);
+    }
+
+    #[test]
+    fn the_latest_committed_checkpoint_value_is_what_a_replay_settles() {
+        let mut replay = PartitionReplay::default();
+        let checkpoint = |offset: i64, pid: i64, next: i64| LogRecord {
+            value: Some(checkpoint_value(next)),
+            ..data(offset, pid, "checkpoint:m/t/0", true)
+        };
+        replay.apply(checkpoint(0, 1, 500));
+        assert_eq!(
+            replay.apply(marker(1, 1, Marker::Commit)),
+            vec![Change::Put(key("checkpoint:m/t/0"), checkpoint_value(500))]
+        );
+        replay.apply(checkpoint(2, 2, 900));
+        assert!(replay.apply(marker(3, 2, Marker::Abort)).is_empty());
+        assert!(!replay.is_pending(b"checkpoint:m/t/0"));
     }
 
     #[test]
@@ -265,7 +332,7 @@ mod tests {
         );
         assert_eq!(
             replay.apply(marker(1, 1, Marker::Commit)),
-            vec![Change::Put(key("t/0/5"))]
+            vec![Change::Put(key("t/0/5"), writer())]
         );
         assert!(!replay.is_pending(b"t/0/5"));
         assert_eq!(replay.next_offset, 2);
@@ -290,12 +357,15 @@ mod tests {
         replay.apply(data(2, 1, "t/0/0", false));
         assert_eq!(
             replay.apply(marker(3, 2, Marker::Commit)),
-            vec![Change::Put(key("t/1/1"))]
+            vec![Change::Put(key("t/1/1"), writer())]
         );
         assert!(replay.is_pending(b"t/0/1"), "producer 1 is still open");
         assert_eq!(
             replay.apply(marker(4, 1, Marker::Commit)),
-            vec![Change::Put(key("t/0/1")), Change::Remove(key("t/0/0"))]
+            vec![
+                Change::Put(key("t/0/1"), writer()),
+                Change::Remove(key("t/0/0"))
+            ]
         );
     }
 
@@ -308,6 +378,9 @@ mod tests {
             transactional: false,
             ..data(10, -1, "t/0/10", true)
         };
-        assert_eq!(replay.apply(plain), vec![Change::Put(key("t/0/10"))]);
+        assert_eq!(
+            replay.apply(plain),
+            vec![Change::Put(key("t/0/10"), writer())]
+        );
     }
 }

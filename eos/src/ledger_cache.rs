@@ -73,7 +73,7 @@ impl LedgerCache {
         let mut batch = sled::Batch::default();
         for change in changes {
             match change {
-                Change::Put(key) => batch.insert(key.as_ref(), &[] as &[u8]),
+                Change::Put(key, value) => batch.insert(key.as_ref(), value.as_ref()),
                 Change::Remove(key) => batch.remove(key.as_ref()),
             }
         }
@@ -83,6 +83,14 @@ impl LedgerCache {
     pub fn contains(&self, key: &Bytes) -> Result<bool, CacheError> {
         self.entries
             .contains_key(key.as_ref())
+            .map_err(|e| self.fail(e))
+    }
+
+    /// The value a standing key has.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>, CacheError> {
+        self.entries
+            .get(key)
+            .map(|v| v.map(|v| Bytes::copy_from_slice(&v)))
             .map_err(|e| self.fail(e))
     }
 
@@ -131,13 +139,18 @@ mod tests {
         let a = Bytes::from_static(b"t/0/1");
         let b = Bytes::from_static(b"t/0/2");
         cache
-            .apply(vec![Change::Put(a.clone()), Change::Put(b.clone())])
+            .apply(vec![
+                Change::Put(a.clone(), Bytes::new()),
+                Change::Put(b.clone(), Bytes::from_static(b"42")),
+            ])
             .expect("applied");
         cache
             .apply(vec![Change::Remove(a.clone())])
             .expect("applied");
         assert!(!cache.contains(&a).expect("read"));
         assert!(cache.contains(&b).expect("read"));
+        assert_eq!(cache.get(&b).expect("read").as_deref(), Some(&b"42"[..]));
+        assert_eq!(cache.get(&a).expect("read"), None);
         drop(cache);
         drop(overlapping);
         assert_eq!(

@@ -21,7 +21,10 @@ use spillway_core::RecordCoordinates;
 use spillway_kafka::cluster::Cluster;
 use spillway_kafka::error_name;
 
-use crate::ledger::{ledger_key, ledger_partition, LogRecord, Marker, PartitionReplay};
+use crate::ledger::{
+    checkpoint_key, ledger_key, ledger_partition, parse_checkpoint_value, LogRecord, Marker,
+    PartitionReplay, WRITER_HEADER,
+};
 use crate::ledger_cache::{CacheError, LedgerCache};
 
 /// Fetch v4–v12 name topics (v13+ use topic ids).
@@ -237,6 +240,49 @@ impl LedgerReader {
         records
             .iter()
             .map(|r| Ok(self.cache.contains(&ledger_key(r))?))
+            .collect()
+    }
+
+    /// Classic mode: the latest committed checkpoint (next offset) of each of `partitions`
+    /// (topic, partition) of `connector`, `None` where none was written. Like
+    /// [`contains`](Self::contains), each ledger partition involved is read to its end, and a
+    /// checkpoint in a transaction still open is waited for until `wait_until`.
+    pub async fn checkpoints(
+        &mut self,
+        connector: &str,
+        partitions: &[(String, i32)],
+        wait_until: Instant,
+    ) -> Result<Vec<Option<i64>>, LedgerError> {
+        let mut by_partition: BTreeMap<i32, Vec<Bytes>> = BTreeMap::new();
+        let keys: Vec<Bytes> = partitions
+            .iter()
+            .map(|(topic, partition)| {
+                let key = checkpoint_key(connector, topic, *partition);
+                by_partition
+                    .entry(ledger_partition(*partition, self.partitions))
+                    .or_default()
+                    .push(key.clone());
+                key
+            })
+            .collect();
+        for (partition, keys) in &by_partition {
+            self.catch_up(*partition, keys, Some(wait_until)).await?;
+        }
+        keys.iter()
+            .zip(partitions)
+            .map(|(key, (topic, partition))| {
+                let Some(value) = self.cache.get(key)? else {
+                    return Ok(None);
+                };
+                parse_checkpoint_value(&value).map(Some).ok_or_else(|| LedgerError::Read {
+                    topic: self.topic.clone(),
+                    partition: ledger_partition(*partition, self.partitions),
+                    reason: format!(
+                        "the checkpoint of {topic}-{partition} holds {:?}, not an offset; was the ledger topic written by something else?",
+                        String::from_utf8_lossy(&value)
+                    ),
+                })
+            })
             .collect()
     }
 
@@ -458,7 +504,13 @@ fn decode_log(mut bytes: Bytes) -> Result<(Vec<LogRecord>, Option<i64>), String>
                     control: None,
                     present: r.value.is_some(),
                     key: r.key,
-                    writer: r.value,
+                    writer: r
+                        .headers
+                        .iter()
+                        .find(|(name, _)| &***name == WRITER_HEADER)
+                        .and_then(|(_, value)| value.clone())
+                        .or_else(|| r.value.clone()),
+                    value: r.value,
                 });
             }
         }
@@ -505,6 +557,7 @@ fn decode_marker(batch: &[u8]) -> Option<LogRecord> {
         control: Some(marker),
         key: None,
         present: false,
+        value: None,
         writer: None,
     })
 }

@@ -11,9 +11,12 @@
 //!   out (less `lock_margin`) is aborted and its records released.
 //! - **classic mode:** the output records and the consumer group's offsets
 //!   (`send_offsets_to_transaction`, fenced by the group's generation) in one transaction; the
-//!   runtime commits no offsets of its own.
+//!   runtime commits no offsets of its own. Each transaction also writes, per source partition,
+//!   a checkpoint (key `checkpoint:<connector>/<topic>/<partition>`, value the next offset) to
+//!   the ledger topic, so a task assigned the partition later starts after it even where the
+//!   broker did not keep the transaction's offsets (the dev broker).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +26,9 @@ use spillway_core::{RecordCoordinates, SinkError, TopicPartition};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{OutRecord, TransactionalProducer, TxnError, Written};
 
-use crate::ledger::ledger_key;
+use crate::ledger::{
+    checkpoint_key, checkpoint_value, ledger_key, ledger_partition, WRITER_HEADER,
+};
 use crate::ledger_reader::{LedgerError, LedgerReader};
 
 /// Where the share mode's ledger lives.
@@ -55,7 +60,18 @@ enum Mode {
     /// Not opened yet.
     Unknown,
     Share(Box<LedgerReader>, LedgerSettings),
-    Classic(Option<Arc<GroupMetadata>>),
+    Classic(Box<Classic>),
+}
+
+/// Classic mode's state: the member that read the batch, and the checkpoints.
+struct Classic {
+    group: Option<Arc<GroupMetadata>>,
+    ledger: LedgerReader,
+    /// Names the connector in checkpoint keys.
+    connector: String,
+    /// Per assigned source partition, the checkpoint read when it was opened: its records
+    /// below it have committed output already.
+    starts: HashMap<TopicPartition, i64>,
 }
 
 pub struct ExactlyOnceWriter {
@@ -88,6 +104,8 @@ pub struct WriterStats {
     /// Transactions aborted by the acquisition-lock guard.
     pub lock_guard_aborts: u64,
     pub tombstones_committed: u64,
+    /// Classic mode: records read again below their partition's checkpoint, not written.
+    pub checkpoint_skips: u64,
 }
 
 /// How long opening waits for a predecessor's open transactions to show their abort markers.
@@ -168,16 +186,80 @@ impl ExactlyOnceWriter {
         Ok(())
     }
 
-    /// Classic mode: offsets go into the transactions.
-    pub fn open_classic(&mut self) {
+    /// Classic mode: `partitions` were assigned. Opens the ledger on the first call (aborting
+    /// what a predecessor left open), then reads each partition's latest committed checkpoint,
+    /// waiting up to the step timeout for a transaction still open on it. Returns the start
+    /// offset of each partition that has a checkpoint: its records before it have committed
+    /// output, and [`already_written`](Self::already_written) reports them so.
+    pub async fn open_classic(
+        &mut self,
+        ledger: &LedgerSettings,
+        connector: &str,
+        partitions: &[TopicPartition],
+        wait: Duration,
+    ) -> Result<BTreeMap<TopicPartition, i64>, SinkError> {
         if !matches!(self.mode, Mode::Classic(_)) {
-            self.mode = Mode::Classic(None);
+            let mut reader = LedgerReader::open(
+                self.producer.bootstrap(),
+                &ledger.topic,
+                &ledger.cache_dir,
+                &format!("{}-ledger", self.producer.transactional_id()),
+            )
+            .await
+            .map_err(ledger_error)?;
+            reader
+                .abort_predecessors(self.producer.transactional_id(), PREDECESSOR_WAIT)
+                .await
+                .map_err(ledger_error)?;
+            self.mode = Mode::Classic(Box::new(Classic {
+                group: None,
+                ledger: reader,
+                connector: connector.to_owned(),
+                starts: HashMap::new(),
+            }));
+        }
+        let Mode::Classic(classic) = &mut self.mode else {
+            return Ok(BTreeMap::new());
+        };
+        let list: Vec<(String, i32)> = partitions
+            .iter()
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        let found = classic
+            .ledger
+            .checkpoints(&classic.connector, &list, Instant::now() + wait)
+            .await
+            .map_err(ledger_error)?;
+        let mut starts = BTreeMap::new();
+        for (tp, checkpoint) in partitions.iter().zip(found) {
+            match checkpoint {
+                Some(next) => {
+                    classic.starts.insert(tp.clone(), next);
+                    starts.insert(tp.clone(), next);
+                }
+                None => {
+                    classic.starts.remove(tp);
+                }
+            }
+        }
+        Ok(starts)
+    }
+
+    /// Classic mode: `partitions` were taken away; their checkpoints are read again if they
+    /// come back.
+    pub fn close_classic(&mut self, partitions: &[TopicPartition]) {
+        if let Mode::Classic(classic) = &mut self.mode {
+            for tp in partitions {
+                classic.starts.remove(tp);
+            }
         }
     }
 
     /// Classic mode: the member that read the next batch.
     pub fn set_group(&mut self, group: Arc<GroupMetadata>) {
-        self.mode = Mode::Classic(Some(group));
+        if let Mode::Classic(classic) = &mut self.mode {
+            classic.group = Some(group);
+        }
     }
 
     /// Share mode: which of `records` (coordinates, delivery count, lock deadline) already have
@@ -188,8 +270,21 @@ impl ExactlyOnceWriter {
         records: &[(RecordCoordinates, Option<u16>, Option<Instant>)],
     ) -> Result<Vec<bool>, SinkError> {
         let mut found = vec![false; records.len()];
-        let Mode::Share(reader, settings) = &mut self.mode else {
-            return Ok(found);
+        let (reader, settings) = match &mut self.mode {
+            Mode::Share(reader, settings) => (reader, settings),
+            Mode::Classic(classic) => {
+                // Below its partition's checkpoint a record has committed output (read again
+                // after a restart or a rebalance, from offsets the broker did not keep).
+                for (i, (record, _, _)) in records.iter().enumerate() {
+                    let tp = TopicPartition::new(record.topic.clone(), record.partition);
+                    if classic.starts.get(&tp).is_some_and(|s| record.offset < *s) {
+                        found[i] = true;
+                        self.stats.checkpoint_skips += 1;
+                    }
+                }
+                return Ok(found);
+            }
+            Mode::Unknown => return Ok(found),
         };
         let redelivered: Vec<usize> = (0..records.len())
             .filter(|i| records[*i].1.is_some_and(|count| count > 1))
@@ -249,6 +344,26 @@ impl ExactlyOnceWriter {
         // transaction that wrote output then always shows in the ledger too, where a successor
         // finds it (see `LedgerReader::abort_predecessors`).
         let mut batch: Vec<OutRecord> = Vec::new();
+        if let Mode::Classic(classic) = &self.mode {
+            // Per source partition, the offset after the last record of this write: committed
+            // with the output, it is where a later owner of the partition starts.
+            let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+            for (source, _) in sources {
+                let n = next.entry((&source.topic, source.partition)).or_insert(0);
+                *n = (*n).max(source.offset + 1);
+            }
+            let writer = Bytes::from(self.producer.transactional_id().to_owned());
+            for ((topic, partition), offset) in next {
+                batch.push(OutRecord {
+                    topic: classic.ledger.topic().to_owned(),
+                    partition: Some(ledger_partition(partition, classic.ledger.partitions())),
+                    key: Some(checkpoint_key(&classic.connector, topic, partition)),
+                    value: Some(checkpoint_value(offset)),
+                    headers: vec![(WRITER_HEADER.to_owned(), Some(writer.clone()))],
+                    ..OutRecord::default()
+                });
+            }
+        }
         if let Mode::Share(reader, _) = &self.mode {
             let value = entry_value(self.producer.transactional_id());
             for (source, deadline) in sources {
@@ -320,7 +435,8 @@ impl ExactlyOnceWriter {
                 )));
             }
         }
-        if let Mode::Classic(group) = &self.mode {
+        if let Mode::Classic(classic) = &self.mode {
+            let group = &classic.group;
             let offsets: Vec<((String, i32), i64)> = offsets
                 .iter()
                 .map(|(tp, o)| ((tp.topic.clone(), tp.partition), *o))

@@ -211,6 +211,23 @@ impl OffsetTracker {
         }
     }
 
+    /// One past the highest offset delivered of the partition (0 when none was).
+    pub fn next(&self, topic: &str, partition: i32) -> i64 {
+        self.partitions
+            .get(&(topic.to_owned(), partition))
+            .map_or(0, |p| p.next)
+    }
+
+    /// Everything before `offset` needs no processing (the sink has it): the partition goes on
+    /// from there.
+    pub fn skipped_to(&mut self, topic: &str, partition: i32, offset: i64) {
+        let p = self
+            .partitions
+            .entry((topic.to_owned(), partition))
+            .or_default();
+        p.next = p.next.max(offset);
+    }
+
     /// Offsets worth committing now: partitions whose watermark moved since the last commit.
     pub fn to_commit(&self) -> Vec<((String, i32), i64)> {
         self.partitions
@@ -470,6 +487,37 @@ impl ClassicSource {
             })
     }
 
+    /// Moves `topic-partition` forward to `offset` (the sink has every record before it), unless
+    /// a record at or after it was delivered already; never moves back. Returns whether it
+    /// sought. librdkafka may still hand out records fetched before the seek, and a seek
+    /// before the partition's first fetch can be overtaken by its committed offset, so callers
+    /// still drop records below `offset` and seek again when they see one.
+    pub fn skip_to(&self, topic: &str, partition: i32, offset: i64) -> Result<bool, ClassicError> {
+        let mut tracker = lock(&self.tracker);
+        if tracker.next(topic, partition) >= offset {
+            return Ok(false);
+        }
+        let mut tpl = TopicPartitionList::new();
+        // Only fails for an invalid offset value; a log offset is valid.
+        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
+        self.consumer
+            .seek_partitions(tpl, Duration::from_secs(5))
+            .map_err(|e| ClassicError::Seek {
+                group: self.config.group_id.clone(),
+                topic: topic.to_owned(),
+                partition,
+                offset,
+                reason: e.to_string(),
+            })?;
+        tracker.skipped_to(topic, partition, offset);
+        Ok(true)
+    }
+
+    /// One past the highest offset of `topic-partition` delivered (0 when none was).
+    pub fn delivered_up_to(&self, topic: &str, partition: i32) -> i64 {
+        lock(&self.tracker).next(topic, partition)
+    }
+
     /// Commits every partition's processed watermark that moved; returns what was committed.
     /// Nothing when `commit_offsets` is off: the sink commits them in its transactions.
     pub async fn commit(&self) -> Result<Vec<((String, i32), i64)>, ClassicError> {
@@ -704,6 +752,18 @@ mod tests {
         // A late verdict for a rewound record does not move the watermark past 12.
         t.done("t", 1, 13);
         assert_eq!(t.to_commit(), vec![(("t".to_owned(), 1), 12)]);
+    }
+
+    #[test]
+    fn skipping_ahead_moves_the_delivered_mark_forward_only() {
+        let mut t = OffsetTracker::default();
+        assert_eq!(t.next("a", 0), 0);
+        t.skipped_to("a", 0, 100);
+        assert_eq!(t.next("a", 0), 100);
+        assert_eq!(t.to_commit(), vec![(("a".to_owned(), 0), 100)]);
+        t.delivered("a", 1, 40);
+        t.skipped_to("a", 1, 20);
+        assert_eq!(t.next("a", 1), 41, "never back");
     }
 
     #[test]

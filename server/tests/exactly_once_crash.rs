@@ -1,8 +1,9 @@
 //! Exactly-once under crashes: `spillway standalone` replicates 200,000 records with the kafka
-//! sink under `delivery.guarantee=exactly_once` (share mode, ledger) while it is killed with
-//! SIGKILL at random moments, five times, and restarted. A read_committed share group then
-//! finds every source record in the output exactly once (by the source-coordinate headers),
-//! and nothing else.
+//! sink under `delivery.guarantee=exactly_once` while it is killed with SIGKILL at random
+//! moments, five times, and restarted; once in share mode (ledger) and once in classic mode
+//! (offsets and checkpoints in the transaction). A read_committed share group then finds every
+//! source record in the output exactly once (by the source-coordinate headers), and nothing
+//! else.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -125,6 +126,25 @@ async fn read_output(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn share_mode_replicates_exactly_once_through_repeated_kill_9() {
+    replicate_through_kills("consumer.override.group.protocol=share\n", 1500..5000).await;
+}
+
+/// Classic mode on the dev broker, which keeps no transactional offsets: every restart's
+/// consumer starts at the beginning again, and the checkpoints in the ledger are what it
+/// resumes from. Kills come later than in share mode: a new member first waits for the group
+/// to drop the killed process's members (their session timeout) and rebalance.
+#[tokio::test(flavor = "multi_thread")]
+async fn classic_mode_replicates_exactly_once_through_repeated_kill_9() {
+    replicate_through_kills(
+        "consumer.override.session.timeout.ms=6000\nconsumer.override.heartbeat.interval.ms=1000\n",
+        5000..12000,
+    )
+    .await;
+}
+
+/// Replicates the source through [`KILLS`] SIGKILLs at random moments (`kill_after_ms` after
+/// each start) and checks the output; `mode` adds connector properties.
+async fn replicate_through_kills(mode: &str, kill_after_ms: std::ops::Range<u64>) {
     let started = Instant::now();
     let broker = DevBroker::start(1);
     broker.set_share_auto_offset_reset("earliest");
@@ -167,8 +187,8 @@ async fn share_mode_replicates_exactly_once_through_repeated_kill_9() {
     std::fs::write(
         &connector,
         format!(
-            "name=mirror\nconnector.class=kafka\ntopics=src\ntasks.max=2\n\
-             consumer.override.group.protocol=share\ntopic.rename.format=out.${{topic}}\n\
+            "name=mirror\nconnector.class=kafka\ntopics=src\ntasks.max=2\n{mode}\
+             topic.rename.format=out.${{topic}}\n\
              delivery.guarantee=exactly_once\ndelivery.ledger.topic=ledger\n\
              delivery.ledger.cache.dir={}\n",
             dir.path().join("ledger-cache").display()
@@ -179,7 +199,7 @@ async fn share_mode_replicates_exactly_once_through_repeated_kill_9() {
     let mut rng = rand::thread_rng();
     for _ in 0..KILLS {
         let process = Standalone::start(&worker, &connector);
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(1500..5000))).await;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(kill_after_ms.clone()))).await;
         process.kill_9();
     }
     let last = Standalone::start(&worker, &connector);
@@ -194,7 +214,12 @@ async fn share_mode_replicates_exactly_once_through_repeated_kill_9() {
         .collect();
     let extra: Vec<_> = found.keys().filter(|s| !expected.contains(*s)).collect();
     eprintln!(
-        "{} source records, {} kills: {} found, {} duplicated, {} missing, {} extra, in {:?}",
+        "{}{} source records, {} kills: {} found, {} duplicated, {} missing, {} extra, in {:?}",
+        if mode.contains("group.protocol=share") {
+            "share: "
+        } else {
+            "classic: "
+        },
         expected.len(),
         KILLS,
         found.len(),

@@ -605,8 +605,20 @@ async fn share_mode_survives_an_aborted_transaction_and_writes_every_record_once
     );
 }
 
-/// Classic mode: the consumer's offsets go into the transaction (TxnOffsetCommit). The dev
-/// broker answers TxnOffsetCommit without storing the offsets (docs/exactly-once.md), so this
+/// The classic-mode exactly-once connector of these tests.
+fn classic_eos_connector() -> ConfigMap {
+    config(&[
+        ("name", "mirror"),
+        ("connector.class", "kafka"),
+        ("topics", "src"),
+        ("tasks.max", "1"),
+        ("topic.rename.format", "out.${topic}"),
+        ("delivery.guarantee", "exactly_once"),
+        ("delivery.ledger.topic", "ledger"),
+    ])
+}
+
+/// Classic mode: the consumer's offsets go into the transaction (TxnOffsetCommit). This
 /// checks the transaction side: a group-fencing error on the offsets (ILLEGAL_GENERATION, what a
 /// member that lost its partitions gets) aborts the whole transaction, the task restarts and
 /// reads the records again, and the output holds each record once.
@@ -619,14 +631,7 @@ async fn classic_mode_aborts_the_transaction_when_its_offsets_are_fenced() {
     broker.push_request_errors(TXN_OFFSET_COMMIT, &[ILLEGAL_GENERATION]);
     let worker = worker(&broker);
     worker
-        .start_connector(config(&[
-            ("name", "mirror"),
-            ("connector.class", "kafka"),
-            ("topics", "src"),
-            ("tasks.max", "1"),
-            ("topic.rename.format", "out.${topic}"),
-            ("delivery.guarantee", "exactly_once"),
-        ]))
+        .start_connector(classic_eos_connector())
         .await
         .expect("connector starts");
     wait_until(Duration::from_secs(60), "300 records accepted", || {
@@ -655,4 +660,129 @@ async fn classic_mode_aborts_the_transaction_when_its_offsets_are_fenced() {
         count_written(&broker, "out.src", 3) > 300,
         "the aborted attempt reached the log"
     );
+}
+
+/// Classic mode across a restart: the dev broker answers TxnOffsetCommit without storing the
+/// offsets (docs/exactly-once.md), so a restarted worker's consumer starts again from the
+/// beginning of every partition. The checkpoints each transaction wrote to the ledger are what
+/// it resumes from: the output holds every record once, the first run's included.
+#[tokio::test(flavor = "multi_thread")]
+async fn classic_mode_resumes_from_its_checkpoints_after_a_restart() {
+    let broker = eos_broker();
+    let mut produced = produce(&broker.bootstrap(), "src", small_records(300, 3), "none").await;
+    let first = worker(&broker);
+    first
+        .start_connector(classic_eos_connector())
+        .await
+        .expect("connector starts");
+    wait_until(
+        Duration::from_secs(60),
+        "the first 300 records accepted",
+        || {
+            first
+                .status("mirror")
+                .is_some_and(|s| s.totals().accepted >= 300)
+        },
+    )
+    .await;
+    first.shutdown().await;
+
+    produced.extend(produce(&broker.bootstrap(), "src", small_records(300, 3), "none").await);
+    let second = worker(&broker);
+    second
+        .start_connector(classic_eos_connector())
+        .await
+        .expect("connector starts again");
+    wait_until(
+        Duration::from_secs(60),
+        "the next 300 records accepted",
+        || {
+            second
+                .status("mirror")
+                .is_some_and(|s| s.totals().accepted >= 300)
+        },
+    )
+    .await;
+    second.shutdown().await;
+    let read = read_committed_sources(
+        &broker,
+        "out.src",
+        "restart-reader",
+        600,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_exactly_once(&read, &sources_of(&produced));
+    assert_eq!(
+        count_written(&broker, "out.src", 3),
+        600,
+        "the records before the checkpoints were not written again, not even in aborted transactions"
+    );
+}
+
+/// The checkpoint a classic task finds when a partition is opened is the next offset its last
+/// committed transaction wrote; an aborted transaction's checkpoint does not count, and records
+/// below the checkpoint are accepted without being written again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_classic_task_starts_each_partition_at_its_last_committed_checkpoint() {
+    let broker = eos_broker();
+    let cache = tempfile::tempdir().expect("tempdir");
+    let config = eos_task_config(&broker, "mirror", 0, cache.path());
+    let partitions = vec![
+        spillway_core::TopicPartition::new("src", 0),
+        spillway_core::TopicPartition::new("src", 1),
+    ];
+    let classic = Assignment::Partitions(partitions.clone());
+    let record = |partition: i32, offset: i64| {
+        SinkRecord::new(
+            "src",
+            partition,
+            offset,
+            Value::Bytes(Bytes::from(format!("v{offset}"))),
+        )
+    };
+
+    let mut task = KafkaSinkTask::default();
+    task.start(&config).await.expect("task starts");
+    task.open(&classic).await.expect("task opens");
+    assert!(task.start_offsets().is_empty(), "no checkpoints yet");
+    let batch: Vec<SinkRecord> = (0..5).map(|o| record(0, o)).collect();
+    task.put(&batch).await.expect("put");
+    task.flush(&BTreeMap::new()).await.expect("committed");
+    // A later transaction that aborts: its checkpoint (offset 9) must not count.
+    let batch: Vec<SinkRecord> = (5..9).map(|o| record(0, o)).collect();
+    task.put(&batch).await.expect("put");
+    task.stop()
+        .await
+        .expect("stops, aborting the open transaction");
+
+    let mut successor = KafkaSinkTask::default();
+    successor.start(&config).await.expect("successor starts");
+    successor.open(&classic).await.expect("successor opens");
+    assert_eq!(
+        successor.start_offsets(),
+        BTreeMap::from([(partitions[0].clone(), 5)]),
+        "partition 0 resumes after its committed transaction; partition 1 has no checkpoint"
+    );
+    let again: Vec<SinkRecord> = (3..7).map(|o| record(0, o)).collect();
+    let outcomes = successor.put(&again).await.expect("put");
+    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    let stats = successor.exactly_once_stats().expect("exactly-once");
+    assert_eq!(
+        stats.checkpoint_skips, 2,
+        "offsets 3 and 4 were written already"
+    );
+    successor.flush(&BTreeMap::new()).await.expect("committed");
+    successor.stop().await.expect("stops");
+
+    let read = read_committed_sources(
+        &broker,
+        "out.src",
+        "checkpoint-reader",
+        7,
+        Duration::from_secs(20),
+    )
+    .await;
+    let expected: BTreeSet<Source> = (0..7).map(|o| ("src".to_owned(), 0, o)).collect();
+    assert_exactly_once(&read, &expected);
 }
