@@ -152,6 +152,10 @@ async fn replicate_through_kills(mode: &str, kill_after_ms: std::ops::Range<u64>
     broker.set_share_heartbeat_interval(300);
     broker.set_share_session_timeout(3000);
     broker.set_share_isolation_level(true);
+    // A restarted task first acquires the same lowest offsets again, so the records in flight at
+    // one kill are often in flight at the next: with Kafka's default limit of 5 deliveries, 5
+    // kills could archive them (a broker policy, not a replication fault). Allow far more.
+    broker.set_share_max_delivery_attempts(KILLS as i32 * 4);
     for topic in ["src", "out.src", "ledger"] {
         broker.create_topic(topic, PARTITIONS);
     }
