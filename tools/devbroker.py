@@ -28,6 +28,9 @@ Commands (field "cmd"):
   clear_request_errors    api_key
   set_partition_leader    topic, partition, broker
   set_coordinator         key_type ("group"|"transaction"), key, broker
+  start_request_tracking  (records every request the brokers receive from now on)
+  request_counts          -> {"counts": {api_key: n, ...}} since the last call or the start of
+                          tracking, then forgets them
   ping
 """
 
@@ -97,6 +100,15 @@ mock_partition_set_leader = declare(
 )
 mock_coordinator_set = declare(
     "rd_kafka_mock_coordinator_set", c_int, [c_void_p, c_char_p, c_char_p, c_int32]
+)
+mock_start_tracking = declare("rd_kafka_mock_start_request_tracking", None, [c_void_p])
+mock_get_requests = declare(
+    "rd_kafka_mock_get_requests", ctypes.POINTER(c_void_p), [c_void_p, ctypes.POINTER(c_size_t)]
+)
+mock_clear_requests = declare("rd_kafka_mock_clear_requests", None, [c_void_p])
+mock_request_api_key = declare("rd_kafka_mock_request_api_key", c_int16, [c_void_p])
+mock_request_destroy_array = declare(
+    "rd_kafka_mock_request_destroy_array", None, [ctypes.POINTER(c_void_p), c_size_t]
 )
 tp_list_new = declare("rd_kafka_topic_partition_list_new", c_void_p, [c_int])
 tp_list_add = declare("rd_kafka_topic_partition_list_add", c_void_p, [c_void_p, c_char_p, c_int32])
@@ -288,6 +300,21 @@ class DevBroker:
 
     def cmd_clear_request_errors(self, cmd):
         mock_clear_errors(self.mc, field(cmd, "api_key", int))
+
+    def cmd_start_request_tracking(self, _cmd):
+        mock_start_tracking(self.mc)
+
+    def cmd_request_counts(self, _cmd):
+        count = c_size_t(0)
+        requests = mock_get_requests(self.mc, ctypes.byref(count))
+        counts = {}
+        for i in range(count.value):
+            key = mock_request_api_key(requests[i])
+            counts[str(key)] = counts.get(str(key), 0) + 1
+        if count.value:
+            mock_request_destroy_array(requests, count)
+        mock_clear_requests(self.mc)
+        return {"counts": counts}
 
     def cmd_set_partition_leader(self, cmd):
         topic = field(cmd, "topic", str)

@@ -69,7 +69,16 @@ pub struct ConsumerActor {
     held: HashMap<u64, InflightHold>,
     /// A re-check is scheduled for when the in-flight bytes budget may have room again.
     awaiting_room: bool,
+    /// A poll made while batches were in flight came back empty: the next one waits for a
+    /// batch to settle (or for `poll_timeout`), so that polling does not spin.
+    parked: bool,
 }
+
+/// Longest a poll waits while batches are in flight. The consumer is busy while it polls, so
+/// a batch that settles meanwhile is committed only after the poll returns; and a share
+/// source fetches more from a broker only once that broker's records are acknowledged
+/// (`fetch_buffer_batches`), which its commit does.
+const POLL_WHILE_IN_FLIGHT: Duration = Duration::from_millis(2);
 
 /// How often a task whose tenant's in-flight bytes budget is full looks again: another task
 /// of the tenant may commit meanwhile, and only this task's own commits wake it.
@@ -124,6 +133,7 @@ impl ConsumerActor {
             inflight_bytes: s.inflight_bytes,
             held: HashMap::new(),
             awaiting_room: false,
+            parked: false,
         }
     }
 
@@ -150,6 +160,7 @@ impl ConsumerActor {
                 self.close_step(ctx);
             }
         } else if self.in_flight < self.max_inflight
+            && !self.parked
             && !self.inflight_bytes_full(ctx)
             && !self.over_budget(ctx)
         {
@@ -204,7 +215,12 @@ impl ConsumerActor {
             return;
         };
         self.busy = true;
-        let timeout = self.poll_timeout;
+        let in_flight = self.in_flight > 0;
+        let timeout = if in_flight {
+            self.poll_timeout.min(POLL_WHILE_IN_FLIGHT)
+        } else {
+            self.poll_timeout
+        };
         let started = SystemTime::now();
         let fut = async move {
             let result = source.poll(timeout).await;
@@ -222,6 +238,15 @@ impl ConsumerActor {
             match result {
                 Err(e) => act.fail_now(ctx, e.to_string()),
                 Ok(mut polled) => {
+                    // A batch that settled during this poll is committed next, and its
+                    // commit lets the poll after it go ahead: no need to park then.
+                    if in_flight
+                        && act.settled.is_empty()
+                        && polled.records.is_empty()
+                        && polled.changes.is_empty()
+                    {
+                        act.park(ctx);
+                    }
                     if !polled.records.is_empty() || !polled.changes.is_empty() {
                         TaskCounters::add(&act.counters.read, polled.records.len());
                         let bytes: u64 = polled.records.iter().map(record_bytes).sum();
@@ -251,6 +276,15 @@ impl ConsumerActor {
                 }
             }
         }));
+    }
+
+    /// No poll until a batch settles, or `poll_timeout` at the latest.
+    fn park(&mut self, ctx: &mut Context<Self>) {
+        self.parked = true;
+        ctx.run_later(self.poll_timeout, |act, ctx| {
+            act.parked = false;
+            act.step(ctx);
+        });
     }
 
     fn commit_step(&mut self, ctx: &mut Context<Self>) {
@@ -301,6 +335,7 @@ impl ConsumerActor {
             drop(spans);
             act.source = Some(source);
             act.busy = false;
+            act.parked = false;
             act.in_flight = act.in_flight.saturating_sub(credits);
             // Done with, committed or not (what was not is redelivered by the broker).
             for seq in &seqs {
@@ -424,6 +459,7 @@ impl Handler<Settled> for ConsumerActor {
 
     fn handle(&mut self, msg: Settled, ctx: &mut Context<Self>) {
         self.settled.push(msg);
+        self.parked = false;
         self.step(ctx);
     }
 }

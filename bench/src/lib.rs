@@ -9,6 +9,24 @@ use spillway_actors::Worker;
 use spillway_core::ConfigMap;
 use spillway_tests::DevBroker;
 
+/// Runs this benchmark binary again with `args` (a child role), with its stderr shown, and
+/// reads the JSON summary it prints on stdout. Children measure their own peak RSS and CPU.
+pub async fn run_child<T: serde::de::DeserializeOwned>(args: &[String]) -> Result<T> {
+    // `output()` would capture stderr too (tokio pipes both whatever was set), hiding the
+    // child's progress and errors: spawn with stdout piped only.
+    let child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()?;
+    let output = child.wait_with_output().await?;
+    if !output.status.success() {
+        bail!("child process {:?} failed: {}", args.first(), output.status);
+    }
+    serde_json::from_slice(&output.stdout)
+        .with_context(|| format!("reading the summary of child process {:?}", args.first()))
+}
+
 /// Peak resident set size of this process in bytes (VmHWM), from /proc.
 pub fn peak_rss_bytes() -> Option<u64> {
     proc_status_kib("VmHWM:").map(|kib| kib * 1024)
@@ -54,6 +72,28 @@ pub fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBro
     broker.set_share_auto_offset_reset("earliest");
     broker.set_share_heartbeat_interval(300);
     Ok(broker)
+}
+
+/// API keys of the share requests the benchmarks count on the dev broker.
+pub const SHARE_FETCH: i16 = 78;
+pub const SHARE_ACKNOWLEDGE: i16 = 79;
+
+/// Requests of one API key per 1,000 records, from the dev broker's request counts.
+pub fn requests_per_thousand(
+    counts: &std::collections::BTreeMap<i16, u64>,
+    api_key: i16,
+    records: u64,
+) -> f64 {
+    counts.get(&api_key).copied().unwrap_or(0) as f64 * 1000.0 / records.max(1) as f64
+}
+
+/// "ShareFetch x, ShareAcknowledge y" per 1,000 records.
+pub fn share_requests(counts: &std::collections::BTreeMap<i16, u64>, records: u64) -> String {
+    format!(
+        "ShareFetch {:.2}, ShareAcknowledge {:.2} per 1,000 records",
+        requests_per_thousand(counts, SHARE_FETCH, records),
+        requests_per_thousand(counts, SHARE_ACKNOWLEDGE, records)
+    )
 }
 
 /// A steady-state window of one connector's acknowledgements.

@@ -218,6 +218,22 @@ impl DevBroker {
         self.must(json!({"cmd": "clear_request_errors", "api_key": api_key}));
     }
 
+    /// From now on the brokers record every request they receive, for [`Self::request_counts`].
+    pub fn start_request_tracking(&self) {
+        self.must(json!({"cmd": "start_request_tracking"}));
+    }
+
+    /// Requests received per API key since tracking started or since the previous call.
+    pub fn request_counts(&self) -> std::collections::BTreeMap<i16, u64> {
+        let reply = self.must(json!({"cmd": "request_counts"}));
+        reply["counts"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, n)| Some((key.parse().ok()?, n.as_u64()?)))
+            .collect()
+    }
+
     pub fn set_partition_leader(&self, topic: &str, partition: i32, broker: i32) {
         self.must(
             json!({"cmd": "set_partition_leader", "topic": topic, "partition": partition,
@@ -316,6 +332,30 @@ mod tests {
             .to_string();
         assert!(err.contains("unknown command"), "{err}");
         assert!(broker.share_member_ids("no-such-group").is_empty());
+    }
+
+    #[tokio::test]
+    async fn request_tracking_counts_what_the_brokers_received() {
+        let broker = DevBroker::try_start(1, &[("tracked", 1)]).expect("dev broker starts");
+        assert!(broker.request_counts().is_empty(), "nothing tracked yet");
+        broker.start_request_tracking();
+        let produced = crate::produce(
+            &broker.bootstrap(),
+            "tracked",
+            crate::numbered_records(10, 10, 1),
+            "none",
+        )
+        .await;
+        assert_eq!(produced.len(), 10);
+        let counts = broker.request_counts();
+        const PRODUCE: i16 = 0;
+        assert!(
+            counts.get(&PRODUCE).copied().unwrap_or(0) >= 1,
+            "{counts:?}"
+        );
+        // Counted requests are forgotten once reported.
+        let again = broker.request_counts();
+        assert!(!again.contains_key(&PRODUCE), "{again:?}");
     }
 
     #[test]

@@ -545,3 +545,60 @@ async fn acknowledgements_of_held_records_survive_members_joining_and_reassignme
         m.close().await.expect("close");
     }
 }
+
+/// With `fetch_buffer_batches` = 1 (the default) a broker is asked for more records only once
+/// the application has acknowledged what it gave: polling again while holding them sends no
+/// ShareFetch (the dev broker would re-send the held records and walk their locks for every
+/// offset it answers), and the acks then ride on the next fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_is_not_asked_for_more_while_its_records_are_unacknowledged() {
+    let broker = share_broker(1);
+    broker.create_topic("gated", 1);
+    let bootstrap = broker.bootstrap();
+    // Two produce calls: two stored batches, so the first fetch cannot take all 40 records.
+    produce(&bootstrap, "gated", numbered_records(20, 20, 1), "none").await;
+    produce(&bootstrap, "gated", numbered_records(20, 20, 1), "none").await;
+    let mut config = ShareConsumerConfig::new(&bootstrap, "gated-group");
+    config.max_poll_records = 10;
+    let mut c = ShareConsumer::connect(config).await.expect("connect");
+    c.subscribe(&["gated"]);
+    let mut first = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while first.is_empty() && Instant::now() < deadline {
+        first = c.poll(Duration::from_millis(200)).await.expect("poll");
+    }
+    assert_eq!(first.len(), 10, "{first:?}");
+    broker.start_request_tracking();
+    // Hand out the rest of what was fetched, without acknowledging anything.
+    let mut held = first.clone();
+    for _ in 0..5 {
+        held.extend(c.poll(Duration::from_millis(100)).await.expect("poll"));
+    }
+    let fetches_while_holding = broker
+        .request_counts()
+        .get(&SHARE_FETCH)
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(
+        fetches_while_holding,
+        0,
+        "fetched again while holding {} unacknowledged records",
+        held.len()
+    );
+    c.acknowledge_all(&held, AcknowledgeType::Accept)
+        .expect("acknowledge");
+    let rest = drain(&mut c, 40 - held.len(), Duration::from_secs(30)).await;
+    let mut offsets: Vec<i64> = held.iter().chain(&rest).map(|r| r.offset).collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..40).collect::<Vec<i64>>());
+    assert!(
+        broker
+            .request_counts()
+            .get(&SHARE_FETCH)
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "acknowledging let the consumer fetch again"
+    );
+    c.close().await.expect("close");
+}

@@ -1,25 +1,28 @@
 //! Issue 2's benchmark: drain the same records with Spillway's native share consumer and with
-//! librdkafka's `ShareConsumer` (the reference) on one dev cluster, in one run, and print both
-//! rates, the ratio, CPU per record and our peak RSS.
+//! librdkafka's `ShareConsumer` (the reference), in one run, and print both rates, the ratio,
+//! CPU per record, our peak RSS and the share requests each client sent per 1,000 records.
 //!
 //! `cargo run --release -p spillway-bench --bin share_drain -- [--records N] [--partitions P]`
 //!
 //! Both clients acknowledge every record explicitly with ACCEPT and commit once per poll. Each
-//! drains its own share group (so each sees every record) in its own process, one after the
-//! other, so neither steals the broker's CPU from the other. Our side runs as a child process of
-//! this binary (`drain` subcommand) so its peak RSS is not inflated by the producer.
+//! drains in its own process, one after the other, so neither steals CPU from the other. Our
+//! side runs as a child process of this binary (`drain` subcommand) so its peak RSS is its own.
 //!
 //! The dev broker keeps only 5 MiB per partition (older batches are dropped), so a million
-//! 100-byte records on 8 partitions cannot be held at once: the run produces and drains them in
-//! rounds of `--round-records`, and adds up each client's drain time over the rounds.
+//! 100-byte records on 8 partitions cannot be held at once: the run drains them in rounds of
+//! `--round-records` and adds up each client's drain time over the rounds. In every round each
+//! client gets a fresh dev cluster with the round's records produced the same way, because the
+//! dev broker's share path slows down with every group that has drained on it. On that broker
+//! the broker's CPU is the ceiling for both clients (its ShareFetch answer walks every unarchived
+//! offset of a partition against the list of record locks, brief §8.6 #32), so the throughput
+//! ratio mostly says whether we keep it busy; CPU per record is where the clients differ.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
-use spillway_bench::{cpu_time, mib, peak_rss_bytes};
+use spillway_bench::{cpu_time, mib, peak_rss_bytes, run_child, share_requests};
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{
     numbered_records, produce, DevBroker, ReferenceOptions, ReferenceShareConsumer,
@@ -44,6 +47,9 @@ struct Args {
     /// Record value size in bytes.
     #[arg(long, default_value_t = 100)]
     record_bytes: usize,
+    /// Our consumer's MaxRecords per ShareFetch (0 = max.poll.records, as the reference).
+    #[arg(long, default_value_t = 0)]
+    fetch_max_records: usize,
 }
 
 #[derive(Subcommand)]
@@ -58,6 +64,8 @@ enum Role {
         topic: String,
         #[arg(long)]
         records: u64,
+        #[arg(long)]
+        fetch_max_records: usize,
     },
 }
 
@@ -79,8 +87,9 @@ async fn main() -> Result<()> {
             group,
             topic,
             records,
+            fetch_max_records,
         }) => {
-            let summary = drain(&bootstrap, &group, &topic, records).await?;
+            let summary = drain(&bootstrap, &group, &topic, records, fetch_max_records).await?;
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }
@@ -89,12 +98,11 @@ async fn main() -> Result<()> {
 }
 
 async fn compare(args: &Args) -> Result<()> {
-    let broker = DevBroker::try_start(args.brokers, &[("bench", args.partitions)])?;
-    broker.set_share_auto_offset_reset("earliest");
-    let bootstrap = broker.bootstrap();
     // The dev broker keeps at most 5 MiB per partition and drops the oldest batches beyond that,
-    // so the records are produced and drained in rounds that fit, each drained by both clients
-    // before the next round is produced.
+    // and its share path slows down with every share group that has drained on it (even on
+    // another topic). So the records are drained in rounds, and in each round each client
+    // drains the round's records on a dev cluster of its own, produced the same way; the order
+    // alternates between rounds all the same.
     let rounds = args.records.div_ceil(args.round_records.max(1));
     let mut reference_total = Totals::default();
     let mut ours_total = Totals::default();
@@ -105,60 +113,53 @@ async fn compare(args: &Args) -> Result<()> {
             .round_records
             .min(args.records - round * args.round_records);
         eprintln!(
-            "round {}/{rounds}: producing {count} records of {} bytes to {} partitions...",
+            "round {}/{rounds}: {count} records of {} bytes, {} partitions",
             round + 1,
             args.record_bytes,
             args.partitions
         );
-        let produced = produce(
-            &bootstrap,
-            "bench",
-            numbered_records(count, args.record_bytes, args.partitions),
-            "none",
-        )
-        .await;
-        if produced.len() as u64 != count {
-            bail!("produced {} records, expected {count}", produced.len());
-        }
-
-        eprintln!("  draining with the reference ShareConsumer (librdkafka 2.16)...");
-        let mut reference = ReferenceShareConsumer::start_with(
-            &bootstrap,
-            "bench-reference",
-            &["bench"],
-            ReferenceOptions {
-                report_records: false,
-                max_records: count,
-                idle_exit: Duration::from_secs(20),
-            },
-        );
-        let reference = reference
-            .wait_summary(Duration::from_secs(1800))
-            .context("the reference consumer gave no summary")?;
-        reference_total.add(reference.records, reference.seconds, reference.cpu_seconds);
-
-        eprintln!("  draining with Spillway's share consumer...");
-        let exe = std::env::current_exe()?;
-        let output = tokio::process::Command::new(exe)
-            .args([
-                "drain",
-                "--bootstrap",
+        let ours_first = round % 2 == 1;
+        for ours_turn in [ours_first, !ours_first] {
+            let broker = DevBroker::try_start(args.brokers, &[("bench", args.partitions)])?;
+            broker.set_share_auto_offset_reset("earliest");
+            let bootstrap = broker.bootstrap();
+            let produced = produce(
                 &bootstrap,
-                "--group",
-                "bench-spillway",
-            ])
-            .args(["--topic", "bench", "--records", &count.to_string()])
-            .stderr(Stdio::inherit())
-            .output()
-            .await?;
-        if !output.status.success() {
-            bail!("our drain process failed: {}", output.status);
+                "bench",
+                numbered_records(count, args.record_bytes, args.partitions),
+                "none",
+            )
+            .await;
+            if produced.len() as u64 != count {
+                bail!("produced {} records, expected {count}", produced.len());
+            }
+            broker.start_request_tracking();
+            if ours_turn {
+                eprintln!("  draining with Spillway's share consumer...");
+                let ours = drain_in_child(&bootstrap, count, args.fetch_max_records).await?;
+                ours_total.add(ours.records, ours.seconds, ours.cpu_seconds);
+                ours_total.add_requests(broker.request_counts());
+                peak_rss = peak_rss.max(ours.peak_rss_bytes);
+                duplicates += ours.duplicates;
+            } else {
+                eprintln!("  draining with the reference ShareConsumer (librdkafka 2.16)...");
+                let mut reference = ReferenceShareConsumer::start_with(
+                    &bootstrap,
+                    "bench-reference",
+                    &["bench"],
+                    ReferenceOptions {
+                        report_records: false,
+                        max_records: count,
+                        idle_exit: Duration::from_secs(20),
+                    },
+                );
+                let reference = reference
+                    .wait_summary(Duration::from_secs(1800))
+                    .context("the reference consumer gave no summary")?;
+                reference_total.add(reference.records, reference.seconds, reference.cpu_seconds);
+                reference_total.add_requests(broker.request_counts());
+            }
         }
-        let ours: DrainSummary =
-            serde_json::from_slice(&output.stdout).context("reading our drain summary")?;
-        ours_total.add(ours.records, ours.seconds, ours.cpu_seconds);
-        peak_rss = peak_rss.max(ours.peak_rss_bytes);
-        duplicates += ours.duplicates;
     }
 
     println!(
@@ -179,15 +180,47 @@ async fn compare(args: &Args) -> Result<()> {
         ours_total.cpu_per_record() / reference_total.cpu_per_record()
     );
     println!("  spillway peak RSS: {:.1} MiB", mib(peak_rss));
+    println!(
+        "  requests (reference): {}",
+        share_requests(&reference_total.requests, reference_total.records)
+    );
+    println!(
+        "  requests (spillway) : {}",
+        share_requests(&ours_total.requests, ours_total.records)
+    );
     Ok(())
 }
 
-/// Records, drain time (first record to last) and CPU time of one client over all rounds.
+/// Drains `count` records with our consumer in a child process, so that its peak RSS is its own.
+async fn drain_in_child(
+    bootstrap: &str,
+    count: u64,
+    fetch_max_records: usize,
+) -> Result<DrainSummary> {
+    run_child(&[
+        "drain".into(),
+        "--bootstrap".into(),
+        bootstrap.into(),
+        "--group".into(),
+        "bench-spillway".into(),
+        "--topic".into(),
+        "bench".into(),
+        "--records".into(),
+        count.to_string(),
+        "--fetch-max-records".into(),
+        fetch_max_records.to_string(),
+    ])
+    .await
+}
+
+/// Records, drain time (first record to last), CPU time and the requests the brokers received
+/// of one client over all rounds.
 #[derive(Default)]
 struct Totals {
     records: u64,
     seconds: f64,
     cpu_seconds: f64,
+    requests: std::collections::BTreeMap<i16, u64>,
 }
 
 impl Totals {
@@ -195,6 +228,12 @@ impl Totals {
         self.records += records;
         self.seconds += seconds;
         self.cpu_seconds += cpu_seconds;
+    }
+
+    fn add_requests(&mut self, counts: std::collections::BTreeMap<i16, u64>) {
+        for (key, n) in counts {
+            *self.requests.entry(key).or_default() += n;
+        }
     }
 
     fn rate(&self) -> f64 {
@@ -218,8 +257,16 @@ impl Totals {
 
 /// Drains `expected` records, acknowledging each with ACCEPT and committing once per poll, as
 /// the reference does.
-async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Result<DrainSummary> {
-    let mut consumer = ShareConsumer::connect(ShareConsumerConfig::new(bootstrap, group)).await?;
+async fn drain(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    expected: u64,
+    fetch_max_records: usize,
+) -> Result<DrainSummary> {
+    let mut config = ShareConsumerConfig::new(bootstrap, group);
+    config.fetch_max_records = fetch_max_records;
+    let mut consumer = ShareConsumer::connect(config).await?;
     consumer.subscribe(&[topic]);
     let cpu_start = cpu_time();
     let mut seen = std::collections::HashSet::with_capacity(expected as usize);

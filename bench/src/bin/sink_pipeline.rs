@@ -20,7 +20,6 @@
 //! (and, where the data is produced while the consumers already run, once all of it is in the
 //! topic) to the last acknowledgement; the records counted are those acknowledged inside it.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -29,7 +28,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use spillway_actors::settings::TaskSettings;
 use spillway_actors::Worker;
-use spillway_bench::{config, cpu_time, measure, mib, peak_rss_bytes, start_broker};
+use spillway_bench::{
+    config, cpu_time, measure, mib, peak_rss_bytes, run_child, share_requests, start_broker,
+};
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
 use spillway_core::connector::replicate_task_configs;
@@ -254,19 +255,6 @@ async fn produce_all(
 }
 
 /// Runs this binary with `args` and reads the JSON summary it prints.
-async fn run_child(args: &[String]) -> Result<Summary> {
-    let exe = std::env::current_exe()?;
-    let output = tokio::process::Command::new(exe)
-        .args(args)
-        .stderr(Stdio::inherit())
-        .output()
-        .await?;
-    if !output.status.success() {
-        bail!("child process {:?} failed: {}", args.first(), output.status);
-    }
-    serde_json::from_slice(&output.stdout).context("reading a child's summary")
-}
-
 fn temp_dir(part: &str) -> Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("spillway-bench-{part}-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -282,29 +270,32 @@ async fn overhead(args: &Args) -> Result<()> {
         args.overhead_partitions,
         args.overhead_record_bytes,
     );
-    let broker = start_broker(args.brokers, "overhead", partitions)?;
-    let bootstrap = broker.bootstrap();
-    produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
+    // Each contender runs on a dev cluster of its own, with the same records produced the same
+    // way: on the dev broker every share group that drains after another one runs slower, even
+    // on another topic (seen here, one cluster: 14,500 rec/s first, 11,700 second, 10,100
+    // third), so sharing a cluster would make the order decide the ratio.
     let dir = temp_dir("overhead")?;
-    let common = |role: &str| -> Vec<String> {
+    let child_args = |role: &str, bootstrap: &str| -> Vec<String> {
         vec![
             role.into(),
             "--bootstrap".into(),
-            bootstrap.clone(),
+            bootstrap.into(),
             "--topic".into(),
             "overhead".into(),
             "--records".into(),
             records.to_string(),
         ]
     };
-
     eprintln!("(a) draining with the bare ShareConsumer...");
-    let mut drain_args = common("drain");
-    drain_args.extend(["--group".into(), "overhead-bare".into()]);
-    let bare = run_child(&drain_args).await?;
+    let (bare, bare_requests) = on_fresh_cluster(args, |bootstrap| {
+        let mut a = child_args("drain", bootstrap);
+        a.extend(["--group".into(), "overhead-bare".into()]);
+        a
+    })
+    .await?;
 
-    let pipeline_args = |name: &str, metrics: bool| {
-        let mut a = common("pipeline");
+    let pipeline_args = |name: &str, metrics: bool, bootstrap: &str| {
+        let mut a = child_args("pipeline", bootstrap);
         a.extend([
             "--name".into(),
             name.into(),
@@ -324,18 +315,18 @@ async fn overhead(args: &Args) -> Result<()> {
         }
         a
     };
-    // The metered run goes last: on the dev broker a later share group on the same topic runs
-    // no faster than an earlier one, so the order cannot flatter the cost of metrics.
     eprintln!("(a) draining with a share-mode connector into the file sink (1 task, no-op meter: no metrics SDK)...");
-    let unmetered = run_child(&pipeline_args("overhead-unmetered", false)).await;
+    let unmetered = on_fresh_cluster(args, |b| pipeline_args("overhead-unmetered", false, b)).await;
     eprintln!("(a) the same connector with its metrics recorded and scraped every second...");
     let ours = match &unmetered {
-        Ok(_) => Some(run_child(&pipeline_args("overhead-pipeline", true)).await),
+        Ok(_) => {
+            Some(on_fresh_cluster(args, |b| pipeline_args("overhead-pipeline", true, b)).await)
+        }
         Err(_) => None,
     };
     let _ = std::fs::remove_dir_all(&dir);
-    let unmetered = unmetered?;
-    let ours = ours.context("not run")??;
+    let (unmetered, unmetered_requests) = unmetered?;
+    let (ours, ours_requests) = ours.context("not run")??;
 
     println!(
         "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker)",
@@ -363,6 +354,12 @@ async fn overhead(args: &Args) -> Result<()> {
         unmetered.seconds
     );
     println!(
+        "  requests: bare {}; pipeline {}; unmetered {}",
+        share_requests(&bare_requests, bare.records),
+        share_requests(&ours_requests, ours.records),
+        share_requests(&unmetered_requests, unmetered.records)
+    );
+    println!(
         "  throughput ratio (pipeline / bare): {:.2}  (goal >= 0.85)",
         ours.rate() / bare.rate()
     );
@@ -372,6 +369,25 @@ async fn overhead(args: &Args) -> Result<()> {
         ours.cpu_us_per_record() / unmetered.cpu_us_per_record().max(1e-9)
     );
     Ok(())
+}
+
+/// Starts a dev cluster, produces part (a)'s records to its topic, runs one child on it and
+/// returns the child's summary with the share requests the cluster received meanwhile.
+async fn on_fresh_cluster(
+    args: &Args,
+    child_args: impl FnOnce(&str) -> Vec<String>,
+) -> Result<(Summary, std::collections::BTreeMap<i16, u64>)> {
+    let (records, partitions, bytes) = (
+        args.overhead_records,
+        args.overhead_partitions,
+        args.overhead_record_bytes,
+    );
+    let broker = start_broker(args.brokers, "overhead", partitions)?;
+    let bootstrap = broker.bootstrap();
+    produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
+    broker.start_request_tracking();
+    let summary = run_child::<Summary>(&child_args(&bootstrap)).await?;
+    Ok((summary, broker.request_counts()))
 }
 
 /// Drains `expected` records with the bare share consumer: ACCEPT every record, commit once
@@ -743,7 +759,7 @@ async fn memory(args: &Args) -> Result<()> {
         "--file".into(),
         dir.join("memory.txt").to_string_lossy().into_owned(),
     ];
-    let ours = run_child(&child_args).await;
+    let ours = run_child::<Summary>(&child_args).await;
     let _ = std::fs::remove_dir_all(&dir);
     let ours = ours?;
     let bound = (tasks * inflight * poll * bytes) as u64;

@@ -565,6 +565,17 @@ impl Ledger {
 
     /// Whether `broker`'s current session holds records of this partition that the application
     /// has not settled yet (delivered, or waiting in the consumer's buffer, and not acknowledged).
+    /// How many records acquired through `broker` the application has not acknowledged yet
+    /// (delivered, or still waiting to be polled).
+    pub fn unsettled_held(&self, broker: i32) -> usize {
+        self.parts
+            .values()
+            .flat_map(|m| m.values())
+            .filter(|p| p.owner.is_some_and(|o| o.broker == broker))
+            .map(|p| p.held.values().filter(|h| !h.is_settled()).count())
+            .sum()
+    }
+
     pub fn holds_unsettled(
         &self,
         broker: i32,
@@ -682,6 +693,39 @@ mod tests {
         broker: 1,
         generation: 1,
     };
+
+    #[test]
+    fn unsettled_records_are_counted_per_broker_until_acknowledged() {
+        let mut ledger = Ledger::default();
+        let topic: Arc<str> = Arc::from("t");
+        let other = Owner {
+            broker: 2,
+            generation: 1,
+        };
+        for offset in 0..3 {
+            ledger.acquire(&topic, 0, OWNER, offset, 1);
+        }
+        ledger.acquire(&topic, 1, other, 7, 1);
+        assert_eq!(ledger.unsettled_held(1), 3);
+        assert_eq!(ledger.unsettled_held(2), 1);
+        ledger
+            .acknowledge("t", 0, 0, AcknowledgeType::Accept)
+            .expect("held");
+        ledger
+            .acknowledge("t", 0, 1, AcknowledgeType::Release)
+            .expect("held");
+        assert_eq!(ledger.unsettled_held(1), 1, "acked records no longer count");
+        ledger
+            .acknowledge_for_transaction("t", 0, 2, AcknowledgeType::Accept)
+            .expect("held");
+        assert_eq!(
+            ledger.unsettled_held(1),
+            0,
+            "staged for a transaction is settled"
+        );
+        assert_eq!(ledger.unsettled_held(2), 1);
+        assert_eq!(ledger.unsettled_held(3), 0);
+    }
 
     #[test]
     fn a_uniform_contiguous_run_is_one_batch_with_one_type() {

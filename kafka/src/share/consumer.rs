@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::protocol::StrBytes;
-use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -51,8 +51,13 @@ pub struct ShareConsumerConfig {
     pub group_id: String,
     /// `client.id`, sent in every request header.
     pub client_id: String,
-    /// `max.poll.records`: most records one `poll` returns; also sent as MaxRecords.
+    /// `max.poll.records`: most records one `poll` returns.
     pub max_poll_records: usize,
+    /// MaxRecords of each ShareFetch: most records one broker acquires for us per request
+    /// (`share.fetch.max.records`; 0 = `max_poll_records`, what the Java client sends). A
+    /// larger value fetches several polls' worth in one request; the records wait in the
+    /// consumer, their locks running, until `poll` hands them out.
+    pub fetch_max_records: usize,
     /// `fetch.max.wait.ms`
     pub fetch_max_wait: Duration,
     /// `fetch.min.bytes`
@@ -63,10 +68,14 @@ pub struct ShareConsumerConfig {
     pub request_timeout: Duration,
     /// `metadata.max.age.ms`: how often metadata is refreshed to see new partitions and leaders.
     pub metadata_max_age: Duration,
-    /// Batches per broker that may be fetched but not yet handed back by the application
-    /// (a batch is handed back at the next `poll`/`commit_sync`). 1 means: fetch from a broker
-    /// again once the previous batch's acks can ride along — best on the dev broker, which
-    /// re-sends held records (brief §8.6 #14). 2 overlaps fetching with processing.
+    /// How many fetches' worth of records (MaxRecords each) a broker may have given us that
+    /// are still unacknowledged — buffered here or in the application's hands — when we ask
+    /// it for more. 1: fetch from a broker again once everything it gave us is acknowledged
+    /// (the acks ride on that fetch); best on the dev broker, whose work per fetch grows with
+    /// the records we hold (brief §8.6 #14, #32). 2 overlaps fetching with processing. It also
+    /// bounds memory: at most this many fetches' worth of records per broker are held.
+    /// The check is made at `poll` and `commit_sync` (and every 50 ms); records whose locks
+    /// have expired no longer count.
     pub fetch_buffer_batches: usize,
 }
 
@@ -77,12 +86,22 @@ impl ShareConsumerConfig {
             group_id: group_id.to_string(),
             client_id: "spillway".to_string(),
             max_poll_records: 500,
+            fetch_max_records: 0,
             fetch_max_wait: Duration::from_millis(500),
             fetch_min_bytes: 1,
             fetch_max_bytes: 52_428_800,
             request_timeout: Duration::from_secs(30),
             metadata_max_age: Duration::from_secs(30),
             fetch_buffer_batches: 1,
+        }
+    }
+
+    /// MaxRecords sent with each ShareFetch.
+    fn fetch_records(&self) -> usize {
+        if self.fetch_max_records == 0 {
+            self.max_poll_records
+        } else {
+            self.fetch_max_records
         }
     }
 
@@ -96,6 +115,13 @@ impl ShareConsumerConfig {
             return Err(ShareError::Config(format!(
                 "max_poll_records = {} is out of range; expected 1..={}",
                 self.max_poll_records,
+                i32::MAX
+            )));
+        }
+        if self.fetch_max_records > i32::MAX as usize {
+            return Err(ShareError::Config(format!(
+                "fetch_max_records = {} is out of range; expected 0 (= max_poll_records) or 1..={}",
+                self.fetch_max_records,
                 i32::MAX
             )));
         }
@@ -119,11 +145,9 @@ pub struct ShareConsumer {
     brokers: Arc<Mutex<HashMap<i32, BrokerHandle>>>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
     buffer: VecDeque<ShareRecord>,
-    /// Fetch permits of the batches handed out by the last `poll`. Returned at the next `poll`
-    /// (or `commit_sync`), when the application has had its chance to acknowledge them, so the
-    /// next fetch to that broker carries those acks. Fetching while still holding them would
-    /// make the dev broker re-send them (brief §8.6 #14), which costs it as much as new records.
-    permits: Vec<OwnedSemaphorePermit>,
+    /// Bumped at every `poll` and `commit_sync`: the broker tasks, which fetch again only once
+    /// the records they delivered are acknowledged, look at the ledger again then.
+    app_ready: watch::Sender<u64>,
     subscription: watch::Sender<Vec<String>>,
     fatal: Arc<Mutex<Option<ShareError>>>,
     epoch: Arc<Mutex<i32>>,
@@ -153,21 +177,23 @@ impl ShareConsumer {
         let member_id = membership::new_member_id();
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
+        let (app_ready, _) = watch::channel(0u64);
         let router_wake = Arc::new(Notify::new());
-        let max_records = config.max_poll_records as i32;
+        let max_records = config.fetch_records() as i32;
         let ctx = Arc::new(FetchContext {
             cluster: Arc::clone(&cluster),
             group_id: Cluster::group_id(&config.group_id),
             member_id: StrBytes::from_string(member_id.clone()),
             ledger: Arc::clone(&ledger),
             deliveries: deliveries_tx,
+            app_ready: app_ready.clone(),
             router: Arc::clone(&router_wake),
             params: FetchParams {
                 max_wait: config.fetch_max_wait,
                 min_bytes: config.fetch_min_bytes,
                 max_bytes: config.fetch_max_bytes,
                 max_records,
-                batch_size: max_records,
+                batch_size: config.max_poll_records as i32,
                 request_timeout: config.request_timeout,
                 buffered_batches: config.fetch_buffer_batches,
             },
@@ -207,7 +233,7 @@ impl ShareConsumer {
             brokers,
             deliveries,
             buffer: VecDeque::new(),
-            permits: Vec::new(),
+            app_ready,
             subscription,
             fatal,
             epoch,
@@ -259,7 +285,7 @@ impl ShareConsumer {
                 message: message.clone(),
             });
         }
-        self.permits.clear();
+        self.app_ready.send_modify(|n| *n = n.wrapping_add(1));
         let max = self.config.max_poll_records;
         if self.buffer.len() < max {
             if self.buffer.is_empty() {
@@ -283,9 +309,8 @@ impl ShareConsumer {
 
     fn take(&mut self, delivery: Delivery) -> Result<(), ShareError> {
         match delivery {
-            Delivery::Records(records, permit) => {
+            Delivery::Records(records) => {
                 self.buffer.extend(records);
-                self.permits.push(permit);
                 Ok(())
             }
             Delivery::Error(e) => Err(e),
@@ -474,7 +499,7 @@ impl ShareConsumer {
         };
         // After the flush requests, so that a woken broker task sees the flush first and the
         // acks go out as ShareAcknowledge rather than riding on a new fetch.
-        self.permits.clear();
+        self.app_ready.send_modify(|n| *n = n.wrapping_add(1));
         let timed_out = tokio::time::timeout(timeout, futures::future::join_all(waits))
             .await
             .is_err();

@@ -1,9 +1,10 @@
 //! One task per broker: ShareFetch and ShareAcknowledge on that broker's share session.
 //!
 //! The task owns the session, so requests to a broker are strictly one at a time (their epochs
-//! form one sequence, brief §4.1) while different brokers run concurrently. It keeps fetching
-//! ahead of the application, bounded by a small number of undelivered batches, and piggybacks
-//! the acknowledgements made since the previous request (brief §4.6). Responses become
+//! form one sequence, brief §4.1) while different brokers run concurrently. It fetches again once
+//! the application has acknowledged what this broker gave it (or all but
+//! `fetch_buffer_batches - 1` fetches' worth), and piggybacks those acknowledgements on that
+//! fetch (brief §4.6). Responses become
 //! [`ShareRecord`]s here: only acquired offsets are delivered, acquired offsets without a
 //! deliverable record are acknowledged as GAP, and records we already hold are not delivered
 //! twice (brief §4.5).
@@ -26,7 +27,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
-use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use uuid::Uuid;
@@ -64,7 +65,9 @@ pub(crate) struct FetchParams {
     pub max_records: i32,
     pub batch_size: i32,
     pub request_timeout: Duration,
-    /// Undelivered batches one broker task may have waiting for the application.
+    /// How many fetches' worth of records one broker task may leave unacknowledged in the
+    /// application's hands when it fetches again: 1 = fetch once everything it delivered is
+    /// acknowledged (so the acks ride on that fetch).
     pub buffered_batches: usize,
 }
 
@@ -75,6 +78,9 @@ pub(crate) struct FetchContext {
     pub member_id: StrBytes,
     pub ledger: Arc<Mutex<Ledger>>,
     pub deliveries: mpsc::UnboundedSender<Delivery>,
+    /// Bumped by the application side at `poll` and `commit_sync`: acknowledgements may have
+    /// been made, so a broker task waiting for them looks again.
+    pub app_ready: watch::Sender<u64>,
     /// Wakes the consumer's router: leaders moved or metadata looks stale.
     pub router: Arc<Notify>,
     pub params: FetchParams,
@@ -82,8 +88,7 @@ pub(crate) struct FetchContext {
 
 /// What a broker task hands to `poll`.
 pub(crate) enum Delivery {
-    /// Records, with the permit that bounds how far this broker fetches ahead.
-    Records(Vec<ShareRecord>, OwnedSemaphorePermit),
+    Records(Vec<ShareRecord>),
     Error(ShareError),
 }
 
@@ -109,14 +114,16 @@ pub(crate) fn lock_ledger(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, L
 pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle {
     let (commands, commands_rx) = mpsc::unbounded_channel();
     let (wanted, wanted_rx) = watch::channel(Arc::new(BTreeSet::new()));
-    let permits = Arc::new(Semaphore::new(ctx.params.buffered_batches.max(1)));
+    let app_ready = ctx.app_ready.subscribe();
     let task = BrokerTask {
         broker,
         ctx,
         session: ShareSession::new(),
         commands: commands_rx,
         wanted: wanted_rx,
-        permits,
+        app_ready,
+        app_asked: false,
+        last_fetch: None,
         flush_waiters: Vec::new(),
         closing: None,
         retry: RETRY_MIN,
@@ -136,7 +143,12 @@ struct BrokerTask {
     session: ShareSession,
     commands: mpsc::UnboundedReceiver<Command>,
     wanted: watch::Receiver<Arc<BTreeSet<Tp>>>,
-    permits: Arc<Semaphore>,
+    app_ready: watch::Receiver<u64>,
+    /// The application polled or committed since our last fetch.
+    app_asked: bool,
+    /// When the last fetch that delivered records came back: once a lock duration has passed,
+    /// the broker has released whatever of it is still unacknowledged.
+    last_fetch: Option<Instant>,
     flush_waiters: Vec<oneshot::Sender<()>>,
     closing: Option<oneshot::Sender<()>>,
     retry: Duration,
@@ -149,7 +161,6 @@ struct BrokerTask {
 
 /// Why the loop woke up while waiting.
 enum Wake {
-    Permit(OwnedSemaphorePermit),
     Again,
     AckTick,
     Stop,
@@ -182,13 +193,11 @@ impl BrokerTask {
             // the acks the application is about to make would fail. Hold the next fetch
             // (acks still go out as ShareAcknowledge on the tick) until they are made.
             let defer = self.must_defer_forget(&wanted);
-            let wake = if idle || defer {
-                self.wait(None).await
-            } else {
-                let permits = Arc::clone(&self.permits);
-                self.wait(Some(permits)).await
-            };
-            match wake {
+            if !idle && !defer && self.may_fetch() {
+                self.fetch(&wanted).await;
+                continue;
+            }
+            match self.wait().await {
                 Wake::Stop => return,
                 Wake::Again => {}
                 Wake::AckTick => {
@@ -198,19 +207,28 @@ impl BrokerTask {
                         self.send_acks(self.session.epoch()).await;
                     }
                 }
-                Wake::Permit(permit) => {
-                    while let Ok(cmd) = self.commands.try_recv() {
-                        self.take_command(cmd);
-                    }
-                    if self.closing.is_some() || !self.flush_waiters.is_empty() {
-                        // Serve the command first; the permit is taken again afterwards.
-                        drop(permit);
-                        continue;
-                    }
-                    self.fetch(&wanted, permit).await
-                }
             }
         }
+    }
+
+    /// Whether this broker may be asked for more records: the application has acknowledged
+    /// what it gave us, down to `buffered_batches - 1` fetches' worth. Fetching while we hold
+    /// unacknowledged records of a broker costs that broker work for nothing: the dev broker
+    /// re-sends them in every response and walks their lock states for every offset it
+    /// writes back (brief §8.6 #14, #32). Records whose locks have run out no longer count.
+    fn may_fetch(&self) -> bool {
+        // Only for an application that asks for more: a member that stopped polling must
+        // not keep acquiring records it will never process.
+        if self.app_asked
+            && self
+                .last_fetch
+                .is_some_and(|at| at.elapsed() >= self.lock_timeout)
+        {
+            return true;
+        }
+        let p = &self.ctx.params;
+        let allowed = (p.buffered_batches.max(1) - 1).saturating_mul(p.max_records.max(1) as usize);
+        lock_ledger(&self.ctx.ledger).unsettled_held(self.broker) <= allowed
     }
 
     /// Whether the next fetch must wait because it would forget (drop from the session) a
@@ -251,29 +269,23 @@ impl BrokerTask {
         }
     }
 
-    /// Wait for a fetch permit (when given), a command, a change of wanted partitions, or the
-    /// ack tick.
-    async fn wait(&mut self, permits: Option<Arc<Semaphore>>) -> Wake {
-        let permit = async {
-            match permits {
-                Some(p) => p.acquire_owned().await.ok(),
-                None => std::future::pending().await,
-            }
-        };
-        // Commands first: a flush or close that arrives together with a fetch permit is served
-        // before the fetch, so commit_sync's acks go out as ShareAcknowledge.
+    /// Wait for a command, a change of wanted partitions, the application's next `poll` or
+    /// `commit_sync`, or the ack tick.
+    async fn wait(&mut self) -> Wake {
+        // Commands first: a flush or close is served before the next fetch, so commit_sync's
+        // acks go out as ShareAcknowledge.
         tokio::select! {
             biased;
             cmd = self.commands.recv() => match cmd {
                 Some(cmd) => { self.take_command(cmd); Wake::Again }
                 None => Wake::Stop,
             },
-            p = permit => match p {
-                Some(p) => Wake::Permit(p),
-                None => Wake::Stop,
-            },
             changed = self.wanted.changed() => match changed {
                 Ok(()) => Wake::Again,
+                Err(_) => Wake::Stop,
+            },
+            changed = self.app_ready.changed() => match changed {
+                Ok(()) => { self.app_asked = true; Wake::Again }
                 Err(_) => Wake::Stop,
             },
             _ = tokio::time::sleep(ACK_TICK) => Wake::AckTick,
@@ -324,7 +336,8 @@ impl BrokerTask {
             .collect()
     }
 
-    async fn fetch(&mut self, wanted: &BTreeSet<Tp>, permit: OwnedSemaphorePermit) {
+    async fn fetch(&mut self, wanted: &BTreeSet<Tp>) {
+        self.app_asked = false;
         let plan = self.session.plan(wanted);
         if plan.epoch == 0 && plan.adds.is_empty() {
             return;
@@ -409,7 +422,8 @@ impl BrokerTask {
             let _ = self.ctx.deliveries.send(Delivery::Error(e));
         }
         if !records.is_empty() {
-            let _ = self.ctx.deliveries.send(Delivery::Records(records, permit));
+            self.last_fetch = Some(received);
+            let _ = self.ctx.deliveries.send(Delivery::Records(records));
         }
     }
 
@@ -837,16 +851,21 @@ pub(crate) fn absorb_partition(
                     {
                         continue;
                     }
+                    // Copied out of the response: a slice would keep the whole response
+                    // alive, and it carries every stored batch that overlaps the acquired
+                    // offsets (the records of other members too), so what we hold would
+                    // grow with the producer's batch size rather than with what we acquired.
+                    let own = |b: Bytes| Bytes::copy_from_slice(&b);
                     out.push(ShareRecord {
                         topic: Arc::clone(topic),
                         partition,
                         offset: record.offset,
-                        key: record.key,
-                        value: record.value,
+                        key: record.key.map(own),
+                        value: record.value.map(own),
                         headers: record
                             .headers
                             .into_iter()
-                            .map(|(k, v)| (k.as_str().to_string(), v))
+                            .map(|(k, v)| (k.as_str().to_string(), v.map(own)))
                             .collect(),
                         timestamp: record.timestamp,
                         delivery_count,
