@@ -8,7 +8,7 @@
 //!   record processed; RELEASE reads it again from its offset; `commit` commits the contiguous
 //!   processed watermark. Rebalances come with the records.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,13 +95,13 @@ pub struct ShareGroupSource {
     consumer: ShareConsumer,
     topics: Vec<String>,
     opened: bool,
-    /// Deliveries already handed to the task, by record and delivery count. The dev broker
-    /// re-sends records a member holds in every fetch response (share-protocol brief §8.6
-    /// item 14), also while their acknowledgement is on its way; a re-sent delivery keeps its
-    /// delivery count, a real redelivery (after RELEASE or a lost lock) has a higher one.
-    seen: HashSet<Delivery>,
-    /// `seen` in insertion order, to forget the oldest beyond [`SEEN_CAPACITY`].
-    seen_order: VecDeque<Delivery>,
+    /// Deliveries handed to the task and not committed yet: topic → (partition, offset) →
+    /// delivery count. The dev broker re-sends records a member holds in every fetch response
+    /// (share-protocol brief §8.6 item 14); a re-sent delivery keeps its delivery count, a
+    /// real redelivery (after RELEASE or a lost lock) has a higher one. A record is forgotten
+    /// once its verdict is committed, so this holds no more than the task has in flight.
+    seen: HashMap<Arc<str>, HashMap<(i32, i64), i16>>,
+    seen_count: usize,
     /// Verdicts applied locally since the last commit, to tell which a failed partition undid.
     settled: Vec<RecordCoordinates>,
     /// Verdicts the consumer refused (the record was no longer held).
@@ -110,16 +110,25 @@ pub struct ShareGroupSource {
     accepted: Vec<RecordCoordinates>,
 }
 
-type Delivery = (Arc<str>, i32, i64, i16);
-
 /// Kafka's INVALID_RECORD_STATE: an acknowledgement for a record no longer acquired by this
 /// member, which is what a lock that ran out before the acknowledgement arrived leads to.
 const INVALID_RECORD_STATE: i16 = 121;
 
-/// Deliveries remembered for de-duplication; far more than a member holds at once.
+/// Deliveries remembered for de-duplication; far more than a member holds at once (a safety
+/// net: past it the memory is dropped, and a re-sent record could reach the sink twice).
 const SEEN_CAPACITY: usize = 1 << 18;
 
 impl ShareGroupSource {
+    /// A record whose verdict is committed (or refused) is not held any more: the broker will
+    /// not re-send it, and a redelivery comes with a higher delivery count.
+    fn forget_delivery(&mut self, c: &RecordCoordinates) {
+        if let Some(partitions) = self.seen.get_mut(c.topic.as_str()) {
+            if partitions.remove(&(c.partition, c.offset)).is_some() {
+                self.seen_count -= 1;
+            }
+        }
+    }
+
     /// Subscribes `consumer` to `topics`.
     pub fn new(mut consumer: ShareConsumer, topics: Vec<String>) -> Self {
         consumer.subscribe(&topics);
@@ -127,8 +136,8 @@ impl ShareGroupSource {
             consumer,
             topics,
             opened: false,
-            seen: HashSet::new(),
-            seen_order: VecDeque::new(),
+            seen: HashMap::new(),
+            seen_count: 0,
             settled: Vec::new(),
             refused: Vec::new(),
             accepted: Vec::new(),
@@ -172,19 +181,19 @@ impl RecordSource for ShareGroupSource {
             .await
             .map_err(|e| RuntimeError::Source(e.to_string()))?;
         for r in records {
-            let delivery = (
-                Arc::clone(&r.topic),
-                r.partition,
-                r.offset,
-                r.delivery_count,
-            );
-            if self.seen.insert(delivery.clone()) {
-                self.seen_order.push_back(delivery);
-                if self.seen_order.len() > SEEN_CAPACITY {
-                    if let Some(old) = self.seen_order.pop_front() {
-                        self.seen.remove(&old);
-                    }
-                }
+            if self.seen_count >= SEEN_CAPACITY {
+                self.seen.clear();
+                self.seen_count = 0;
+            }
+            let known = self
+                .seen
+                .entry(Arc::clone(&r.topic))
+                .or_default()
+                .insert((r.partition, r.offset), r.delivery_count);
+            if known.is_none() {
+                self.seen_count += 1;
+            }
+            if known != Some(r.delivery_count) {
                 polled.lock_deadlines.push(r.lock_deadline);
                 polled.records.push(raw_from_share(r));
             }
@@ -248,8 +257,12 @@ impl RecordSource for ShareGroupSource {
             .filter(|c| !in_failed(c))
             .collect();
         let mut unapplied = std::mem::take(&mut self.refused);
+        let settled = std::mem::take(&mut self.settled);
+        for c in unapplied.iter().chain(&settled) {
+            self.forget_delivery(c);
+        }
         let mut expired = Vec::new();
-        for c in std::mem::take(&mut self.settled) {
+        for c in settled {
             let partition = (c.topic.clone(), c.partition);
             if failed.contains(&partition) {
                 if lock_lost.contains(&partition) {

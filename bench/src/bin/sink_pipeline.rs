@@ -12,9 +12,9 @@
 //! * (b) `parallelism`: a bench-only sink that takes 10 ms per `put`, on a one-partition topic:
 //!   share mode with 8 tasks (the dev broker's manual target assignment gives every member the
 //!   partition, as Apache Kafka does) against classic mode (one partition: one active task).
-//! * (c) `memory`: peak RSS of a worker process draining 1 KB records at full speed into the
-//!   `file` sink, against the bound its config gives: tasks × `task.inflight.batches` ×
-//!   `max.poll.records` × record size.
+//! * (c) `memory`: how much a worker process grows while it drains 1 KB records at full speed
+//!   into the `file` sink (from its RSS with the connector already running on the empty topic),
+//!   against the bound its config gives (printed with its formula).
 //!
 //! Rates are measured over a steady window: from the first moment records were acknowledged
 //! (and, where the data is produced while the consumers already run, once all of it is in the
@@ -43,6 +43,9 @@ use spillway_tests::{numbered_records, produce, TestProducer};
 /// `max.poll.records` when the flag does not say (the runtime's and the share consumer's
 /// default).
 const DEFAULT_MAX_POLL_RECORDS: usize = 500;
+
+/// How long a pipeline child with `--announce-ready` lets its tasks join and start fetching.
+const READY_SETTLE: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Part {
@@ -145,6 +148,10 @@ enum Role {
         /// scraped as Prometheus text every second; without it the meter is a no-op.
         #[arg(long)]
         metrics: bool,
+        /// Once the connector's tasks run on the (empty) topic, print `ready` on stdout and
+        /// note the RSS: the parent produces only then.
+        #[arg(long)]
+        announce_ready: bool,
     },
 }
 
@@ -163,6 +170,10 @@ struct Summary {
     peak_rss_bytes: u64,
     /// Peak RSS once the client (or worker) was up, before any record was read.
     idle_rss_bytes: u64,
+    /// With `--announce-ready`: peak RSS with the connector's tasks running on the still empty
+    /// topic, before the parent produced anything.
+    #[serde(default)]
+    running_rss_bytes: Option<u64>,
 }
 
 impl Summary {
@@ -199,6 +210,7 @@ async fn main() -> Result<()> {
             max_poll_records,
             file,
             metrics,
+            announce_ready,
         }) => {
             let summary = pipeline(
                 bootstrap,
@@ -210,6 +222,7 @@ async fn main() -> Result<()> {
                 *max_poll_records,
                 file,
                 *metrics,
+                *announce_ready,
             )
             .await?;
             println!("{}", serde_json::to_string(&summary)?);
@@ -433,6 +446,7 @@ async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Resu
         cpu_seconds,
         peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
         idle_rss_bytes,
+        running_rss_bytes: None,
     })
 }
 
@@ -449,6 +463,7 @@ async fn pipeline(
     max_poll_records: usize,
     file: &str,
     metrics: bool,
+    announce_ready: bool,
 ) -> Result<Summary> {
     let worker_config = config(&[
         ("bootstrap.servers", bootstrap),
@@ -492,6 +507,14 @@ async fn pipeline(
             ),
         ]))
         .await?;
+    let running_rss_bytes = if announce_ready {
+        // Every task joined and fetches (nothing yet): what the running connector costs.
+        tokio::time::sleep(READY_SETTLE).await;
+        println!("ready");
+        Some(peak_rss_bytes().unwrap_or(0))
+    } else {
+        None
+    };
     let window = measure(
         &worker,
         name,
@@ -515,6 +538,7 @@ async fn pipeline(
         cpu_seconds,
         peak_rss_bytes: peak,
         idle_rss_bytes,
+        running_rss_bytes,
     })
 }
 
@@ -737,9 +761,10 @@ async fn memory(args: &Args) -> Result<()> {
     let poll = args.memory_poll_records;
     let broker = start_broker(args.brokers, "memory", partitions)?;
     let bootstrap = broker.bootstrap();
-    produce_all(&bootstrap, "memory", records, bytes, partitions).await?;
     let dir = temp_dir("memory")?;
-    eprintln!("(c) draining with a share-mode connector ({tasks} tasks) into the file sink...");
+    eprintln!(
+        "(c) starting a share-mode connector ({tasks} tasks, file sink) on the empty topic..."
+    );
     let child_args: Vec<String> = vec![
         "pipeline".into(),
         "--bootstrap".into(),
@@ -758,14 +783,29 @@ async fn memory(args: &Args) -> Result<()> {
         poll.to_string(),
         "--file".into(),
         dir.join("memory.txt").to_string_lossy().into_owned(),
+        "--announce-ready".into(),
     ];
-    let ours = run_child::<Summary>(&child_args).await;
+    let ours = run_ready_child(&child_args, || async {
+        eprintln!("(c) producing while it runs...");
+        produce_all(&bootstrap, "memory", records, bytes, partitions).await
+    })
+    .await;
     let _ = std::fs::remove_dir_all(&dir);
     let ours = ours?;
-    let bound = (tasks * inflight * poll * bytes) as u64;
-    let growth = ours.peak_rss_bytes.saturating_sub(ours.idle_rss_bytes);
+    let running = ours
+        .running_rss_bytes
+        .context("the child did not report its RSS")?;
+    // What a task can hold (brief: the share consumer fetches from a leader again only once
+    // the records it gave are acknowledged): per partition leader one fetch of
+    // max.poll.records, held as the fetch response, as records, and (at most `inflight`
+    // batches) as converted records.
+    let leaders = (args.brokers as usize).min(partitions.max(1) as usize);
+    let per_task = poll * bytes * (2 * leaders + inflight.min(leaders));
+    let bound = (tasks * per_task) as u64;
+    let growth = ours.peak_rss_bytes.saturating_sub(running);
     println!(
-        "(c) peak RSS: {records} records x {bytes} B, {partitions} partitions, {tasks} tasks, task.inflight.batches {inflight}, max.poll.records {poll}"
+        "(c) peak RSS: {records} records x {bytes} B, {partitions} partitions on {} brokers, {tasks} tasks, task.inflight.batches {inflight}, max.poll.records {poll}",
+        args.brokers
     );
     println!(
         "  drained at {:>9.0} rec/s ({:.1} MiB/s)",
@@ -773,20 +813,64 @@ async fn memory(args: &Args) -> Result<()> {
         ours.rate() * bytes as f64 / (1024.0 * 1024.0)
     );
     println!(
-        "  bound from the config (tasks x inflight x max.poll.records x record size): {:.1} MiB",
+        "  bound from the config: tasks x max.poll.records x record size x (2 x leaders + min(inflight, leaders)) = {:.1} MiB",
         mib(bound)
     );
     println!(
-        "  worker peak RSS: {:.1} MiB  (idle worker before the connector: {:.1} MiB; growth {:.1} MiB = {:.2} x bound)",
-        mib(ours.peak_rss_bytes),
+        "  worker RSS: idle {:.1} MiB, connector running on the empty topic {:.1} MiB, peak while draining {:.1} MiB",
         mib(ours.idle_rss_bytes),
+        mib(running),
+        mib(ours.peak_rss_bytes)
+    );
+    println!(
+        "  growth while draining: {:.1} MiB = {:.2} x bound",
         mib(growth),
         growth as f64 / bound.max(1) as f64
     );
     println!(
-        "  data drained: {:.1} MiB; peak RSS / data = {:.2}",
+        "  data drained: {:.1} MiB; growth / data = {:.2}",
         mib(records * bytes as u64),
-        ours.peak_rss_bytes as f64 / (records * bytes as u64).max(1) as f64
+        growth as f64 / (records * bytes as u64).max(1) as f64
     );
     Ok(())
+}
+
+/// Runs a child that prints `ready` on stdout once it is set up, then `after_ready`, and reads
+/// the child's JSON summary (its last stdout line).
+async fn run_ready_child<F, Fut>(args: &[String], after_ready: F) -> Result<Summary>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        match lines.next_line().await? {
+            Some(line) if line.trim() == "ready" => break,
+            Some(_) => continue,
+            None => bail!(
+                "the child ended before it was ready: {}",
+                child.wait().await?
+            ),
+        }
+    }
+    after_ready().await?;
+    let mut last = String::new();
+    while let Some(line) = lines.next_line().await? {
+        if !line.trim().is_empty() {
+            last = line;
+        }
+    }
+    let status = child.wait().await?;
+    if !status.success() {
+        bail!("child process {:?} failed: {status}", args.first());
+    }
+    serde_json::from_str(&last).context("reading the child's summary")
 }
