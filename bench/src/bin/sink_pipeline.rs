@@ -74,6 +74,9 @@ struct Args {
     /// (a) record value size in bytes.
     #[arg(long, default_value_t = 100)]
     overhead_record_bytes: usize,
+    /// (a) the connector's `task.inflight.batches` (default: the runtime's).
+    #[arg(long)]
+    overhead_inflight: Option<usize>,
     /// (b) records on the one-partition topic.
     #[arg(long, default_value_t = 4_000)]
     slow_records: u64,
@@ -287,6 +290,9 @@ async fn overhead(args: &Args) -> Result<()> {
     // way: on the dev broker every share group that drains after another one runs slower, even
     // on another topic (seen here, one cluster: 14,500 rec/s first, 11,700 second, 10,100
     // third), so sharing a cluster would make the order decide the ratio.
+    let overhead_inflight = args
+        .overhead_inflight
+        .unwrap_or(TaskSettings::default().inflight_batches);
     let dir = temp_dir("overhead")?;
     let child_args = |role: &str, bootstrap: &str| -> Vec<String> {
         vec![
@@ -315,7 +321,7 @@ async fn overhead(args: &Args) -> Result<()> {
             "--tasks".into(),
             "1".into(),
             "--inflight".into(),
-            TaskSettings::default().inflight_batches.to_string(),
+            overhead_inflight.to_string(),
             "--max-poll-records".into(),
             DEFAULT_MAX_POLL_RECORDS.to_string(),
             "--file".into(),
@@ -342,7 +348,7 @@ async fn overhead(args: &Args) -> Result<()> {
     let (ours, ours_requests) = ours.context("not run")??;
 
     println!(
-        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker)",
+        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker), task.inflight.batches {overhead_inflight}",
         args.brokers
     );
     println!(
