@@ -164,12 +164,10 @@ impl ExactlyOnceWriter {
         self.stats
     }
 
-    /// Share mode: opens the ledger (rebuilding its cache from the topic).
-    pub async fn open_share(&mut self, ledger: LedgerSettings) -> Result<(), SinkError> {
-        if matches!(self.mode, Mode::Share(..)) {
-            return Ok(());
-        }
-        let reader = LedgerReader::open(
+    /// Opens the ledger (rebuilding its cache from the topic) and aborts the transactions a
+    /// predecessor with our transactional id left open.
+    async fn open_ledger(&self, ledger: &LedgerSettings) -> Result<LedgerReader, SinkError> {
+        let mut reader = LedgerReader::open(
             self.producer.bootstrap(),
             &ledger.topic,
             &ledger.cache_dir,
@@ -177,11 +175,19 @@ impl ExactlyOnceWriter {
         )
         .await
         .map_err(ledger_error)?;
-        let mut reader = reader;
         reader
             .abort_predecessors(self.producer.transactional_id(), PREDECESSOR_WAIT)
             .await
             .map_err(ledger_error)?;
+        Ok(reader)
+    }
+
+    /// Share mode: opens the ledger (rebuilding its cache from the topic).
+    pub async fn open_share(&mut self, ledger: LedgerSettings) -> Result<(), SinkError> {
+        if matches!(self.mode, Mode::Share(..)) {
+            return Ok(());
+        }
+        let reader = self.open_ledger(&ledger).await?;
         self.mode = Mode::Share(Box::new(reader), ledger);
         Ok(())
     }
@@ -199,18 +205,7 @@ impl ExactlyOnceWriter {
         wait: Duration,
     ) -> Result<BTreeMap<TopicPartition, i64>, SinkError> {
         if !matches!(self.mode, Mode::Classic(_)) {
-            let mut reader = LedgerReader::open(
-                self.producer.bootstrap(),
-                &ledger.topic,
-                &ledger.cache_dir,
-                &format!("{}-ledger", self.producer.transactional_id()),
-            )
-            .await
-            .map_err(ledger_error)?;
-            reader
-                .abort_predecessors(self.producer.transactional_id(), PREDECESSOR_WAIT)
-                .await
-                .map_err(ledger_error)?;
+            let reader = self.open_ledger(ledger).await?;
             self.mode = Mode::Classic(Box::new(Classic {
                 group: None,
                 ledger: reader,

@@ -472,6 +472,11 @@ impl ClassicSource {
     /// records of the partition already in flight are read again too: duplicates, not loss.
     pub fn seek_back(&self, topic: &str, partition: i32, offset: i64) -> Result<(), ClassicError> {
         lock(&self.tracker).rewind(topic, partition, offset);
+        self.seek(topic, partition, offset)
+    }
+
+    /// Makes the consumer read `topic-partition` from `offset` next.
+    fn seek(&self, topic: &str, partition: i32, offset: i64) -> Result<(), ClassicError> {
         let mut tpl = TopicPartitionList::new();
         // Only fails for an invalid offset value; a log offset is valid.
         let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
@@ -497,18 +502,7 @@ impl ClassicSource {
         if tracker.next(topic, partition) >= offset {
             return Ok(false);
         }
-        let mut tpl = TopicPartitionList::new();
-        // Only fails for an invalid offset value; a log offset is valid.
-        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
-        self.consumer
-            .seek_partitions(tpl, Duration::from_secs(5))
-            .map_err(|e| ClassicError::Seek {
-                group: self.config.group_id.clone(),
-                topic: topic.to_owned(),
-                partition,
-                offset,
-                reason: e.to_string(),
-            })?;
+        self.seek(topic, partition, offset)?;
         tracker.skipped_to(topic, partition, offset);
         Ok(true)
     }
