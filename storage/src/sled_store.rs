@@ -44,14 +44,35 @@ impl std::fmt::Debug for SledStore {
     }
 }
 
+/// How long `open` waits for the file lock of a store that was just closed in this process:
+/// sled's background flusher lets go of it shortly after the last handle is dropped.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens sled, waiting up to [`LOCK_WAIT`] while its file lock is held; a panic inside sled
+/// (unreadable files) is returned as `Err`.
+fn open_sled(path: &Path) -> std::thread::Result<sled::Result<sled::Db>> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let opened = std::panic::catch_unwind(|| sled::Config::new().path(path).open());
+        match &opened {
+            Ok(Err(sled::Error::Io(e)))
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            _ => return opened,
+        }
+    }
+}
+
 impl SledStore {
     /// Opens (or creates) the store in `dir`, checks its format version and reads every record
     /// once, so that a damaged record stops startup instead of a later call.
     pub fn open(dir: &Path) -> Result<SledStore, StorageError> {
         let path = dir.to_path_buf();
         let initialised = path.join(MARKER_FILE).exists();
-        let opened = std::panic::catch_unwind(|| sled::Config::new().path(&path).open());
-        let db = match opened {
+        let db = match open_sled(&path) {
             Ok(Ok(db)) => db,
             Ok(Err(sled::Error::Corruption { at, .. })) => {
                 return Err(StorageError::Damaged {
