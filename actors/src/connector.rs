@@ -13,11 +13,12 @@ use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
 use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
 use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
-use spillway_kafka::share::{ShareConsumer, ShareConsumerConfig};
+use spillway_kafka::share::ShareConsumer;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
 use crate::consumer::SourceFactory;
+use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::messages::{Reporter, TaskEvent};
@@ -46,6 +47,9 @@ pub struct ConnectorPlan {
     /// Topic names; in classic mode a `^`-prefixed entry is `topics.regex`.
     pub topics: Vec<String>,
     pub settings: TaskSettings,
+    /// The tasks' consumer settings (worker `consumer.*`, connector `consumer.override.*`),
+    /// checked for the connector's mode.
+    pub consumer: ConsumerSettings,
     pub dead_letters: Option<Arc<dyn DeadLetterWriter>>,
     pub registry: ConnectorRegistry,
 }
@@ -285,39 +289,20 @@ impl ConnectorActor {
 /// hands its group metadata over with each batch instead.
 fn source_factory(plan: &ConnectorPlan, id: u32, task_commits_offsets: bool) -> SourceFactory {
     let client_id = plan.scope.prefixed(&format!("{}-{id}", plan.config.name));
-    // Worker-wide `consumer.*` settings, then the connector's `consumer.override.*` ones.
-    let mut overrides: BTreeMap<String, String> = plan
-        .worker
-        .iter()
-        .filter_map(|(k, v)| {
-            k.strip_prefix("consumer.")
-                .map(|k| (k.to_owned(), v.clone()))
-        })
-        .collect();
-    overrides.extend(plan.config.consumer_overrides.clone());
-    overrides.remove("group.protocol");
-    overrides.remove("group.id");
-    overrides.remove("bootstrap.servers");
-    let max_poll_records = overrides
-        .get("max.poll.records")
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(500);
     let topics = plan.topics.clone();
     let bootstrap = plan.bootstrap.clone();
     let group = plan.group_id.clone();
+    // The settings were checked when the plan was made; were one wrong after all, the task
+    // fails with the same message.
     match plan.protocol {
         GroupProtocol::Share => {
-            let mut config = ShareConsumerConfig::new(&bootstrap, &group);
-            config.client_id = client_id;
-            config.max_poll_records = max_poll_records;
-            if let Some(ms) = overrides
-                .get("fetch.max.wait.ms")
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                config.fetch_max_wait = std::time::Duration::from_millis(ms);
-            }
+            let config = plan
+                .consumer
+                .share_config(&bootstrap, &group, &client_id)
+                .map(|(config, _warned_at_plan)| config);
             Box::new(move || {
                 async move {
+                    let config = config.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let consumer = ShareConsumer::connect(config)
                         .await
                         .map_err(|e| RuntimeError::Source(e.to_string()))?;
@@ -333,13 +318,15 @@ fn source_factory(plan: &ConnectorPlan, id: u32, task_commits_offsets: bool) -> 
             } else {
                 RebalanceProtocol::Classic
             };
-            config.max_poll_records = max_poll_records;
-            overrides.remove("max.poll.records");
+            let max_poll_records = plan.consumer.max_poll_records();
+            let mut overrides = plan.consumer.classic_overrides();
             overrides.insert("client.id".into(), client_id);
             config.overrides = overrides;
             config.commit_offsets = !task_commits_offsets;
             Box::new(move || {
                 async move {
+                    config.max_poll_records =
+                        max_poll_records.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let source = ClassicSource::connect(config)
                         .map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let mut source = ConsumerGroupSource::new(source, &topics)?;

@@ -13,6 +13,7 @@
 pub mod acker;
 pub mod connector;
 pub mod consumer;
+pub mod consumer_settings;
 pub mod converter;
 pub mod dead_letter;
 pub mod error;

@@ -3,13 +3,22 @@
 
 use std::time::Duration;
 
-use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
+use spillway_core::config::{
+    resolve_group_protocol, ConfigDef, ConfigKey, ConfigType, Importance, Validator,
+};
 use spillway_core::{ConfigError, ConfigMap};
 
 pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
 /// Most batches of one task between the consumer and the acker (memory bound: this many
 /// times `max.poll.records`).
 pub const INFLIGHT_BATCHES: &str = "task.inflight.batches";
+/// `task.inflight.batches` when unset, in share mode: KIP-1302's loop (poll, put, acknowledge,
+/// commit, then poll again). The share consumer already holds the next fetch of every
+/// partition leader, so the next batch is there when a commit returns; more batches in flight
+/// only hold more records under acquisition locks and interleave polls with commits.
+pub const SHARE_INFLIGHT_BATCHES_DEFAULT: usize = 1;
+/// `task.inflight.batches` when unset, in classic mode: polls overlap the puts and commits.
+pub const CLASSIC_INFLIGHT_BATCHES_DEFAULT: usize = 4;
 pub const RESTART_MAX_ATTEMPTS: &str = "task.restart.max.attempts";
 pub const RESTART_BACKOFF_MS: &str = "task.restart.backoff.ms";
 /// Kafka Connect's name: how long a graceful stop may take before tasks are cut off.
@@ -24,8 +33,8 @@ pub const SHARE_DELIVERY_ATTEMPT_LIMIT: &str = "share.delivery.attempt.limit";
 pub fn runtime_config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
-            ConfigKey::new(INFLIGHT_BATCHES, ConfigType::Int, Importance::Medium, "Batches of one task in flight between poll and acknowledgement; bounds the task's memory to this many times max.poll.records.")
-                .default("4")
+            ConfigKey::new(INFLIGHT_BATCHES, ConfigType::Int, Importance::Medium, "Batches of one task in flight between poll and acknowledgement; bounds the task's memory to this many times max.poll.records. Default: 1 in share mode (KIP-1302's poll-put-commit loop; the share consumer prefetches), 4 in classic mode.")
+                .null_default()
                 .validator(Validator::AtLeast(1)),
         )
         .define(
@@ -73,9 +82,10 @@ pub struct TaskSettings {
 }
 
 impl Default for TaskSettings {
+    /// Classic mode's defaults.
     fn default() -> Self {
         TaskSettings {
-            inflight_batches: 4,
+            inflight_batches: CLASSIC_INFLIGHT_BATCHES_DEFAULT,
             restart_max_attempts: 3,
             restart_backoff: Duration::from_secs(1),
             shutdown_timeout: Duration::from_secs(5),
@@ -87,7 +97,9 @@ impl Default for TaskSettings {
 }
 
 impl TaskSettings {
-    /// The connector's runtime keys, each falling back to the worker's.
+    /// The connector's runtime keys, each falling back to the worker's, then to the default of
+    /// the connector's group protocol (a bad protocol value is refused where the protocol is
+    /// resolved; here it counts as classic).
     pub fn resolve(connector: &ConfigMap, worker: &ConfigMap) -> Result<TaskSettings, ConfigError> {
         let def = runtime_config_def();
         let mut merged = ConfigMap::new();
@@ -100,8 +112,16 @@ impl TaskSettings {
         let ms = |key: &str| -> Result<Duration, ConfigError> {
             Ok(Duration::from_millis(parsed.long(key)?.unsigned_abs()))
         };
+        let share = resolve_group_protocol(connector, worker)
+            .map(|resolved| resolved.protocol.is_share())
+            .unwrap_or(false);
+        let inflight_batches = match parsed.get(INFLIGHT_BATCHES).and_then(|v| v.as_i64()) {
+            Some(set) => usize::try_from(set).unwrap_or(1),
+            None if share => SHARE_INFLIGHT_BATCHES_DEFAULT,
+            None => CLASSIC_INFLIGHT_BATCHES_DEFAULT,
+        };
         Ok(TaskSettings {
-            inflight_batches: usize::try_from(parsed.int(INFLIGHT_BATCHES)?).unwrap_or(1),
+            inflight_batches,
             restart_max_attempts: u32::try_from(parsed.int(RESTART_MAX_ATTEMPTS)?).unwrap_or(0),
             restart_backoff: ms(RESTART_BACKOFF_MS)?,
             shutdown_timeout: ms(SHUTDOWN_GRACEFUL_TIMEOUT_MS)?,
@@ -140,6 +160,30 @@ mod tests {
         assert_eq!(s.inflight_batches, 2);
         assert_eq!(s.restart_max_attempts, 5);
         assert_eq!(s.shutdown_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn unset_inflight_batches_follow_the_group_protocol_and_a_set_value_wins() {
+        let share_connector = config(&[("consumer.override.group.protocol", "share")]);
+        let share_worker = config(&[("consumer.group.protocol", "share")]);
+        let inflight = |connector: &ConfigMap, worker: &ConfigMap| {
+            TaskSettings::resolve(connector, worker)
+                .expect("valid")
+                .inflight_batches
+        };
+        assert_eq!(inflight(&ConfigMap::new(), &ConfigMap::new()), 4);
+        assert_eq!(inflight(&share_connector, &ConfigMap::new()), 1);
+        assert_eq!(inflight(&ConfigMap::new(), &share_worker), 1);
+        // Rolled back to classic by the connector: classic's default again.
+        let classic_connector = config(&[("consumer.override.group.protocol", "classic")]);
+        assert_eq!(inflight(&classic_connector, &share_worker), 4);
+        let mut explicit = share_connector.clone();
+        explicit.insert(INFLIGHT_BATCHES.to_owned(), "3".to_owned());
+        assert_eq!(inflight(&explicit, &ConfigMap::new()), 3);
+        assert_eq!(
+            inflight(&share_connector, &config(&[(INFLIGHT_BATCHES, "2")])),
+            2
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use spillway_kafka::producer::IdempotentProducer;
 use tracing::warn;
 
 use crate::connector::ConnectorPlan;
+use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
@@ -282,6 +283,8 @@ impl Worker {
         scope.namespace(&mut parsed);
         let resolved = resolve_group_protocol(config, &self.config).map_err(refused)?;
         let settings = TaskSettings::resolve(config, &self.config).map_err(refused)?;
+        let consumer = ConsumerSettings::collect(&self.config, &parsed.consumer_overrides);
+        consumer.max_poll_records().map_err(refused)?;
         let plugin = self
             .registry
             .create(&parsed.connector_class)
@@ -306,6 +309,12 @@ impl Worker {
             }
         };
         if resolved.protocol.is_share() {
+            let (_, warnings) = consumer
+                .share_config(&bootstrap, &group_id, &name)
+                .map_err(refused)?;
+            for warning in &warnings {
+                warn!(connector = %name, "{warning}");
+            }
             let check = check_share_group_id(&bootstrap, &group_id, &topics, GROUP_CHECK_TIMEOUT)
                 .await
                 .map_err(|e| RuntimeError::Source(e.to_string()))?;
@@ -344,6 +353,7 @@ impl Worker {
             bootstrap,
             topics,
             settings,
+            consumer,
             dead_letters: dead_letters.map(|d| d as Arc<_>),
             registry: self.registry.clone(),
         })
@@ -624,6 +634,30 @@ mod tests {
             .await
             .expect_err("share mode needs names");
         assert!(err.to_string().contains("topics.regex"), "{err}");
+        // Refused before the group check (which would need a broker): a share-mode connector
+        // meant for a secured cluster, and a consumer setting share groups do not take.
+        for (key, value) in [
+            ("consumer.override.security.protocol", "SASL_SSL"),
+            ("consumer.override.auto.offset.reset", "earliest"),
+            ("consumer.override.max.poll.records", "many"),
+        ] {
+            let err = worker
+                .start_connector(config(&[
+                    ("name", "s"),
+                    ("connector.class", "file"),
+                    ("topics", "t"),
+                    ("file", "/dev/null"),
+                    ("consumer.override.group.protocol", "share"),
+                    (key, value),
+                ]))
+                .await
+                .expect_err("share mode cannot honour it");
+            let text = err.to_string();
+            assert!(
+                text.starts_with("connector 's': invalid value") && text.contains(key),
+                "{text}"
+            );
+        }
         worker.shutdown().await;
     }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Serialize;
+use spillway_actors::consumer_settings::{ConsumerSettings, DEFAULT_MAX_POLL_RECORDS};
 use spillway_actors::settings::{runtime_config_def, TaskSettings};
 use spillway_actors::{OverridePolicy, RuntimeError, State, Worker};
 use spillway_connectors::runtime_keys::TASK_ID;
@@ -32,9 +33,6 @@ use tracing::{info, warn};
 use crate::secrets;
 pub use crate::tenants::DEFAULT_TENANT;
 use crate::tenants::{Quotas, TenantError, TenantInfo, Tenants};
-
-/// `max.poll.records` when neither the connector nor the worker sets it.
-const DEFAULT_MAX_POLL_RECORDS: u64 = 500;
 
 /// How long reading committed offsets from Kafka may take.
 const OFFSETS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -531,11 +529,10 @@ impl Herder {
         let batches = TaskSettings::resolve(config, &self.worker_config)
             .map(|s| s.inflight_batches as u64)
             .unwrap_or(1);
-        let poll = config
-            .get("consumer.override.max.poll.records")
-            .or_else(|| self.worker_config.get("consumer.max.poll.records"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_MAX_POLL_RECORDS);
+        let overrides = spillway_core::convert::strip_prefix(config, "consumer.override.");
+        let poll = ConsumerSettings::collect(&self.worker_config, &overrides)
+            .max_poll_records()
+            .unwrap_or(DEFAULT_MAX_POLL_RECORDS) as u64;
         Usage {
             connectors: 1,
             tasks,

@@ -296,6 +296,8 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
         let mut body = file_sink(name, "t", &dir.path().join(format!("{name}.txt")));
         body["config"]["tasks.max"] = json!(tasks.to_string());
         body["config"]["consumer.override.max.poll.records"] = json!("100");
+        // Share mode's default is 1 batch in flight; 4 makes the in-flight quota bite sooner.
+        body["config"]["task.inflight.batches"] = json!("4");
         body["initial_state"] = json!("PAUSED");
         body
     };

@@ -1,0 +1,368 @@
+//! The consumer settings of a connector's tasks: the worker's `consumer.*` keys, then the
+//! connector's `consumer.override.*` keys. Each value remembers the key it came from, so that
+//! an error names what the user wrote.
+//!
+//! Classic mode hands them to librdkafka, which checks them. Share mode runs Spillway's own
+//! share consumer, which knows fewer settings: the ones it has are applied and checked here,
+//! the ones a share group cannot honour are refused when the connector sets them (and only
+//! warned about when they come from the worker, whose `consumer.*` keys also serve its
+//! classic connectors), and security settings are refused wherever they come from: the share
+//! consumer connects in plaintext, and a connector meant for a secured cluster must not run
+//! unsecured or fail later with a connection error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use spillway_core::{ConfigError, ConfigMap};
+use spillway_kafka::share::ShareConsumerConfig;
+
+const WORKER_PREFIX: &str = "consumer.";
+const CONNECTOR_PREFIX: &str = "consumer.override.";
+const MAX_POLL_RECORDS: &str = "max.poll.records";
+/// The runtime's `max.poll.records` when neither level sets it (Kafka's default).
+pub const DEFAULT_MAX_POLL_RECORDS: usize = 500;
+
+/// Keys the runtime sets itself, whatever the configs say.
+const SET_BY_THE_RUNTIME: [&str; 3] = ["group.protocol", "group.id", "bootstrap.servers"];
+
+/// Consumer keys that a share group does not take from its consumers (as Kafka's
+/// `KafkaShareConsumer`, which refuses them), with where the setting lives instead.
+const NOT_FOR_SHARE_GROUPS: [(&str, &str); 9] = [
+    (
+        "auto.offset.reset",
+        "a share group starts where the group config share.auto.offset.reset says (kafka-configs --entity-type groups)",
+    ),
+    (
+        "isolation.level",
+        "a share group reads at the group config share.isolation.level (kafka-configs --entity-type groups)",
+    ),
+    (
+        "enable.auto.commit",
+        "a share-mode task acknowledges every record itself after put",
+    ),
+    (
+        "auto.commit.interval.ms",
+        "a share-mode task acknowledges every record itself after put",
+    ),
+    (
+        "group.instance.id",
+        "share groups have no static membership",
+    ),
+    (
+        "partition.assignment.strategy",
+        "the brokers assign partitions to share group members",
+    ),
+    (
+        "group.remote.assignor",
+        "the brokers assign partitions to share group members",
+    ),
+    (
+        "session.timeout.ms",
+        "it is the brokers' group.share.session.timeout.ms",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "it is the brokers' group.share.heartbeat.interval.ms",
+    ),
+];
+
+/// One consumer setting and the key it was given as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Setting {
+    key: String,
+    value: String,
+    from_connector: bool,
+}
+
+/// A connector's consumer settings, worker's first, the connector's overrides on top.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerSettings {
+    settings: BTreeMap<String, Setting>,
+}
+
+impl ConsumerSettings {
+    /// `overrides` are the connector's `consumer.override.*` keys without the prefix.
+    pub fn collect(worker: &ConfigMap, overrides: &ConfigMap) -> ConsumerSettings {
+        let worker_settings = worker.iter().filter_map(|(k, v)| {
+            let name = k.strip_prefix(WORKER_PREFIX)?;
+            // `consumer.override.*` in a worker config is not a worker setting.
+            (!k.starts_with(CONNECTOR_PREFIX)).then(|| (name, k.clone(), v, false))
+        });
+        let connector_settings = overrides
+            .iter()
+            .map(|(k, v)| (k.as_str(), format!("{CONNECTOR_PREFIX}{k}"), v, true));
+        let settings = worker_settings
+            .chain(connector_settings)
+            .filter(|(name, ..)| !SET_BY_THE_RUNTIME.contains(name))
+            .map(|(name, key, value, from_connector)| {
+                let setting = Setting {
+                    key,
+                    value: value.trim().to_owned(),
+                    from_connector,
+                };
+                (name.to_owned(), setting)
+            })
+            .collect();
+        ConsumerSettings { settings }
+    }
+
+    /// `max.poll.records`: the most records one batch holds.
+    pub fn max_poll_records(&self) -> Result<usize, ConfigError> {
+        match self.settings.get(MAX_POLL_RECORDS) {
+            None => Ok(DEFAULT_MAX_POLL_RECORDS),
+            Some(s) => s.number(1, i32::MAX as u64).map(|n| n as usize),
+        }
+    }
+
+    /// The settings librdkafka gets in classic mode, without the ones the runtime applies
+    /// itself (`max.poll.records`).
+    pub fn classic_overrides(&self) -> BTreeMap<String, String> {
+        self.settings
+            .iter()
+            .filter(|(name, _)| name.as_str() != MAX_POLL_RECORDS)
+            .map(|(name, s)| (name.clone(), s.value.clone()))
+            .collect()
+    }
+
+    /// The share consumer's config with every setting it knows applied; the warnings name the
+    /// worker settings it leaves out.
+    pub fn share_config(
+        &self,
+        bootstrap: &str,
+        group: &str,
+        client_id: &str,
+    ) -> Result<(ShareConsumerConfig, Vec<String>), ConfigError> {
+        let mut config = ShareConsumerConfig::new(bootstrap, group);
+        config.client_id = client_id.to_owned();
+        config.max_poll_records = self.max_poll_records()?;
+        let mut warnings = Vec::new();
+        let mut errors = Vec::new();
+        let millis =
+            |s: &Setting, min: u64| s.number(min, i32::MAX as u64).map(Duration::from_millis);
+        let bytes = |s: &Setting| s.number(1, i32::MAX as u64).map(|n| n as i32);
+        for (name, s) in &self.settings {
+            let applied = match name.as_str() {
+                MAX_POLL_RECORDS | "client.id" => Ok(()),
+                "fetch.max.wait.ms" => millis(s, 0).map(|d| config.fetch_max_wait = d),
+                "fetch.min.bytes" => bytes(s).map(|n| config.fetch_min_bytes = n),
+                "fetch.max.bytes" => bytes(s).map(|n| config.fetch_max_bytes = n),
+                "request.timeout.ms" => millis(s, 1).map(|d| config.request_timeout = d),
+                "metadata.max.age.ms" => millis(s, 0).map(|d| config.metadata_max_age = d),
+                "share.acknowledgement.mode" => s.must_be(
+                    "explicit",
+                    "a share-mode task acknowledges every record itself, after put",
+                ),
+                "security.protocol" => s.must_be("plaintext", PLAINTEXT_ONLY),
+                _ if name.starts_with("sasl.") || name.starts_with("ssl.") => {
+                    Err(s.refused(PLAINTEXT_ONLY))
+                }
+                _ => {
+                    let not_for_share = NOT_FOR_SHARE_GROUPS
+                        .iter()
+                        .find(|(key, _)| key == name)
+                        .map(|(_, instead)| *instead);
+                    match (not_for_share, s.from_connector) {
+                        (Some(instead), true) => {
+                            Err(s.refused(&format!("share groups do not take it from a consumer: {instead}; remove it, or run the connector in classic mode (consumer.override.group.protocol=classic)")))
+                        }
+                        (Some(instead), false) => {
+                            warnings.push(format!("{} is not used by share-mode connectors: {instead}", s.key));
+                            Ok(())
+                        }
+                        (None, _) => {
+                            warnings.push(format!("{} is not applied in share mode: Spillway's share consumer has no such setting", s.key));
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = applied {
+                errors.push(e);
+            }
+        }
+        match ConfigError::from_list(errors) {
+            Some(error) => Err(error),
+            None => Ok((config, warnings)),
+        }
+    }
+}
+
+const PLAINTEXT_ONLY: &str = "Spillway's share consumer connects in plaintext only (no TLS or SASL yet); run this connector in classic mode (consumer.override.group.protocol=classic) or reach the cluster through a PLAINTEXT listener";
+
+impl Setting {
+    fn refused(&self, reason: &str) -> ConfigError {
+        let secret = self.key.contains("password") || self.key.ends_with("jaas.config");
+        ConfigError::InvalidValue {
+            key: self.key.clone(),
+            value: if secret {
+                "[hidden]".to_owned()
+            } else {
+                self.value.clone()
+            },
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn number(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
+        match self.value.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(self.refused(&format!("expected a whole number from {min} to {max}"))),
+        }
+    }
+
+    fn must_be(&self, only: &str, why: &str) -> Result<(), ConfigError> {
+        if self.value.eq_ignore_ascii_case(only) {
+            Ok(())
+        } else {
+            Err(self.refused(&format!("share mode takes only {only}: {why}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn share(
+        worker: &[(&str, &str)],
+        overrides: &[(&str, &str)],
+    ) -> Result<(ShareConsumerConfig, Vec<String>), ConfigError> {
+        ConsumerSettings::collect(&config(worker), &config(overrides))
+            .share_config("b:9092", "g", "c-0")
+    }
+
+    #[test]
+    fn connector_overrides_win_and_every_known_share_setting_is_applied() {
+        let (config, warnings) = share(
+            &[
+                ("consumer.max.poll.records", "100"),
+                ("consumer.fetch.max.wait.ms", "50"),
+            ],
+            &[
+                ("max.poll.records", "20"),
+                ("fetch.min.bytes", "10"),
+                ("fetch.max.bytes", "1048576"),
+                ("request.timeout.ms", "7000"),
+                ("metadata.max.age.ms", "1000"),
+                ("share.acknowledgement.mode", "explicit"),
+                ("security.protocol", "PLAINTEXT"),
+                ("group.id", "set elsewhere"),
+            ],
+        )
+        .expect("valid");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(config.max_poll_records, 20);
+        assert_eq!(config.fetch_max_wait, Duration::from_millis(50));
+        assert_eq!(config.fetch_min_bytes, 10);
+        assert_eq!(config.fetch_max_bytes, 1_048_576);
+        assert_eq!(config.request_timeout, Duration::from_secs(7));
+        assert_eq!(config.metadata_max_age, Duration::from_secs(1));
+        assert_eq!(config.client_id, "c-0");
+        assert_eq!(config.group_id, "g");
+    }
+
+    #[test]
+    fn a_bad_number_is_refused_naming_the_key_the_user_wrote() {
+        let err = share(&[], &[("max.poll.records", "lots")]).expect_err("not a number");
+        assert_eq!(
+            err.to_string(),
+            "invalid value 'lots' for consumer.override.max.poll.records: expected a whole number from 1 to 2147483647"
+        );
+        let err = share(&[("consumer.fetch.max.wait.ms", "-1")], &[]).expect_err("negative");
+        assert!(
+            err.to_string().contains("for consumer.fetch.max.wait.ms"),
+            "{err}"
+        );
+        let classic =
+            ConsumerSettings::collect(&ConfigMap::new(), &config(&[("max.poll.records", "0")]));
+        assert!(classic.max_poll_records().is_err());
+    }
+
+    #[test]
+    fn security_settings_are_refused_in_share_mode_from_either_level_hiding_secrets() {
+        let err = share(&[("consumer.security.protocol", "SASL_SSL")], &[]).expect_err("sasl");
+        let text = err.to_string();
+        assert!(
+            text.contains("consumer.security.protocol") && text.contains("classic"),
+            "{text}"
+        );
+        let err = share(
+            &[],
+            &[("sasl.jaas.config", "user=\"alice\" password=\"s3cret\"")],
+        )
+        .expect_err("jaas");
+        let text = err.to_string();
+        assert!(
+            text.contains("consumer.override.sasl.jaas.config"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    #[test]
+    fn consumer_group_settings_are_refused_on_the_connector_and_only_warned_about_from_the_worker()
+    {
+        let err = share(
+            &[],
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("isolation.level", "read_committed"),
+            ],
+        )
+        .expect_err("not for share groups");
+        let text = err.to_string();
+        assert!(
+            text.contains("consumer.override.auto.offset.reset")
+                && text.contains("share.auto.offset.reset"),
+            "{text}"
+        );
+        assert!(text.contains("consumer.override.isolation.level"), "{text}");
+        let (_, warnings) = share(
+            &[
+                ("consumer.auto.offset.reset", "earliest"),
+                ("consumer.receive.buffer.bytes", "65536"),
+            ],
+            &[],
+        )
+        .expect("worker settings serve classic connectors too");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("consumer.auto.offset.reset"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("consumer.receive.buffer.bytes"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn classic_mode_gets_everything_but_the_keys_the_runtime_sets() {
+        let settings = ConsumerSettings::collect(
+            &config(&[
+                ("consumer.auto.offset.reset", "earliest"),
+                ("consumer.override.x", "no"),
+            ]),
+            &config(&[
+                ("max.poll.records", "10"),
+                ("group.id", "g"),
+                ("sasl.mechanism", "PLAIN"),
+            ]),
+        );
+        assert_eq!(settings.max_poll_records().expect("valid"), 10);
+        assert_eq!(
+            settings.classic_overrides(),
+            BTreeMap::from([
+                ("auto.offset.reset".to_owned(), "earliest".to_owned()),
+                ("sasl.mechanism".to_owned(), "PLAIN".to_owned()),
+            ])
+        );
+    }
+}
