@@ -21,7 +21,7 @@ use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::messages::{Acknowledged, Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
 use crate::metrics::{BatchMeta, CommitOutcome};
-use crate::source::RecordSource;
+use crate::source::{Polled, RecordSource};
 use crate::status::TaskCounters;
 use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
 use crate::tenancy::{record_bytes, Debt, InflightBytes, InflightHold, Throttle};
@@ -72,6 +72,8 @@ pub struct ConsumerActor {
     /// A poll made while batches were in flight came back empty: the next one waits for a
     /// batch to settle (or for `poll_timeout`), so that polling does not spin.
     parked: bool,
+    /// When the source was last polled (or kept alive).
+    last_poll: Instant,
 }
 
 /// Longest a poll waits while batches are in flight. The consumer is busy while it polls, so
@@ -83,6 +85,11 @@ const POLL_WHILE_IN_FLIGHT: Duration = Duration::from_millis(2);
 /// How often a task whose tenant's in-flight bytes budget is full looks again: another task
 /// of the tenant may commit meanwhile, and only this task's own commits wake it.
 const INFLIGHT_RECHECK: Duration = Duration::from_millis(20);
+
+/// How long a classic task may go without polling before it serves its group with the
+/// partitions paused (well inside librdkafka's `max.poll.interval.ms`, 300 s by default
+/// and at least `session.timeout.ms`); and how often that is checked.
+const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(1);
 
 /// What a ConsumerActor needs to run.
 pub struct ConsumerSetup {
@@ -134,6 +141,7 @@ impl ConsumerActor {
             held: HashMap::new(),
             awaiting_room: false,
             parked: false,
+            last_poll: Instant::now(),
         }
     }
 
@@ -222,6 +230,7 @@ impl ConsumerActor {
             self.poll_timeout
         };
         let started = SystemTime::now();
+        self.last_poll = Instant::now();
         let fut = async move {
             let result = source.poll(timeout).await;
             (source, result)
@@ -237,7 +246,7 @@ impl ConsumerActor {
             act.busy = false;
             match result {
                 Err(e) => act.fail_now(ctx, e.to_string()),
-                Ok(mut polled) => {
+                Ok(polled) => {
                     // A batch that settled during this poll is committed next, and its
                     // commit lets the poll after it go ahead: no need to park then.
                     if in_flight
@@ -247,31 +256,74 @@ impl ConsumerActor {
                     {
                         act.park(ctx);
                     }
-                    if !polled.records.is_empty() || !polled.changes.is_empty() {
-                        TaskCounters::add(&act.counters.read, polled.records.len());
-                        let bytes: u64 = polled.records.iter().map(record_bytes).sum();
-                        if act.throttle.is_some() {
-                            act.debt.records += polled.records.len() as u64;
-                            act.debt.bytes += bytes;
-                        }
-                        act.in_flight += 1;
-                        act.next_seq += 1;
-                        if let Some(budget) = &act.inflight_bytes {
-                            act.held.insert(act.next_seq, budget.hold(bytes));
-                        }
-                        let deadlines = std::mem::take(&mut polled.lock_deadlines);
-                        let meta = act.counters.metrics.polled(&polled.records, deadlines);
-                        act.batch_meta.insert(act.next_seq, meta);
-                        let trace =
-                            BatchTrace::new(&act.identity, act.next_seq, &polled.records, started);
-                        act.converter.do_send(SourceBatch {
-                            seq: act.next_seq,
-                            changes: polled.changes,
-                            records: polled.records,
-                            trace,
-                            group: polled.group,
-                        });
-                    }
+                    act.dispatch(polled, started);
+                    act.step(ctx);
+                }
+            }
+        }));
+    }
+
+    /// Sends what a poll brought down the pipeline as one batch (taking a credit).
+    fn dispatch(&mut self, mut polled: Polled, started: SystemTime) {
+        if !polled.records.is_empty() || !polled.changes.is_empty() {
+            TaskCounters::add(&self.counters.read, polled.records.len());
+            let bytes: u64 = polled.records.iter().map(record_bytes).sum();
+            if self.throttle.is_some() {
+                self.debt.records += polled.records.len() as u64;
+                self.debt.bytes += bytes;
+            }
+            self.in_flight += 1;
+            self.next_seq += 1;
+            if let Some(budget) = &self.inflight_bytes {
+                self.held.insert(self.next_seq, budget.hold(bytes));
+            }
+            let deadlines = std::mem::take(&mut polled.lock_deadlines);
+            let meta = self.counters.metrics.polled(&polled.records, deadlines);
+            self.batch_meta.insert(self.next_seq, meta);
+            let trace = BatchTrace::new(&self.identity, self.next_seq, &polled.records, started);
+            self.converter.do_send(SourceBatch {
+                seq: self.next_seq,
+                changes: polled.changes,
+                records: polled.records,
+                trace,
+                group: polled.group,
+            });
+        }
+    }
+
+    /// Classic mode: while the task cannot take records (every batch it may hold is in
+    /// flight, behind a put being retried, or its tenant's budget is spent), the consumer must
+    /// still poll within librdkafka's `max.poll.interval.ms` or it is dropped from the group
+    /// and its partitions move. After `KEEP_ALIVE_AFTER` without a poll, serve the group with
+    /// its partitions paused, as Connect does.
+    fn keep_alive_if_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.busy || self.finished || self.draining || self.failure.is_some() {
+            return;
+        }
+        if self.last_poll.elapsed() < KEEP_ALIVE_AFTER {
+            return;
+        }
+        let Some(mut source) = self.source.take() else {
+            return;
+        };
+        if !source.needs_keep_alive() {
+            self.source = Some(source);
+            return;
+        }
+        self.busy = true;
+        self.last_poll = Instant::now();
+        let started = SystemTime::now();
+        let fut = async move {
+            let result = source.keep_alive().await;
+            (source, result)
+        };
+        ctx.spawn(fut.into_actor(self).map(move |(source, result), act, ctx| {
+            act.source = Some(source);
+            act.busy = false;
+            match result {
+                Err(e) => act.fail_now(ctx, e.to_string()),
+                Ok(polled) => {
+                    act.dispatch(polled, started);
                     act.step(ctx);
                 }
             }
@@ -440,11 +492,13 @@ impl Actor for ConsumerActor {
                         "task started: its consumer is connected"
                     );
                     act.source = Some(source);
+                    act.last_poll = Instant::now();
                     act.step(ctx);
                 }
                 Err(e) => act.fail_now(ctx, e.to_string()),
             }
         }));
+        ctx.run_interval(KEEP_ALIVE_AFTER, |act, ctx| act.keep_alive_if_idle(ctx));
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {

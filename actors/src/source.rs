@@ -18,7 +18,7 @@ use spillway_core::{
     Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates,
     TopicPartition,
 };
-use spillway_kafka::classic::{ClassicRecord, ClassicSource, RebalanceEvent};
+use spillway_kafka::classic::{ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent};
 use spillway_kafka::share::{AckError, AcknowledgeType, ShareConsumer, ShareRecord};
 use tracing::{debug, warn};
 
@@ -79,6 +79,19 @@ pub trait RecordSource {
     /// How many partitions the task reads now, when the source knows.
     fn partition_count(&self) -> Option<usize> {
         None
+    }
+    /// Whether the group drops a member that goes long without polling (librdkafka's
+    /// `max.poll.interval.ms`), so that [`keep_alive`](Self::keep_alive) must be called while
+    /// the task cannot take records. A share group only needs heartbeats, which the share
+    /// consumer sends on its own.
+    fn needs_keep_alive(&self) -> bool {
+        false
+    }
+    /// Serves the group without taking records (pausing its partitions until the next
+    /// [`poll`](Self::poll)); returns the assignment changes it saw (and, rarely, a record
+    /// handed out anyway, which must be processed).
+    async fn keep_alive(&mut self) -> Result<Polled, RuntimeError> {
+        Ok(Polled::default())
     }
 }
 
@@ -329,52 +342,9 @@ impl ConsumerGroupSource {
         self
     }
 
-    /// Seeks `tp` forward to `start`; a failed seek only costs reading records `poll` drops.
-    fn skip_to(&self, tp: &TopicPartition, start: i64) {
-        match self.source.skip_to(&tp.topic, tp.partition, start) {
-            Ok(true) => debug!(partition = %tp, start, "moved to the sink task's start offset"),
-            Ok(false) => {}
-            Err(e) => {
-                warn!(partition = %tp, start, error = %e, "could not move to the sink task's start offset; records before it are read and dropped")
-            }
-        }
-    }
-}
-
-fn raw_from_classic(r: ClassicRecord) -> RawRecord {
-    let (timestamp, timestamp_type) = match r.timestamp {
-        None => (None, TimestampType::NoTimestamp),
-        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
-        Some((t, false)) => (Some(t), TimestampType::CreateTime),
-    };
-    RawRecord {
-        topic: r.topic,
-        partition: r.partition,
-        offset: r.offset,
-        key: r.key,
-        value: r.value,
-        headers: r.headers,
-        timestamp,
-        timestamp_type,
-        delivery_count: None,
-        lock_deadline: None,
-    }
-}
-
-fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {
-    list.into_iter()
-        .map(|(t, p)| TopicPartition::new(t, p))
-        .collect()
-}
-
-#[async_trait(?Send)]
-impl RecordSource for ConsumerGroupSource {
-    async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
-        let polled = self
-            .source
-            .poll(timeout)
-            .await
-            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+    /// Turns what the consumer handed out into a batch: rebalances become assignment changes,
+    /// and records the sink task already has (below its start offsets) are dropped.
+    fn take(&mut self, polled: ClassicPoll) -> Polled {
         let mut changes = Vec::new();
         for event in polled.events {
             match event {
@@ -428,12 +398,74 @@ impl RecordSource for ConsumerGroupSource {
                 }
             }
         }
-        Ok(Polled {
+        Polled {
             changes,
             records: records.into_iter().map(raw_from_classic).collect(),
             lock_deadlines: Vec::new(),
             group,
-        })
+        }
+    }
+
+    /// Seeks `tp` forward to `start`; a failed seek only costs reading records `poll` drops.
+    fn skip_to(&self, tp: &TopicPartition, start: i64) {
+        match self.source.skip_to(&tp.topic, tp.partition, start) {
+            Ok(true) => debug!(partition = %tp, start, "moved to the sink task's start offset"),
+            Ok(false) => {}
+            Err(e) => {
+                warn!(partition = %tp, start, error = %e, "could not move to the sink task's start offset; records before it are read and dropped")
+            }
+        }
+    }
+}
+
+fn raw_from_classic(r: ClassicRecord) -> RawRecord {
+    let (timestamp, timestamp_type) = match r.timestamp {
+        None => (None, TimestampType::NoTimestamp),
+        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
+        Some((t, false)) => (Some(t), TimestampType::CreateTime),
+    };
+    RawRecord {
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+        timestamp,
+        timestamp_type,
+        delivery_count: None,
+        lock_deadline: None,
+    }
+}
+
+fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {
+    list.into_iter()
+        .map(|(t, p)| TopicPartition::new(t, p))
+        .collect()
+}
+
+#[async_trait(?Send)]
+impl RecordSource for ConsumerGroupSource {
+    async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+        let polled = self
+            .source
+            .poll(timeout)
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        Ok(self.take(polled))
+    }
+
+    fn needs_keep_alive(&self) -> bool {
+        true
+    }
+
+    async fn keep_alive(&mut self) -> Result<Polled, RuntimeError> {
+        let polled = self
+            .source
+            .keep_alive()
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        Ok(self.take(polled))
     }
 
     fn start_from(&mut self, starts: &BTreeMap<TopicPartition, i64>) -> Result<(), RuntimeError> {

@@ -12,9 +12,15 @@
 //! watermark of the revoked partitions is committed inside the callback, before the partitions
 //! move (what Connect's `onPartitionsRevoked` does).
 //!
+//! While the runtime cannot take records (every batch it may hold is in flight, e.g. behind a
+//! put being retried), [`ClassicSource::keep_alive`] pauses the assignment and polls, as
+//! Connect does: the member stays within `max.poll.interval.ms` and serves rebalances, and
+//! the next [`ClassicSource::poll`] resumes where the last record handed out left off.
+//!
 //! rdkafka's `BaseConsumer` blocks in `poll` and `commit`; both run on tokio's blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -342,6 +348,8 @@ pub struct ClassicSource {
     consumer: Arc<BaseConsumer<GroupContext>>,
     tracker: Arc<Mutex<OffsetTracker>>,
     config: ClassicConfig,
+    /// The assignment was paused by `keep_alive`; the next `poll` resumes it.
+    paused: Arc<AtomicBool>,
 }
 
 impl ClassicSource {
@@ -392,6 +400,7 @@ impl ClassicSource {
             consumer: Arc::new(consumer),
             tracker,
             config,
+            paused: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -419,7 +428,18 @@ impl ClassicSource {
         let tracker = Arc::clone(&self.tracker);
         let max = self.config.max_poll_records;
         let group = self.config.group_id.clone();
+        let paused = Arc::clone(&self.paused);
         tokio::task::spawn_blocking(move || {
+            if paused.swap(false, Ordering::SeqCst) {
+                // librdkafka fetches a resumed partition from the last record handed out.
+                let assignment = consumer.assignment().map_err(|e| ClassicError::Fatal {
+                    group: group.clone(),
+                    reason: format!("reading the assignment to resume it: {e}"),
+                })?;
+                if let Err(e) = consumer.resume(&assignment) {
+                    warn!(group = %group, error = %e, "resuming the paused partitions failed");
+                }
+            }
             let mut records = Vec::new();
             let mut wait = timeout;
             while records.len() < max {
@@ -446,18 +466,45 @@ impl ClassicSource {
                 }
                 wait = Duration::ZERO;
             }
-            let events = std::mem::take(
-                &mut *consumer
-                    .context()
-                    .events
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()),
-            );
-            let mut t = lock(&tracker);
-            for r in &records {
-                t.delivered(&r.topic, r.partition, r.offset);
+            Ok(handed_out(&consumer, &tracker, records))
+        })
+        .await
+        .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+    }
+
+    /// Serves the group without taking records: pauses every assigned partition (those
+    /// assigned since the last call too) and polls without waiting, which counts as a poll
+    /// for `max.poll.interval.ms` and runs the rebalance callbacks, whose events come back.
+    /// librdkafka drops what it fetched ahead for a paused partition and, once the next
+    /// [`poll`](Self::poll) resumes it, fetches from the last record handed out. A record of a
+    /// partition assigned during this very call (not paused yet) comes back too: it was
+    /// handed out, so it must be processed.
+    pub async fn keep_alive(&self) -> Result<ClassicPoll, ClassicError> {
+        let consumer = Arc::clone(&self.consumer);
+        let tracker = Arc::clone(&self.tracker);
+        let group = self.config.group_id.clone();
+        let paused = Arc::clone(&self.paused);
+        tokio::task::spawn_blocking(move || {
+            let paused_now = consumer
+                .assignment()
+                .and_then(|assignment| consumer.pause(&assignment));
+            if let Err(e) = paused_now {
+                warn!(group = %group, error = %e, "pausing the assignment failed");
             }
-            Ok(ClassicPoll { events, records })
+            paused.store(true, Ordering::SeqCst);
+            let mut records = Vec::new();
+            match consumer.poll(Duration::ZERO) {
+                Some(Ok(message)) => records.push(owned(&message)),
+                Some(Err(e)) if is_fatal(&e) => {
+                    return Err(ClassicError::Fatal {
+                        group,
+                        reason: e.to_string(),
+                    })
+                }
+                Some(Err(e)) => debug!(group = %group, error = %e, "consumer reported an error"),
+                None => {}
+            }
+            Ok(handed_out(&consumer, &tracker, records))
         })
         .await
         .map_err(|e| ClassicError::Cancelled(e.to_string()))?
@@ -565,6 +612,27 @@ impl ClassicSource {
         .map_err(|e| ClassicError::Cancelled(e.to_string()))?;
         committed.map(|_| ())
     }
+}
+
+/// What a poll hands out: the rebalances since the last one, then `records`, which count as
+/// delivered from now on.
+fn handed_out(
+    consumer: &BaseConsumer<GroupContext>,
+    tracker: &Mutex<OffsetTracker>,
+    records: Vec<ClassicRecord>,
+) -> ClassicPoll {
+    let events = std::mem::take(
+        &mut *consumer
+            .context()
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
+    let mut t = lock(tracker);
+    for r in &records {
+        t.delivered(&r.topic, r.partition, r.offset);
+    }
+    ClassicPoll { events, records }
 }
 
 fn is_fatal(e: &KafkaError) -> bool {

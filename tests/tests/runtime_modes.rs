@@ -1,7 +1,8 @@
 //! KIP-1302 test plan 5.2 (5) and the rollback of §4.3: share-group and consumer-group
 //! connectors (classic and KIP-848 protocols) run side by side in one worker; removing `consumer.override.group.protocol`
 //! moves a connector back to a consumer group; and a share group id that an existing consumer
-//! group uses is refused, naming the id and the fix.
+//! group uses is refused, naming the id and the fix. Also: a classic task whose put is being
+//! retried stays in its group (Connect pauses and keeps polling).
 
 mod runtime_support;
 
@@ -175,4 +176,50 @@ fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// librdkafka drops a consumer-group member that does not poll within `max.poll.interval.ms`.
+/// While a put is retried the task's batches in flight are all held up and it takes no
+/// records, so, as Connect does, it keeps polling with its partitions paused: however long the
+/// outage, the member keeps its partitions (no `close`, one `open`) and nothing is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_classic_task_keeps_its_partitions_while_a_put_is_retried_past_max_poll_interval() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("outage", 1);
+    let bootstrap = broker.bootstrap();
+    let produced = produce(&bootstrap, "outage", numbered_records(100, 32, 1), "none").await;
+    let worker = worker(&broker);
+    worker
+        .start_connector(config(&[
+            ("name", "outage"),
+            ("connector.class", "probe"),
+            ("probe.id", "outage"),
+            ("topics", "outage"),
+            // Every put fails for 7 s, more than twice the poll interval below.
+            ("probe.fail.until.ms", "7000"),
+            ("errors.retry.delay.max.ms", "500"),
+            // Ten batches of ten: the four batches in flight are all behind the failing put.
+            ("consumer.override.max.poll.records", "10"),
+            ("consumer.override.session.timeout.ms", "3000"),
+            ("consumer.override.heartbeat.interval.ms", "500"),
+            ("consumer.override.max.poll.interval.ms", "3000"),
+        ]))
+        .await
+        .expect("starts");
+    let p = probe("outage");
+    wait_until(
+        Duration::from_secs(40),
+        "every record arrives after the outage",
+        || p.distinct() >= 100,
+    )
+    .await;
+    let report = DeliveryReport::compare(coordinates(&produced), p.coordinates());
+    assert!(report.nothing_lost(), "{}", report.summary());
+    let calls = p.assignment_calls();
+    assert_eq!(
+        calls.iter().map(|(call, _)| *call).collect::<Vec<_>>(),
+        ["open"],
+        "the partition was taken away during the outage: {calls:?}"
+    );
+    worker.shutdown().await;
 }

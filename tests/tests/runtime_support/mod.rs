@@ -14,7 +14,7 @@ use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
 use spillway_core::connector::replicate_task_configs;
 use spillway_core::{
-    ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
+    Assignment, ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
 };
 use spillway_tests::{DevBroker, Produced};
 
@@ -63,9 +63,26 @@ pub struct Received {
 #[derive(Debug, Default)]
 pub struct Probe {
     received: Mutex<Vec<Received>>,
+    /// Every `open` and `close` call, in order: ("open" | "close", the assignment).
+    assignments: Mutex<Vec<(&'static str, String)>>,
 }
 
 impl Probe {
+    /// The tasks' `open` and `close` calls so far, in order.
+    pub fn assignment_calls(&self) -> Vec<(&'static str, String)> {
+        self.assignments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn assignment_call(&self, call: &'static str, assignment: &Assignment) {
+        self.assignments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((call, format!("{assignment:?}")));
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.received
             .lock()
@@ -113,7 +130,8 @@ pub fn probe(id: &str) -> Arc<Probe> {
 }
 
 /// Records what it is given. `probe.put.delay.ms` slows every put; `probe.fail.every=k` makes
-/// the first attempt at every k-th offset fail retriably.
+/// the first attempt at every k-th offset fail retriably; `probe.fail.until.ms=t` makes every
+/// put fail retriably until `t` ms after the task's first put.
 #[derive(Default)]
 pub struct ProbeConnector {
     config: ConfigMap,
@@ -142,6 +160,15 @@ fn probe_def() -> ConfigDef {
                 ConfigType::Long,
                 Importance::Low,
                 "Fail every k-th offset once.",
+            )
+            .default("0"),
+        )
+        .define(
+            ConfigKey::new(
+                "probe.fail.until.ms",
+                ConfigType::Long,
+                Importance::Low,
+                "Fail every put until this long after the first one.",
             )
             .default("0"),
         )
@@ -177,6 +204,8 @@ struct ProbeTask {
     task: u32,
     delay: Duration,
     fail_every: i64,
+    fail_for: Duration,
+    first_put: Option<Instant>,
     /// Records that already failed once (shared by nobody: a redelivery may reach another
     /// task, which then succeeds anyway since only first attempts fail).
     failed: BTreeSet<(String, i32, i64)>,
@@ -190,6 +219,21 @@ impl SinkTask for ProbeTask {
         self.task = get(TASK_ID).parse().unwrap_or(u32::MAX);
         self.delay = Duration::from_millis(get("probe.put.delay.ms").parse().unwrap_or(0));
         self.fail_every = get("probe.fail.every").parse().unwrap_or(0);
+        self.fail_for = Duration::from_millis(get("probe.fail.until.ms").parse().unwrap_or(0));
+        Ok(())
+    }
+
+    async fn open(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
+        if let Some(probe) = &self.probe {
+            probe.assignment_call("open", assignment);
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
+        if let Some(probe) = &self.probe {
+            probe.assignment_call("close", assignment);
+        }
         Ok(())
     }
 
@@ -201,6 +245,10 @@ impl SinkTask for ProbeTask {
             .probe
             .as_ref()
             .ok_or_else(|| SinkError::fatal("not started"))?;
+        let first_put = *self.first_put.get_or_insert_with(Instant::now);
+        if first_put.elapsed() < self.fail_for {
+            return Err(SinkError::retriable("injected outage"));
+        }
         let mut outcomes = Vec::with_capacity(records.len());
         let mut received = probe.received.lock().unwrap_or_else(|e| e.into_inner());
         for r in records {
