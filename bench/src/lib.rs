@@ -14,18 +14,51 @@ use spillway_tests::DevBroker;
 pub async fn run_child<T: serde::de::DeserializeOwned>(args: &[String]) -> Result<T> {
     // `output()` would capture stderr too (tokio pipes both whatever was set), hiding the
     // child's progress and errors: spawn with stdout piped only.
-    let child = tokio::process::Command::new(std::env::current_exe()?)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()?;
+    let child = child_command(args)?.spawn()?;
     let output = child.wait_with_output().await?;
     if !output.status.success() {
         bail!("child process {:?} failed: {}", args.first(), output.status);
     }
-    serde_json::from_slice(&output.stdout)
+    last_json_line(&String::from_utf8_lossy(&output.stdout))
         .with_context(|| format!("reading the summary of child process {:?}", args.first()))
 }
+
+/// The last line of a child's stdout that reads as a `T`: its summary, which a wrapper tool
+/// ([`CHILD_WRAPPER_ENV`]) may follow with lines of its own.
+pub fn last_json_line<T: serde::de::DeserializeOwned>(stdout: &str) -> Result<T> {
+    stdout
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line.trim()).ok())
+        .context("no summary line (JSON) in the child's output")
+}
+
+/// This benchmark binary run again with `args`, stdout piped (the child's summary) and stderr
+/// shown. `SPILLWAY_BENCH_CHILD_WRAPPER` (e.g. `heaptrack -o /tmp/child`) runs the child
+/// under that command, to profile what a child measures; the figures then include the tool's
+/// own cost.
+pub fn child_command(args: &[String]) -> Result<tokio::process::Command> {
+    let exe = std::env::current_exe()?;
+    let wrapper = std::env::var(CHILD_WRAPPER_ENV).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(tool) => {
+            let mut command = tokio::process::Command::new(tool);
+            command.args(words).arg(exe);
+            command
+        }
+        None => tokio::process::Command::new(exe),
+    };
+    command
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// See [`child_command`].
+pub const CHILD_WRAPPER_ENV: &str = "SPILLWAY_BENCH_CHILD_WRAPPER";
 
 /// Peak resident set size of this process in bytes (VmHWM), from /proc.
 pub fn peak_rss_bytes() -> Option<u64> {
@@ -143,12 +176,112 @@ pub async fn measure(
     }
 }
 
+/// The system allocator, counting the bytes allocated now and at most since the last
+/// [`HeapCounter::reset_peak`]: what a process's data takes, apart from what the allocator
+/// keeps from the operating system besides (RSS). A benchmark binary installs it with
+/// `#[global_allocator]`.
+pub struct HeapCounter;
+
+static HEAP_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static HEAP_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl HeapCounter {
+    /// Bytes allocated and not yet freed.
+    pub fn now() -> usize {
+        HEAP_NOW.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The most bytes allocated at once since the last reset.
+    pub fn peak() -> usize {
+        HEAP_PEAK.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from what is allocated now.
+    pub fn reset_peak() {
+        HEAP_PEAK.store(Self::now(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn grew(size: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = HEAP_NOW.fetch_add(size, Relaxed) + size;
+        HEAP_PEAK.fetch_max(now, Relaxed);
+    }
+
+    fn shrank(size: usize) {
+        HEAP_NOW.fetch_sub(size, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is passed to the system allocator unchanged; only sizes are counted.
+unsafe impl std::alloc::GlobalAlloc for HeapCounter {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let ptr = unsafe { std::alloc::System.alloc(layout) };
+        if !ptr.is_null() {
+            Self::grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let ptr = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            Self::grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        Self::shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let new = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            Self::shrank(layout.size());
+            Self::grew(new_size);
+        }
+        new
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_summary_is_the_last_json_line_whatever_a_wrapper_prints_after_it() {
+        let out = "progress\n{\"n\": 1}\n{\"n\": 2}\nheaptrack finished: run heaptrack --analyze\n";
+        let summary: serde_json::Value = super::last_json_line(out).expect("found");
+        assert_eq!(summary["n"], 2);
+        assert!(super::last_json_line::<serde_json::Value>("no summary\n").is_err());
+    }
+
     use super::*;
+
+    #[global_allocator]
+    static COUNTED: HeapCounter = HeapCounter;
+
+    /// The tests that watch the process's memory run one at a time.
+    static MEMORY_WATCHED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn the_heap_counter_follows_allocations_and_their_peak() {
+        let _alone = MEMORY_WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+        // Other tests allocate and free a little meanwhile: a margin for them. The block is
+        // small beside the RSS test's, whose peak it must not raise beforehand.
+        const BLOCK: usize = 16 << 20;
+        const MARGIN: usize = 4 << 20;
+        HeapCounter::reset_peak();
+        let before = HeapCounter::now();
+        let block = vec![1u8; BLOCK];
+        assert!(HeapCounter::now() + MARGIN >= before + BLOCK);
+        drop(block);
+        assert!(HeapCounter::peak() + MARGIN >= before + BLOCK);
+        assert!(HeapCounter::now() < before + MARGIN);
+    }
 
     #[test]
     fn peak_rss_grows_when_memory_is_touched() {
+        let _alone = MEMORY_WATCHED.lock().unwrap_or_else(|e| e.into_inner());
         let before = peak_rss_bytes().expect("VmHWM is readable on Linux");
         let block = vec![1u8; 64 * 1024 * 1024];
         std::hint::black_box(&block);

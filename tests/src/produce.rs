@@ -65,13 +65,24 @@ pub struct TestProducer {
 
 impl TestProducer {
     /// Panics when the producer cannot be created: a test cannot go on without its data.
+    /// Its batches are as large as the broker takes (1 MB), the fastest way to load data.
     pub fn new(bootstrap: &str, compression: &str) -> TestProducer {
+        TestProducer::with_batch_bytes(bootstrap, compression, 4_000_000)
+    }
+
+    /// A producer whose batches (hence the broker's stored batches, which a fetch returns
+    /// whole) hold at most `batch_bytes`.
+    pub fn with_batch_bytes(
+        bootstrap: &str,
+        compression: &str,
+        batch_bytes: usize,
+    ) -> TestProducer {
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("compression.type", compression)
             .set("linger.ms", "50")
             .set("batch.num.messages", "10000")
-            .set("batch.size", "4000000")
+            .set("batch.size", batch_bytes.to_string())
             .set("queue.buffering.max.messages", "1000000")
             .set("enable.idempotence", "true")
             .set("message.timeout.ms", "60000")

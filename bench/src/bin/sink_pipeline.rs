@@ -14,7 +14,11 @@
 //!   partition, as Apache Kafka does) against classic mode (one partition: one active task).
 //! * (c) `memory`: how much a worker process grows while it drains 1 KB records at full speed
 //!   into the `file` sink (from its RSS with the connector already running on the empty topic),
-//!   against the bound its config gives (printed with its formula).
+//!   against the bound its config gives, printed with its formula. The records are produced in
+//!   batches of `--memory-batch-bytes` (64 KiB): a fetch response carries every stored batch it
+//!   acquired records from whole, so the bound counts one stored batch per partition around the
+//!   acquired records. Beside the RSS growth it prints the heap's (a counting allocator): the
+//!   difference is what the allocator keeps from the system.
 //!
 //! Rates are measured over a steady window: from the first moment records were acknowledged
 //! (and, where the data is produced while the consumers already run, once all of it is in the
@@ -26,10 +30,12 @@ use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
-use spillway_actors::settings::TaskSettings;
+use spillway_actors::consumer_settings::DEFAULT_MAX_POLL_RECORDS;
+use spillway_actors::settings::SHARE_INFLIGHT_BATCHES_DEFAULT;
 use spillway_actors::Worker;
 use spillway_bench::{
-    config, cpu_time, measure, mib, peak_rss_bytes, run_child, share_requests, start_broker,
+    child_command, config, cpu_time, last_json_line, measure, mib, peak_rss_bytes, run_child,
+    share_requests, start_broker, HeapCounter,
 };
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
@@ -40,9 +46,9 @@ use spillway_core::{
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{numbered_records, produce, TestProducer};
 
-/// `max.poll.records` when the flag does not say (the runtime's and the share consumer's
-/// default).
-const DEFAULT_MAX_POLL_RECORDS: usize = 500;
+/// Counts the heap, for (c): what the records take apart from what the allocator keeps.
+#[global_allocator]
+static HEAP: HeapCounter = HeapCounter;
 
 /// How long a pipeline child with `--announce-ready` lets its tasks join and start fetching.
 const READY_SETTLE: Duration = Duration::from_secs(3);
@@ -74,7 +80,7 @@ struct Args {
     /// (a) record value size in bytes.
     #[arg(long, default_value_t = 100)]
     overhead_record_bytes: usize,
-    /// (a) the connector's `task.inflight.batches` (default: the runtime's).
+    /// (a) the connector's `task.inflight.batches` (default: the runtime's share-mode default).
     #[arg(long)]
     overhead_inflight: Option<usize>,
     /// (b) records on the one-partition topic.
@@ -108,12 +114,16 @@ struct Args {
     /// (c) record value size in bytes.
     #[arg(long, default_value_t = 1024)]
     memory_record_bytes: usize,
-    /// (c) `task.inflight.batches` (default: the runtime's).
+    /// (c) `task.inflight.batches` (default: the runtime's share-mode default).
     #[arg(long)]
     memory_inflight: Option<usize>,
     /// (c) `max.poll.records`.
     #[arg(long, default_value_t = DEFAULT_MAX_POLL_RECORDS)]
     memory_poll_records: usize,
+    /// (c) the producer's `batch.size`: the broker stores the records in batches of about this
+    /// size and a fetch carries every stored batch it acquired records from, whole.
+    #[arg(long, default_value_t = 65_536)]
+    memory_batch_bytes: usize,
 }
 
 #[derive(Subcommand)]
@@ -177,6 +187,9 @@ struct Summary {
     /// topic, before the parent produced anything.
     #[serde(default)]
     running_rss_bytes: Option<u64>,
+    /// With `--announce-ready`: the most the heap grew from then on.
+    #[serde(default)]
+    heap_growth_bytes: Option<u64>,
 }
 
 impl Summary {
@@ -292,7 +305,7 @@ async fn overhead(args: &Args) -> Result<()> {
     // third), so sharing a cluster would make the order decide the ratio.
     let overhead_inflight = args
         .overhead_inflight
-        .unwrap_or(TaskSettings::default().inflight_batches);
+        .unwrap_or(SHARE_INFLIGHT_BATCHES_DEFAULT);
     let dir = temp_dir("overhead")?;
     let child_args = |role: &str, bootstrap: &str| -> Vec<String> {
         vec![
@@ -453,6 +466,7 @@ async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Resu
         peak_rss_bytes: peak_rss_bytes().unwrap_or(0),
         idle_rss_bytes,
         running_rss_bytes: None,
+        heap_growth_bytes: None,
     })
 }
 
@@ -513,11 +527,13 @@ async fn pipeline(
             ),
         ]))
         .await?;
-    let running_rss_bytes = if announce_ready {
+    let running = if announce_ready {
         // Every task joined and fetches (nothing yet): what the running connector costs.
         tokio::time::sleep(READY_SETTLE).await;
+        HeapCounter::reset_peak();
+        let heap = HeapCounter::now();
         println!("ready");
-        Some(peak_rss_bytes().unwrap_or(0))
+        Some((peak_rss_bytes().unwrap_or(0), heap))
     } else {
         None
     };
@@ -531,6 +547,7 @@ async fn pipeline(
     .await;
     let cpu_seconds = (cpu_time() - cpu_start).as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);
+    let heap_peak = HeapCounter::peak();
     let accepted = worker.status(name).map_or(0, |s| s.totals().accepted);
     if let Some(scraping) = scraping {
         scraping.abort();
@@ -544,7 +561,8 @@ async fn pipeline(
         cpu_seconds,
         peak_rss_bytes: peak,
         idle_rss_bytes,
-        running_rss_bytes,
+        running_rss_bytes: running.map(|(rss, _)| rss),
+        heap_growth_bytes: running.map(|(_, heap)| heap_peak.saturating_sub(heap) as u64),
     })
 }
 
@@ -763,7 +781,7 @@ async fn memory(args: &Args) -> Result<()> {
     );
     let inflight = args
         .memory_inflight
-        .unwrap_or(TaskSettings::default().inflight_batches);
+        .unwrap_or(SHARE_INFLIGHT_BATCHES_DEFAULT);
     let poll = args.memory_poll_records;
     let broker = start_broker(args.brokers, "memory", partitions)?;
     let bootstrap = broker.bootstrap();
@@ -791,9 +809,17 @@ async fn memory(args: &Args) -> Result<()> {
         dir.join("memory.txt").to_string_lossy().into_owned(),
         "--announce-ready".into(),
     ];
+    let batch_bytes = args.memory_batch_bytes;
     let ours = run_ready_child(&child_args, || async {
-        eprintln!("(c) producing while it runs...");
-        produce_all(&bootstrap, "memory", records, bytes, partitions).await
+        eprintln!("(c) producing while it runs (producer batch.size {batch_bytes})...");
+        let producer = TestProducer::with_batch_bytes(&bootstrap, "none", batch_bytes);
+        let produced = producer
+            .send("memory", numbered_records(records, bytes, partitions))
+            .await;
+        if produced.len() as u64 != records {
+            bail!("produced {} records, expected {records}", produced.len());
+        }
+        Ok(())
     })
     .await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -801,13 +827,16 @@ async fn memory(args: &Args) -> Result<()> {
     let running = ours
         .running_rss_bytes
         .context("the child did not report its RSS")?;
-    // What a task can hold (brief: the share consumer fetches from a leader again only once
-    // the records it gave are acknowledged): per partition leader one fetch of
-    // max.poll.records, held as the fetch response, as records, and (at most `inflight`
-    // batches) as converted records.
     let leaders = (args.brokers as usize).min(partitions.max(1) as usize);
-    let per_task = poll * bytes * (2 * leaders + inflight.min(leaders));
-    let bound = (tasks * per_task) as u64;
+    let bound = MemoryBound {
+        tasks,
+        batch_records_bytes: poll * bytes,
+        leaders,
+        partitions_per_leader: (partitions.max(1) as usize).div_ceil(leaders),
+        stored_batch_bytes: batch_bytes,
+        inflight,
+    }
+    .bytes();
     let growth = ours.peak_rss_bytes.saturating_sub(running);
     println!(
         "(c) peak RSS: {records} records x {bytes} B, {partitions} partitions on {} brokers, {tasks} tasks, task.inflight.batches {inflight}, max.poll.records {poll}",
@@ -819,7 +848,8 @@ async fn memory(args: &Args) -> Result<()> {
         ours.rate() * bytes as f64 / (1024.0 * 1024.0)
     );
     println!(
-        "  bound from the config: tasks x max.poll.records x record size x (2 x leaders + min(inflight, leaders)) = {:.1} MiB",
+        "  bound from the config: {} = {:.1} MiB",
+        MemoryBound::FORMULA,
         mib(bound)
     );
     println!(
@@ -833,12 +863,48 @@ async fn memory(args: &Args) -> Result<()> {
         mib(growth),
         growth as f64 / bound.max(1) as f64
     );
+    if let Some(heap) = ours.heap_growth_bytes {
+        println!(
+            "  of it heap (the data): {:.1} MiB = {:.2} x bound; the rest is what the allocator kept",
+            mib(heap),
+            heap as f64 / bound.max(1) as f64
+        );
+    }
     println!(
         "  data drained: {:.1} MiB; growth / data = {:.2}",
         mib(records * bytes as u64),
         growth as f64 / (records * bytes as u64).max(1) as f64
     );
     Ok(())
+}
+
+/// What a share-mode worker holds for its records at most, from its config and the data's
+/// stored batch size (the share consumer fetches from a leader again only once the records
+/// that leader gave are acknowledged: docs/runtime.md).
+struct MemoryBound {
+    tasks: usize,
+    /// `max.poll.records` x record size: one fetch's acquired records, and one batch.
+    batch_records_bytes: usize,
+    leaders: usize,
+    partitions_per_leader: usize,
+    /// The producer's batch size: a fetch response carries whole stored batches, so around
+    /// the records it acquired it may carry up to one more batch per partition.
+    stored_batch_bytes: usize,
+    inflight: usize,
+}
+
+impl MemoryBound {
+    const FORMULA: &'static str = "tasks x (leaders x (response: B + partitions per leader x stored batch, + its records: B) + min(inflight, leaders) x (converted records + sink output: 2 B)), B = max.poll.records x record size";
+
+    fn bytes(&self) -> u64 {
+        let b = self.batch_records_bytes;
+        let response = b + self.partitions_per_leader * self.stored_batch_bytes;
+        let per_leader = response + b;
+        let per_batch_in_flight = 2 * b;
+        let per_task =
+            self.leaders * per_leader + self.inflight.min(self.leaders) * per_batch_in_flight;
+        (self.tasks * per_task) as u64
+    }
 }
 
 /// Runs a child that prints `ready` on stdout once it is set up, then `after_ready`, and reads
@@ -849,12 +915,7 @@ where
     Fut: std::future::Future<Output = Result<()>>,
 {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = child_command(args)?.spawn()?;
     let stdout = child.stdout.take().context("child stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     loop {
@@ -868,15 +929,14 @@ where
         }
     }
     after_ready().await?;
-    let mut last = String::new();
+    let mut rest = String::new();
     while let Some(line) = lines.next_line().await? {
-        if !line.trim().is_empty() {
-            last = line;
-        }
+        rest.push_str(&line);
+        rest.push('\n');
     }
     let status = child.wait().await?;
     if !status.success() {
         bail!("child process {:?} failed: {status}", args.first());
     }
-    serde_json::from_str(&last).context("reading the child's summary")
+    last_json_line(&rest).context("reading the child's summary")
 }
