@@ -223,12 +223,7 @@ impl Setting {
 mod tests {
     use super::*;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use spillway_core::config::config_map as config;
 
     fn share(
         worker: &[(&str, &str)],

@@ -143,12 +143,7 @@ impl TaskSettings {
 mod tests {
     use super::*;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use spillway_core::config::config_map as config;
 
     #[test]
     fn connector_keys_win_over_worker_keys_and_defaults_fill_the_rest() {

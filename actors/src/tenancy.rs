@@ -412,12 +412,7 @@ mod tests {
 
     use super::*;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use spillway_core::config::config_map as config;
 
     fn sink(pairs: &[(&str, &str)]) -> SinkConnectorConfig {
         let mut all = config(&[

@@ -477,12 +477,7 @@ mod tests {
         }
     }
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use spillway_core::config::config_map as config;
 
     fn worker() -> Worker {
         Worker::start(

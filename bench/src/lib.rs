@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use spillway_actors::Worker;
-use spillway_core::ConfigMap;
 use spillway_tests::DevBroker;
 
 /// Runs this benchmark binary again with `args` (a child role), with its stderr shown, and
@@ -93,12 +92,7 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-pub fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+pub use spillway_core::config::config_map as config;
 
 pub fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBroker> {
     let broker = DevBroker::try_start(brokers, &[(topic, partitions)])?;

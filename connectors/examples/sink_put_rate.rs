@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use spillway_connectors::http::HttpSinkTask;
 use spillway_connectors::postgres::PostgresSinkTask;
-use spillway_core::{ConfigMap, Field, Schema, SinkRecord, SinkTask, Struct, Value};
+use spillway_core::{Field, Schema, SinkRecord, SinkTask, Struct, Value};
 use tokio_postgres::NoTls;
 
 const BATCH: usize = 500;
@@ -42,12 +42,7 @@ fn orders(count: usize, version: i32) -> Vec<SinkRecord> {
         .collect()
 }
 
-fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+use spillway_core::config::config_map as config;
 
 async fn rate(task: &mut dyn SinkTask, records: &[SinkRecord]) -> (f64, usize) {
     let start = Instant::now();

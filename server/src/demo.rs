@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use spillway_actors::{ConnectorStatus, Worker};
 use spillway_connectors::ConnectorRegistry;
-use spillway_core::ConfigMap;
 use spillway_tests::{numbered_records, DevBroker, TestProducer};
 
 /// What the demo runs.
@@ -46,12 +45,7 @@ const TOPIC: &str = "demo.orders";
 const SHARE: &str = "orders-share";
 const CLASSIC: &str = "orders-classic";
 
-fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+use spillway_core::config::config_map as config;
 
 /// The record numbers found in a demo output file (each line starts `v<n>:`).
 fn numbers_in(path: &Path) -> BTreeSet<u64> {

@@ -289,12 +289,7 @@ impl RunningWorker {
 mod tests {
     use super::*;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use spillway_core::config::config_map as config;
 
     #[test]
     fn listeners_win_over_rest_port_and_default_to_8083_on_all_interfaces() {

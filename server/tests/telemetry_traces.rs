@@ -25,7 +25,6 @@ use rdkafka::message::{Headers, Message};
 use spillway::telemetry::{self, LogFormat, Telemetry, TelemetryConfig, TraceExport};
 use spillway_actors::Worker;
 use spillway_connectors::ConnectorRegistry;
-use spillway_core::ConfigMap;
 use spillway_tests::{produce, DevBroker, TestRecord};
 
 const SERVICE: &str = "spillway-trace-test";
@@ -175,12 +174,7 @@ fn setup() -> &'static Setup {
     })
 }
 
-fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+use spillway_core::config::config_map as config;
 
 /// A traceparent of a sampled producer span.
 fn traceparent(trace: &str, span: &str) -> Vec<u8> {

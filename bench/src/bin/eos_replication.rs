@@ -15,7 +15,6 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use spillway_actors::Worker;
 use spillway_connectors::ConnectorRegistry;
-use spillway_core::ConfigMap;
 use spillway_tests::{produce, DevBroker, TestRecord};
 
 #[derive(Parser)]
@@ -46,12 +45,7 @@ impl Measured {
     }
 }
 
-fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+use spillway_core::config::config_map as config;
 
 async fn run(broker: &DevBroker, args: &Args, mode: &str, guarantee: &str) -> Result<Measured> {
     let run = format!("{mode}-{guarantee}");

@@ -124,12 +124,7 @@ pub fn resolve_group_protocol(
 mod tests {
     use super::*;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::config::config_map as config;
 
     #[test]
     fn connector_override_wins_over_worker_setting() {

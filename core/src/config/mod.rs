@@ -27,3 +27,11 @@ pub use value::{parse_list, ConfigValue, ParsedConfig, Password};
 
 /// Configuration as users write it: key to text, as in Connect's `Map<String, String>`.
 pub type ConfigMap = BTreeMap<String, String>;
+
+/// A config from `(key, value)` pairs, as tests and examples write one.
+pub fn config_map(pairs: &[(&str, &str)]) -> ConfigMap {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}

@@ -444,12 +444,7 @@ mod tests {
     use super::*;
     use crate::config::def::ConfigKey;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::config::config_map as config;
 
     fn minimal() -> ConfigMap {
         config(&[

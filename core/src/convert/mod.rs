@@ -196,12 +196,7 @@ pub fn resolve_converter(
 mod tests {
     use super::*;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::config::config_map as config;
 
     #[test]
     fn connect_class_names_are_accepted_as_aliases() {

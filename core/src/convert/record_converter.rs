@@ -80,12 +80,7 @@ mod tests {
     use crate::error::Stage;
     use bytes::Bytes;
 
-    fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::config::config_map as config;
 
     fn raw(key: &[u8], value: &[u8]) -> RawRecord {
         let mut r = RawRecord::new("orders", 2, 10);

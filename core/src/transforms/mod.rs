@@ -53,12 +53,5 @@ pub trait Transformation: Send + Sync + fmt::Debug {
 
 #[cfg(test)]
 pub(crate) mod testkit {
-    use crate::config::ConfigMap;
-
-    pub fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    pub use crate::config::config_map as config;
 }

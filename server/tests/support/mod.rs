@@ -29,12 +29,7 @@ pub fn broker() -> DevBroker {
     broker
 }
 
-pub fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+pub use spillway_core::config::config_map as config;
 
 /// The worker properties of the tests: a free port on localhost, quick restarts.
 pub fn worker_config(broker: &DevBroker, state_dir: &Path) -> ConfigMap {

@@ -29,12 +29,7 @@ pub fn share_broker(brokers: u32, lock_ms: i32, session_ms: i32) -> DevBroker {
     broker
 }
 
-pub fn config(pairs: &[(&str, &str)]) -> ConfigMap {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+pub use spillway_core::config::config_map as config;
 
 /// A worker on `broker` with the built-in sinks and the probe.
 pub fn worker(broker: &DevBroker) -> Worker {
