@@ -86,10 +86,9 @@ const POLL_WHILE_IN_FLIGHT: Duration = Duration::from_millis(2);
 /// of the tenant may commit meanwhile, and only this task's own commits wake it.
 const INFLIGHT_RECHECK: Duration = Duration::from_millis(20);
 
-/// How long a classic task may go without polling before it serves its group with the
-/// partitions paused (well inside librdkafka's `max.poll.interval.ms`, 300 s by default
-/// and at least `session.timeout.ms`); and how often that is checked.
-const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(1);
+/// How often a task checks whether its source needs a keep-alive poll
+/// ([`RecordSource::keep_alive_after`]).
+const KEEP_ALIVE_CHECK: Duration = Duration::from_millis(100);
 
 /// What a ConsumerActor needs to run.
 pub struct ConsumerSetup {
@@ -294,22 +293,23 @@ impl ConsumerActor {
     /// Classic mode: while the task cannot take records (every batch it may hold is in
     /// flight, behind a put being retried, or its tenant's budget is spent), the consumer must
     /// still poll within librdkafka's `max.poll.interval.ms` or it is dropped from the group
-    /// and its partitions move. After `KEEP_ALIVE_AFTER` without a poll, serve the group with
-    /// its partitions paused, as Connect does.
+    /// and its partitions move. After the source's `keep_alive_after` without a poll, serve
+    /// the group with its partitions paused, as Connect does.
     fn keep_alive_if_idle(&mut self, ctx: &mut Context<Self>) {
         if self.busy || self.finished || self.draining || self.failure.is_some() {
             return;
         }
-        if self.last_poll.elapsed() < KEEP_ALIVE_AFTER {
+        let due = self
+            .source
+            .as_ref()
+            .and_then(|source| source.keep_alive_after())
+            .is_some_and(|after| self.last_poll.elapsed() >= after);
+        if !due {
             return;
         }
         let Some(mut source) = self.source.take() else {
             return;
         };
-        if !source.needs_keep_alive() {
-            self.source = Some(source);
-            return;
-        }
         self.busy = true;
         self.last_poll = Instant::now();
         let started = SystemTime::now();
@@ -498,7 +498,7 @@ impl Actor for ConsumerActor {
                 Err(e) => act.fail_now(ctx, e.to_string()),
             }
         }));
-        ctx.run_interval(KEEP_ALIVE_AFTER, |act, ctx| act.keep_alive_if_idle(ctx));
+        ctx.run_interval(KEEP_ALIVE_CHECK, |act, ctx| act.keep_alive_if_idle(ctx));
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {

@@ -80,12 +80,12 @@ pub trait RecordSource {
     fn partition_count(&self) -> Option<usize> {
         None
     }
-    /// Whether the group drops a member that goes long without polling (librdkafka's
-    /// `max.poll.interval.ms`), so that [`keep_alive`](Self::keep_alive) must be called while
-    /// the task cannot take records. A share group only needs heartbeats, which the share
-    /// consumer sends on its own.
-    fn needs_keep_alive(&self) -> bool {
-        false
+    /// When the group drops a member that goes long without polling (librdkafka's
+    /// `max.poll.interval.ms`): how long the task may go without a poll before it must call
+    /// [`keep_alive`](Self::keep_alive). `None`: a share group only needs heartbeats, which
+    /// the share consumer sends on its own.
+    fn keep_alive_after(&self) -> Option<Duration> {
+        None
     }
     /// Serves the group without taking records (pausing its partitions until the next
     /// [`poll`](Self::poll)); returns the assignment changes it saw (and, rarely, a record
@@ -455,8 +455,8 @@ impl RecordSource for ConsumerGroupSource {
         Ok(self.take(polled))
     }
 
-    fn needs_keep_alive(&self) -> bool {
-        true
+    fn keep_alive_after(&self) -> Option<Duration> {
+        Some(self.source.keep_alive_after())
     }
 
     async fn keep_alive(&mut self) -> Result<Polled, RuntimeError> {

@@ -20,7 +20,6 @@
 //! rdkafka's `BaseConsumer` blocks in `poll` and `commit`; both run on tokio's blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -286,6 +285,16 @@ fn tpl_of(offsets: &[((String, i32), i64)]) -> TopicPartitionList {
     tpl
 }
 
+fn tpl_of_partitions<'a>(
+    partitions: impl IntoIterator<Item = &'a (String, i32)>,
+) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        tpl.add_partition(topic, *partition);
+    }
+    tpl
+}
+
 fn describe(offsets: &[((String, i32), i64)]) -> String {
     offsets
         .iter()
@@ -300,6 +309,11 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
         .map(|e| (e.topic().to_owned(), e.partition()))
         .collect()
 }
+
+/// librdkafka's `max.poll.interval.ms` when the config does not set it.
+const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 300_000;
+/// Keep-alive polls come at most this often, however short `max.poll.interval.ms` is.
+const MIN_KEEP_ALIVE_AFTER_MS: u64 = 100;
 
 /// The rdkafka context: turns rebalance callbacks into events and commits on revocation.
 struct GroupContext {
@@ -330,8 +344,13 @@ impl ConsumerContext for GroupContext {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            // A newly assigned partition starts unpaused (as in Kafka's Java consumer), even
+            // if `keep_alive` paused it before a revocation: librdkafka would keep that pause.
+            if let Err(e) = consumer.resume(tpl) {
+                warn!(group = %self.group, error = %e, "resuming newly assigned partitions failed");
+            }
             let assigned = partitions_of(tpl);
             if !assigned.is_empty() {
                 self.events
@@ -348,8 +367,8 @@ pub struct ClassicSource {
     consumer: Arc<BaseConsumer<GroupContext>>,
     tracker: Arc<Mutex<OffsetTracker>>,
     config: ClassicConfig,
-    /// The assignment was paused by `keep_alive`; the next `poll` resumes it.
-    paused: Arc<AtomicBool>,
+    /// The partitions `keep_alive` paused; the next `poll` resumes them.
+    paused: Arc<Mutex<BTreeSet<(String, i32)>>>,
 }
 
 impl ClassicSource {
@@ -400,12 +419,25 @@ impl ClassicSource {
             consumer: Arc::new(consumer),
             tracker,
             config,
-            paused: Arc::new(AtomicBool::new(false)),
+            paused: Arc::new(Mutex::new(BTreeSet::new())),
         })
     }
 
     pub fn group_id(&self) -> &str {
         &self.config.group_id
+    }
+
+    /// How long the member may go without polling before it must [`keep_alive`](Self::keep_alive):
+    /// a quarter of librdkafka's `max.poll.interval.ms` (300 s by default), so that a stall
+    /// shorter than that keeps what was fetched ahead.
+    pub fn keep_alive_after(&self) -> Duration {
+        let interval_ms = self
+            .config
+            .overrides
+            .get("max.poll.interval.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_MAX_POLL_INTERVAL_MS);
+        Duration::from_millis((interval_ms / 4).max(MIN_KEEP_ALIVE_AFTER_MS))
     }
 
     /// Joins the group for `topics`; a name starting with `^` is a regular expression
@@ -430,13 +462,12 @@ impl ClassicSource {
         let group = self.config.group_id.clone();
         let paused = Arc::clone(&self.paused);
         tokio::task::spawn_blocking(move || {
-            if paused.swap(false, Ordering::SeqCst) {
-                // librdkafka fetches a resumed partition from the last record handed out.
-                let assignment = consumer.assignment().map_err(|e| ClassicError::Fatal {
-                    group: group.clone(),
-                    reason: format!("reading the assignment to resume it: {e}"),
-                })?;
-                if let Err(e) = consumer.resume(&assignment) {
+            let to_resume = std::mem::take(&mut *paused.lock().unwrap_or_else(|e| e.into_inner()));
+            if !to_resume.is_empty() {
+                // Every partition paused, assigned now or not: librdkafka keeps a pause across
+                // a revocation, and would keep a partition paused when it is assigned again.
+                // A resumed partition is fetched from the last record handed out.
+                if let Err(e) = consumer.resume(&tpl_of_partitions(&to_resume)) {
                     warn!(group = %group, error = %e, "resuming the paused partitions failed");
                 }
             }
@@ -485,13 +516,21 @@ impl ClassicSource {
         let group = self.config.group_id.clone();
         let paused = Arc::clone(&self.paused);
         tokio::task::spawn_blocking(move || {
-            let paused_now = consumer
-                .assignment()
-                .and_then(|assignment| consumer.pause(&assignment));
-            if let Err(e) = paused_now {
-                warn!(group = %group, error = %e, "pausing the assignment failed");
+            match consumer.assignment() {
+                Ok(assignment) => {
+                    // Noted before pausing: a partition whose pause half-failed is resumed too.
+                    paused
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(partitions_of(&assignment));
+                    if let Err(e) = consumer.pause(&assignment) {
+                        warn!(group = %group, error = %e, "pausing the assignment failed");
+                    }
+                }
+                Err(e) => {
+                    warn!(group = %group, error = %e, "reading the assignment to pause it failed")
+                }
             }
-            paused.store(true, Ordering::SeqCst);
             let mut records = Vec::new();
             match consumer.poll(Duration::ZERO) {
                 Some(Ok(message)) => records.push(owned(&message)),

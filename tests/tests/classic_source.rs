@@ -1,0 +1,61 @@
+//! `ClassicSource` (rdkafka) against the dev broker: what `keep_alive` leaves behind when the
+//! group moves partitions while they are paused.
+
+use std::time::{Duration, Instant};
+
+use spillway_kafka::classic::{ClassicConfig, ClassicPoll, ClassicSource, RebalanceEvent};
+use spillway_tests::{numbered_records, produce, DevBroker};
+
+const POLL: Duration = Duration::from_millis(200);
+
+fn revoked(polled: &ClassicPoll, topic: &str) -> bool {
+    polled.events.iter().any(|event| match event {
+        RebalanceEvent::Revoked(list) => list.iter().any(|(t, _)| t == topic),
+        RebalanceEvent::Assigned(_) => false,
+    })
+}
+
+/// librdkafka keeps an application's pause on a partition across a revocation. A partition
+/// that `keep_alive` paused, that the group then took away and later gave back, must be read
+/// again: found in CI, where a classic exactly-once task stopped reading one partition for good
+/// after a rebalance (the poll that resumed "the assignment" ran while it was not assigned).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_paused_by_keep_alive_is_read_again_once_assigned_again() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("paused", 1);
+    broker.create_topic("elsewhere", 1);
+    let bootstrap = broker.bootstrap();
+    produce(&bootstrap, "paused", numbered_records(20, 16, 1), "none").await;
+    let mut config = ClassicConfig::new(&bootstrap, "keep-alive");
+    config.max_poll_records = 5;
+    let source = ClassicSource::connect(config).expect("consumer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+
+    source.subscribe(&["paused".to_owned()]).expect("subscribe");
+    while source.poll(POLL).await.expect("poll").records.is_empty() {
+        assert!(Instant::now() < deadline, "no record of 'paused' read");
+    }
+    // The task cannot take records: its partition is paused. Then the group takes the
+    // partition away (here: a new subscription) while it is paused.
+    source.keep_alive().await.expect("keep alive");
+    source
+        .subscribe(&["elsewhere".to_owned()])
+        .expect("subscribe");
+    while !revoked(&source.keep_alive().await.expect("keep alive"), "paused") {
+        assert!(Instant::now() < deadline, "'paused' was never revoked");
+    }
+    // Records can be taken again (this poll resumes what was paused), and the partition
+    // comes back.
+    source.poll(POLL).await.expect("poll");
+    source.subscribe(&["paused".to_owned()]).expect("subscribe");
+    loop {
+        let polled = source.poll(POLL).await.expect("poll");
+        if polled.records.iter().any(|r| r.topic == "paused") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "'paused' was assigned again but nothing was read from it: it stayed paused"
+        );
+    }
+}
