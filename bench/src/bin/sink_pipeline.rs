@@ -17,8 +17,9 @@
 //!   against the bound its config gives, printed with its formula. The records are produced in
 //!   batches of `--memory-batch-bytes` (64 KiB): a fetch response carries every stored batch it
 //!   acquired records from whole, so the bound counts one stored batch per partition around the
-//!   acquired records. Beside the RSS growth it prints the heap's (a counting allocator): the
-//!   difference is what the allocator keeps from the system.
+//!   acquired records, and every record held as its bytes plus the struct that holds them.
+//!   Beside the RSS growth it prints the heap's (a counting allocator): the difference is what
+//!   the allocator keeps from the system.
 //!
 //! Rates are measured over a steady window: from the first moment records were acknowledged
 //! (and, where the data is produced while the consumers already run, once all of it is in the
@@ -41,7 +42,7 @@ use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
 use spillway_core::connector::replicate_task_configs;
 use spillway_core::{
-    ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
+    ConfigError, ConfigMap, PutOutcome, RawRecord, SinkConnector, SinkError, SinkRecord, SinkTask,
 };
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{numbered_records, produce, TestProducer};
@@ -830,7 +831,8 @@ async fn memory(args: &Args) -> Result<()> {
     let leaders = (args.brokers as usize).min(partitions.max(1) as usize);
     let bound = MemoryBound {
         tasks,
-        batch_records_bytes: poll * bytes,
+        poll_records: poll,
+        record_bytes: bytes,
         leaders,
         partitions_per_leader: (partitions.max(1) as usize).div_ceil(leaders),
         stored_batch_bytes: batch_bytes,
@@ -848,9 +850,11 @@ async fn memory(args: &Args) -> Result<()> {
         ours.rate() * bytes as f64 / (1024.0 * 1024.0)
     );
     println!(
-        "  bound from the config: {} = {:.1} MiB",
+        "  bound from the config: {} = {:.1} MiB (RawRecord {} B, SinkRecord {} B in memory besides their bytes)",
         MemoryBound::FORMULA,
-        mib(bound)
+        mib(bound),
+        std::mem::size_of::<RawRecord>(),
+        std::mem::size_of::<SinkRecord>()
     );
     println!(
         "  worker RSS: idle {:.1} MiB, connector running on the empty topic {:.1} MiB, peak while draining {:.1} MiB",
@@ -883,8 +887,9 @@ async fn memory(args: &Args) -> Result<()> {
 /// that leader gave are acknowledged: docs/runtime.md).
 struct MemoryBound {
     tasks: usize,
-    /// `max.poll.records` x record size: one fetch's acquired records, and one batch.
-    batch_records_bytes: usize,
+    /// `max.poll.records`: the records of one fetch, and of one batch.
+    poll_records: usize,
+    record_bytes: usize,
     leaders: usize,
     partitions_per_leader: usize,
     /// The producer's batch size: a fetch response carries whole stored batches, so around
@@ -894,13 +899,17 @@ struct MemoryBound {
 }
 
 impl MemoryBound {
-    const FORMULA: &'static str = "tasks x (leaders x (response: B + partitions per leader x stored batch, + its records: B) + min(inflight, leaders) x (converted records + sink output: 2 B)), B = max.poll.records x record size";
+    const FORMULA: &'static str = "tasks x (leaders x (response: N x record + partitions per leader x stored batch, + its records: N x (record + RawRecord)) + min(inflight, leaders) x (converted: N x (record + SinkRecord), + sink output: N x record)), N = max.poll.records";
 
     fn bytes(&self) -> u64 {
-        let b = self.batch_records_bytes;
-        let response = b + self.partitions_per_leader * self.stored_batch_bytes;
-        let per_leader = response + b;
-        let per_batch_in_flight = 2 * b;
+        let n = self.poll_records;
+        let record = self.record_bytes;
+        // A record in memory is its bytes and the struct that holds them.
+        let raw = record + std::mem::size_of::<RawRecord>();
+        let converted = record + std::mem::size_of::<SinkRecord>();
+        let response = n * record + self.partitions_per_leader * self.stored_batch_bytes;
+        let per_leader = response + n * raw;
+        let per_batch_in_flight = n * converted + n * record;
         let per_task =
             self.leaders * per_leader + self.inflight.min(self.leaders) * per_batch_in_flight;
         (self.tasks * per_task) as u64
