@@ -86,9 +86,10 @@ const POLL_WHILE_IN_FLIGHT: Duration = Duration::from_millis(2);
 /// of the tenant may commit meanwhile, and only this task's own commits wake it.
 const INFLIGHT_RECHECK: Duration = Duration::from_millis(20);
 
-/// How often a task checks whether its source needs a keep-alive poll
-/// ([`RecordSource::keep_alive_after`]).
-const KEEP_ALIVE_CHECK: Duration = Duration::from_millis(100);
+/// How often a task whose source needs keep-alive polls ([`RecordSource::keep_alive_after`])
+/// checks for one: a quarter of that time, within these limits.
+const KEEP_ALIVE_CHECK_MIN: Duration = Duration::from_millis(25);
+const KEEP_ALIVE_CHECK_MAX: Duration = Duration::from_secs(1);
 
 /// What a ConsumerActor needs to run.
 pub struct ConsumerSetup {
@@ -491,6 +492,11 @@ impl Actor for ConsumerActor {
                         generation = act.generation,
                         "task started: its consumer is connected"
                     );
+                    // Only a source that needs keep-alive polls gets a timer for them.
+                    if let Some(after) = source.keep_alive_after() {
+                        let every = (after / 4).clamp(KEEP_ALIVE_CHECK_MIN, KEEP_ALIVE_CHECK_MAX);
+                        ctx.run_interval(every, |act, ctx| act.keep_alive_if_idle(ctx));
+                    }
                     act.source = Some(source);
                     act.last_poll = Instant::now();
                     act.step(ctx);
@@ -498,7 +504,6 @@ impl Actor for ConsumerActor {
                 Err(e) => act.fail_now(ctx, e.to_string()),
             }
         }));
-        ctx.run_interval(KEEP_ALIVE_CHECK, |act, ctx| act.keep_alive_if_idle(ctx));
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
