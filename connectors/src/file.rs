@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
+use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Reach};
 use spillway_core::connector::replicate_task_configs;
 use spillway_core::{
     ConfigError, ConfigMap, PutOutcome, SinkConnector, SinkError, SinkRecord, SinkTask,
@@ -31,8 +31,9 @@ pub const NAMES: &[&str] = &[
 fn config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
-            ConfigKey::new(FILE, ConfigType::String, Importance::High, "Destination file; standard output when not set.")
+            ConfigKey::new(FILE, ConfigType::String, Importance::High, "Destination file; standard output when not set. A tenant's path is relative to its directory (docs/tenants.md).")
                 .null_default()
+                .reaches(Reach::FilePath)
                 .display_name("File"),
         )
         .define(
@@ -112,18 +113,23 @@ impl SinkTask for FileSinkTask {
             .filter(|p| !p.is_empty());
         self.output = Some(match path {
             None => Output::Stdout,
-            Some(path) => {
+            Some(written) => {
+                // A confined tenant's path resolves inside its directory (crate::paths).
+                let path = crate::paths::resolve(config, FILE, written)
+                    .map_err(|e| SinkError::fatal(e.to_string()))?;
+                crate::paths::prepare(config, &path).map_err(|e| {
+                    SinkError::fatal(format!("cannot create the directory of '{written}'"))
+                        .caused_by(e)
+                })?;
                 let file = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
-                    .open(path)
+                    .open(&path)
                     .map_err(|e| {
-                        SinkError::fatal(format!("cannot open '{path}' for appending")).caused_by(e)
+                        SinkError::fatal(format!("cannot open '{written}' for appending"))
+                            .caused_by(e)
                     })?;
-                Output::File {
-                    path: PathBuf::from(path),
-                    file,
-                }
+                Output::File { path, file }
             }
         });
         Ok(())

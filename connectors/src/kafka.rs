@@ -22,12 +22,11 @@
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
+use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Reach, Validator};
 use spillway_core::connector::replicate_task_configs;
 use spillway_core::convert::{strip_prefix, RecordConverter};
 use spillway_core::{
@@ -38,7 +37,7 @@ use spillway_eos::writer::{ExactlyOnceWriter, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 
-use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID};
+use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT_PREFIX};
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
 pub const TOPIC_RENAME_FORMAT: &str = "topic.rename.format";
@@ -74,6 +73,7 @@ fn config_def() -> ConfigDef {
                 "Bootstrap servers of the target cluster; the source cluster when not set.",
             )
             .null_default()
+            .reaches(Reach::KafkaCluster)
             .display_name("Target bootstrap servers"),
         )
         .define(
@@ -129,9 +129,11 @@ fn config_def() -> ConfigDef {
                 ConfigType::String,
                 Importance::Low,
                 "Where a task caches the ledger (sled, rebuilt from the topic on start). \
-                 Default: <temp dir>/spillway-eos/<transactional id>.",
+                 Default: <temp dir>/spillway-eos/<transactional id>. A tenant's path is \
+                 relative to its directory (docs/tenants.md).",
             )
             .null_default()
+            .reaches(Reach::FilePath)
             .display_name("Ledger cache directory"),
         )
         .define(
@@ -177,7 +179,40 @@ fn exactly_once(config: &ConfigMap) -> bool {
     config.get(DELIVERY_GUARANTEE).map(|v| v.trim()) == Some("exactly_once")
 }
 
-/// The stable transactional id of one task: `<prefix>-[<tenant>-]<connector>-<task>`.
+/// The tenant whose prefix the names this sink derives in Kafka carry (set by the runtime).
+fn tenant_prefix(config: &ConfigMap) -> Option<&str> {
+    config
+        .get(TENANT_PREFIX)
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// `<tenant>.name` for a tenant's connector (unless the name has it already), as the runtime
+/// names group ids: so two tenants' connectors of one name never share a transactional id,
+/// a ledger topic or a ledger cache.
+fn tenant_scoped(config: &ConfigMap, name: String) -> String {
+    match tenant_prefix(config) {
+        Some(tenant) if !name.starts_with(&format!("{tenant}.")) => format!("{tenant}.{name}"),
+        _ => name,
+    }
+}
+
+/// The ledger topic: `delivery.ledger.topic` or `__spillway_eos_ledger.<connector>`, with the
+/// tenant's prefix for a tenant's connector.
+pub fn ledger_topic(config: &ConfigMap) -> String {
+    let name = config
+        .get("name")
+        .map(String::as_str)
+        .unwrap_or("connector");
+    let topic = config
+        .get(LEDGER_TOPIC)
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map_or_else(|| default_ledger_topic(name), str::to_owned);
+    tenant_scoped(config, topic)
+}
+
+/// The stable transactional id of one task: `[<tenant>.]<prefix>-<connector>-<task>`.
 pub fn transactional_id(config: &ConfigMap) -> String {
     let prefix = config
         .get(TRANSACTIONAL_ID_PREFIX)
@@ -188,10 +223,7 @@ pub fn transactional_id(config: &ConfigMap) -> String {
         .map(String::as_str)
         .unwrap_or("connector");
     let task = config.get(TASK_ID).map(String::as_str).unwrap_or("0");
-    match config.get("tenant").filter(|t| !t.is_empty()) {
-        Some(tenant) => format!("{prefix}-{tenant}-{name}-{task}"),
-        None => format!("{prefix}-{name}-{task}"),
-    }
+    tenant_scoped(config, format!("{prefix}-{name}-{task}"))
 }
 
 /// Headers of `record` with its source coordinates set (replacing older ones of those names).
@@ -337,17 +369,24 @@ impl SinkTask for KafkaSinkTask {
                 .get("name")
                 .map(String::as_str)
                 .unwrap_or("connector");
+            let cache_dir = match parsed.string(LEDGER_CACHE_DIR).map_err(fatal)? {
+                // A confined tenant's directory resolves inside its own (crate::paths).
+                Some(dir) => crate::paths::resolve(config, LEDGER_CACHE_DIR, dir).map_err(fatal)?,
+                None => match crate::paths::confinement(config) {
+                    Some(root) => root.join(".spillway-eos").join(&id),
+                    None => std::env::temp_dir().join("spillway-eos").join(&id),
+                },
+            };
+            crate::paths::prepare(config, &cache_dir.join("cache")).map_err(|e| {
+                SinkError::fatal(format!(
+                    "cannot create the ledger cache directory {}",
+                    cache_dir.display()
+                ))
+                .caused_by(e)
+            })?;
             let ledger = LedgerSettings {
-                topic: parsed
-                    .string(LEDGER_TOPIC)
-                    .map_err(fatal)?
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| default_ledger_topic(name)),
-                cache_dir: parsed
-                    .string(LEDGER_CACHE_DIR)
-                    .map_err(fatal)?
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| std::env::temp_dir().join("spillway-eos").join(&id)),
+                topic: ledger_topic(config),
+                cache_dir,
                 lock_margin: Duration::from_millis(
                     parsed.long(LOCK_MARGIN_MS).map_err(fatal)? as u64
                 ),
@@ -355,7 +394,7 @@ impl SinkTask for KafkaSinkTask {
             Producer::ExactlyOnce {
                 writer: Box::new(ExactlyOnceWriter::start(&settings).await?),
                 ledger,
-                connector: match config.get("tenant").filter(|t| !t.is_empty()) {
+                connector: match tenant_prefix(config) {
                     Some(tenant) => format!("{tenant}/{name}"),
                     None => name.to_owned(),
                 },
@@ -628,9 +667,23 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         assert_eq!(transactional_id(&config), "spillway-mirror-3");
-        config.insert("tenant".into(), "acme".into());
+        assert_eq!(ledger_topic(&config), "__spillway_eos_ledger.mirror");
+        // The runtime's tenant key scopes every derived name, and a user-chosen prefix or
+        // ledger topic gets the tenant's prefix as a group id does.
+        config.insert(TENANT_PREFIX.into(), "acme".into());
+        assert_eq!(transactional_id(&config), "acme.spillway-mirror-3");
+        assert_eq!(ledger_topic(&config), "acme.__spillway_eos_ledger.mirror");
         config.insert(TRANSACTIONAL_ID_PREFIX.into(), "dc1".into());
-        assert_eq!(transactional_id(&config), "dc1-acme-mirror-3");
+        config.insert(LEDGER_TOPIC.into(), "ledger".into());
+        assert_eq!(transactional_id(&config), "acme.dc1-mirror-3");
+        assert_eq!(ledger_topic(&config), "acme.ledger");
+        config.insert(TRANSACTIONAL_ID_PREFIX.into(), "acme.dc1".into());
+        assert_eq!(transactional_id(&config), "acme.dc1-mirror-3");
+        // The old `tenant` key, which nothing set, no longer counts.
+        config.remove(TENANT_PREFIX);
+        config.insert("tenant".into(), "globex".into());
+        config.insert(TRANSACTIONAL_ID_PREFIX.into(), "dc1".into());
+        assert_eq!(transactional_id(&config), "dc1-mirror-3");
     }
 
     #[test]

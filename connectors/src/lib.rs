@@ -4,6 +4,7 @@
 pub mod file;
 pub mod http;
 pub mod kafka;
+pub mod paths;
 pub mod postgres;
 pub mod registry;
 pub mod runtime_keys;

@@ -9,3 +9,12 @@ pub const SOURCE_BOOTSTRAP_SERVERS: &str = "source.bootstrap.servers";
 /// The tenant owning the connector, in the connector configuration; `default` when absent.
 /// Names the tenant in the connector's log lines and trace spans.
 pub const TENANT: &str = "spillway.tenant";
+/// Set by the runtime for a connector of a tenant (never `default`), in the connector
+/// configuration: the tenant whose prefix (`<tenant>.`) the plugin puts on the names it
+/// derives in Kafka (transactional ids, ledger topics), as the runtime does for group ids.
+/// A value the user wrote is replaced (or removed for `default`).
+pub const TENANT_PREFIX: &str = "spillway.tenant.prefix";
+/// Set by the runtime when the connector's tenant is confined to a directory (authentication
+/// on, a tenant other than `default`): every path-valued key resolves inside it
+/// ([`crate::paths`]). A value the user wrote is replaced (or removed when not confined).
+pub const FILES_ROOT: &str = "spillway.files.root";

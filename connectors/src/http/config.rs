@@ -7,7 +7,8 @@ use std::time::Duration;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use spillway_core::config::{
-    ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, ParsedConfig, Password, Validator,
+    ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, ParsedConfig, Password, Reach,
+    Validator,
 };
 use spillway_core::{ConfigError, ConfigMap};
 
@@ -102,12 +103,31 @@ fn check_header_name(value: &ConfigValue) -> Result<(), String> {
     }
 }
 
+/// The host and port `http.url` connects to, for the egress policy.
+fn url_hosts(url: &str) -> Result<Vec<(String, u16)>, String> {
+    let parsed = Url::parse(url.trim()).map_err(|e| format!("not a URL ({e})"))?;
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| "the URL names no host".to_owned())?;
+    // An IPv6 literal comes in brackets.
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = parsed
+        .port_or_known_default()
+        .ok_or_else(|| "the URL names no port".to_owned())?;
+    Ok(vec![(host, port)])
+}
+
 /// The connector's own keys.
 pub fn config_def() -> ConfigDef {
     ConfigDef::new()
         .define(
             ConfigKey::new(HTTP_URL, ConfigType::String, Importance::High, "The endpoint every batch is sent to (http or https).")
                 .validator(Validator::Custom { check: check_url, allowed: "http:// or https:// URL" })
+                .reaches(Reach::Hosts(url_hosts))
                 .group(CONNECTION_GROUP, 1),
         )
         .define(

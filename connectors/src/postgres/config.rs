@@ -4,7 +4,8 @@
 use std::str::FromStr;
 
 use spillway_core::config::{
-    ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, ParsedConfig, Password, Validator,
+    ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, ParsedConfig, Password, Reach,
+    Validator,
 };
 use spillway_core::{ConfigError, ConfigMap};
 
@@ -78,6 +79,35 @@ fn check_url(value: &ConfigValue) -> Result<(), String> {
         .map_err(|e| format!("not a PostgreSQL connection URL ({e})"))
 }
 
+/// The servers `connection.url` connects to, for the egress policy. A Unix socket is a path
+/// on the worker's machine, not a host: refused here, so a tenant cannot use one.
+fn url_hosts(url: &str) -> Result<Vec<(String, u16)>, String> {
+    let config = tokio_postgres::Config::from_str(strip_jdbc(url))
+        .map_err(|e| format!("not a PostgreSQL connection URL ({e})"))?;
+    let ports = config.get_ports();
+    let mut hosts = Vec::new();
+    for (i, host) in config.get_hosts().iter().enumerate() {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        match host {
+            tokio_postgres::config::Host::Tcp(name) => hosts.push((name.clone(), port)),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => {
+                return Err(format!(
+                    "connects through the Unix socket {}, a path on the worker's machine",
+                    path.display()
+                ))
+            }
+        }
+    }
+    for addr in config.get_hostaddrs() {
+        hosts.push((addr.to_string(), ports.first().copied().unwrap_or(5432)));
+    }
+    if hosts.is_empty() {
+        return Err("the URL names no host".into());
+    }
+    Ok(hosts)
+}
+
 /// The connector's own keys.
 pub fn config_def() -> ConfigDef {
     ConfigDef::new()
@@ -94,6 +124,7 @@ pub fn config_def() -> ConfigDef {
                 check: check_url,
                 allowed: "postgres://host[:port]/database",
             })
+            .reaches(Reach::Hosts(url_hosts))
             .group(CONNECTION_GROUP, 1),
         )
         .define(

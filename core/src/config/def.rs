@@ -184,6 +184,23 @@ pub enum DefaultValue {
     Value(String),
 }
 
+/// Reads the `(host, port)` pairs a value connects to, or says why it cannot.
+pub type HostsOf = fn(&str) -> Result<Vec<(String, u16)>, String>;
+
+/// What a key's value reaches outside the worker. The runtime polices these keys for tenants:
+/// paths are confined to the tenant's directory, addresses to the worker's egress policy,
+/// and keys naming a Kafka cluster need the tenant's override policy `All`.
+#[derive(Debug, Clone, Copy)]
+pub enum Reach {
+    /// A file or directory the connector writes.
+    FilePath,
+    /// Hosts the connector connects to: the function reads `(host, port)` pairs from the
+    /// value, or says why it cannot.
+    Hosts(HostsOf),
+    /// The bootstrap servers of a Kafka cluster the connector writes to (`host:port,...`).
+    KafkaCluster,
+}
+
 /// One declared configuration key.
 #[derive(Debug, Clone)]
 pub struct ConfigKey {
@@ -197,6 +214,8 @@ pub struct ConfigKey {
     /// Position within the group (Connect's `orderInGroup`).
     pub order: i32,
     pub display_name: String,
+    /// What the value reaches outside the worker, when it does.
+    pub reach: Option<Reach>,
 }
 
 impl ConfigKey {
@@ -219,7 +238,14 @@ impl ConfigKey {
             validator: None,
             group: None,
             order: 0,
+            reach: None,
         }
+    }
+
+    /// Declares what the value reaches outside the worker (see [`Reach`]).
+    pub fn reaches(mut self, reach: Reach) -> Self {
+        self.reach = Some(reach);
+        self
     }
 
     pub fn default(mut self, text: impl Into<String>) -> Self {

@@ -11,7 +11,9 @@ mod value;
 
 use std::collections::BTreeMap;
 
-pub use def::{ConfigDef, ConfigKey, ConfigType, DefaultValue, Importance, Validator};
+pub use def::{
+    ConfigDef, ConfigKey, ConfigType, DefaultValue, HostsOf, Importance, Reach, Validator,
+};
 pub use group_protocol::{
     resolve_group_protocol, GroupProtocol, ProtocolSource, ResolvedProtocol,
     CONNECTOR_GROUP_PROTOCOL, WORKER_GROUP_PROTOCOL,
