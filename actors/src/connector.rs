@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use spillway_connectors::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT};
+use spillway_connectors::runtime_keys::{
+    FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
+};
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
 use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
@@ -126,12 +128,26 @@ impl ConnectorActor {
         &self.plan.key
     }
 
-    /// The configuration the plugin sees: the user's, plus where it reads from.
+    /// The configuration the plugin sees: the user's, plus where it reads from, and for a
+    /// tenant's connector its prefix and directory (replacing any value the user wrote).
     fn plugin_config(&self) -> ConfigMap {
         let mut config = self.plan.config.originals.clone();
         config
             .entry(SOURCE_BOOTSTRAP_SERVERS.to_owned())
             .or_insert_with(|| self.plan.bootstrap.clone());
+        let scope = &self.plan.scope;
+        for (key, value) in [
+            (TENANT_PREFIX, scope.prefix.clone()),
+            (
+                FILES_ROOT,
+                scope.files_dir.as_ref().map(|d| d.display().to_string()),
+            ),
+        ] {
+            match value {
+                Some(value) => config.insert(key.to_owned(), value),
+                None => config.remove(key),
+            };
+        }
         config
     }
 

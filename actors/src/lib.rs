@@ -16,7 +16,9 @@ pub mod consumer;
 pub mod consumer_settings;
 pub mod converter;
 pub mod dead_letter;
+pub mod egress;
 pub mod error;
+pub mod limits;
 pub mod messages;
 pub mod metrics;
 pub mod settings;
@@ -31,5 +33,5 @@ pub mod worker;
 
 pub use error::RuntimeError;
 pub use status::{ConnectorStatus, Counts, State, TaskStatus};
-pub use tenancy::{InflightBytes, OverridePolicy, TenantScope, Throttle};
+pub use tenancy::{Confinement, InflightBytes, OverridePolicy, TenantScope, Throttle};
 pub use worker::Worker;

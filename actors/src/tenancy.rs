@@ -11,10 +11,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::path::PathBuf;
+
 use governor::clock::{Clock, DefaultClock};
 use governor::{Quota, RateLimiter};
-use spillway_core::config::SinkConnectorConfig;
+use spillway_core::config::{ConfigDef, Reach, SinkConnectorConfig};
 use spillway_core::{ConfigError, ConfigMap};
+
+use crate::egress::EgressPolicy;
 
 /// Kafka Connect's worker key choosing which client overrides connectors may set.
 pub const OVERRIDE_POLICY: &str = "connector.client.config.override.policy";
@@ -34,9 +38,9 @@ pub enum OverridePolicy {
     /// Only the client's identity: `sasl.jaas.config`, `sasl.mechanism`, `security.protocol`
     /// (Connect's `Principal`).
     Principal,
-    /// Any tuning, but not where the client connects nor how it authenticates:
-    /// `bootstrap.servers`, `security.*`, `sasl.*` and `ssl.*` are refused. The default of a
-    /// tenant other than `default`.
+    /// Named tuning keys only ([`TUNING_KEYS`], librdkafka's and Java's names): every other
+    /// key is refused, so no spelling of a cluster address, security setting, file path or
+    /// code-loading key gets through. The default of a tenant other than `default`.
     Restricted,
     /// Everything (Connect's `All`, its default), and names set by the user are taken as
     /// they are, without the tenant's prefix.
@@ -85,13 +89,15 @@ impl OverridePolicy {
                 client_key,
                 "sasl.jaas.config" | "sasl.mechanism" | "security.protocol"
             ),
-            OverridePolicy::Restricted => {
-                client_key != "bootstrap.servers"
-                    && !["security.", "sasl.", "ssl."]
-                        .iter()
-                        .any(|p| client_key.starts_with(p))
-            }
+            OverridePolicy::Restricted => TUNING_KEYS.contains(&client_key),
         }
+    }
+
+    /// Whether a connector key naming a Kafka cluster (`Reach::KafkaCluster`, e.g. the kafka
+    /// sink's `target.bootstrap.servers`) may be set: only under `All`, as
+    /// `consumer.override.bootstrap.servers`.
+    pub fn allows_clusters(self) -> bool {
+        self == OverridePolicy::All
     }
 
     /// One error per override key of `config` this policy refuses, each naming the key.
@@ -113,15 +119,129 @@ impl OverridePolicy {
                          overriding {client_key}{}",
                         self.as_str(),
                         match self {
-                            OverridePolicy::Restricted => "; a tenant cannot point a connector at another cluster or change its security settings unless the worker admin sets the tenant's client.config.override.policy to All",
-                            OverridePolicy::Principal => "; only sasl.jaas.config, sasl.mechanism and security.protocol may be overridden",
-                            _ => "; remove the key",
+                            OverridePolicy::Restricted => format!(
+                                "{}; Restricted allows only these tuning keys: {}. Ask the worker admin to set the tenant's client.config.override.policy to All for anything else",
+                                what_it_is(client_key).map(|w| format!(" ({w})")).unwrap_or_default(),
+                                TUNING_KEYS.join(", ")
+                            ),
+                            OverridePolicy::Principal => "; only sasl.jaas.config, sasl.mechanism and security.protocol may be overridden".to_owned(),
+                            _ => "; remove the key".to_owned(),
                         }
                     ),
                 });
             }
         }
         errors
+    }
+}
+
+/// The client keys `Restricted` lets a tenant override: tuning of its own clients, in Java's
+/// and librdkafka's names. Anything else — where a client connects, how it authenticates,
+/// files it reads, code it loads, its identity, logging — is refused by being absent.
+pub const TUNING_KEYS: &[&str] = &[
+    // Consumer (group membership and fetching).
+    "group.id",
+    "group.protocol",
+    "group.remote.assignor",
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "auto.offset.reset",
+    "isolation.level",
+    "max.poll.records",
+    "max.poll.interval.ms",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "fetch.min.bytes",
+    "fetch.max.bytes",
+    "fetch.max.wait.ms",
+    "fetch.wait.max.ms",
+    "fetch.message.max.bytes",
+    "fetch.error.backoff.ms",
+    "max.partition.fetch.bytes",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "check.crcs",
+    "share.acknowledgement.mode",
+    // Producer (the dead letter queue's, the kafka sink's).
+    "acks",
+    "linger.ms",
+    "batch.size",
+    "batch.num.messages",
+    "compression.type",
+    "compression.codec",
+    "compression.level",
+    "max.in.flight.requests.per.connection",
+    "max.in.flight",
+    "delivery.timeout.ms",
+    "message.timeout.ms",
+    "retries",
+    "message.send.max.retries",
+    "buffer.memory",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.ms",
+    "max.request.size",
+    "message.max.bytes",
+    "partitioner",
+    "transaction.timeout.ms",
+    "transactional.id",
+    // Any client.
+    "request.timeout.ms",
+    "default.api.timeout.ms",
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
+    "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms",
+    "socket.timeout.ms",
+    "socket.connection.setup.timeout.ms",
+    "socket.connection.setup.timeout.max.ms",
+    "socket.keepalive.enable",
+    "socket.nagle.disable",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "send.buffer.bytes",
+    "receive.buffer.bytes",
+    "connections.max.idle.ms",
+    "metadata.max.age.ms",
+    "topic.metadata.refresh.interval.ms",
+    "client.rack",
+];
+
+/// What a refused client key is, for the message: the dangerous kinds by name.
+fn what_it_is(client_key: &str) -> Option<&'static str> {
+    const CLUSTER: &[&str] = &[
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "client.dns.lookup",
+        "broker.address.family",
+        "resolve.canonical.bootstrap.servers.only",
+    ];
+    const CODE: &[&str] = &[
+        "plugin.library.paths",
+        "interceptor.classes",
+        "metric.reporters",
+        "partitioner.class",
+        "key.deserializer",
+        "value.deserializer",
+        "key.serializer",
+        "value.serializer",
+        "config.providers",
+    ];
+    if CLUSTER.contains(&client_key) {
+        Some("it names where the client connects: another cluster")
+    } else if CODE.contains(&client_key) || client_key.ends_with(".class") {
+        Some("it makes the worker load code")
+    } else if client_key.starts_with("ssl")
+        || client_key.starts_with("sasl.")
+        || client_key.starts_with("security.")
+        || client_key.starts_with("enable.ssl")
+        || client_key.contains("oauthbearer")
+    {
+        Some("a security setting")
+    } else if client_key.contains("location") || client_key.contains(".path") {
+        Some("a file path on the worker's machine")
+    } else {
+        None
     }
 }
 
@@ -135,6 +255,75 @@ pub struct TenantScope {
     pub throttle: Option<Arc<Throttle>>,
     /// The bytes all the tenant's tasks hold between poll and commit, and their limit.
     pub inflight: Option<Arc<InflightBytes>>,
+    /// The directory the tenant's paths are confined to (authentication on, a tenant other
+    /// than `default`); `None`: paths are taken as written, as Connect does.
+    pub files_dir: Option<PathBuf>,
+    /// Where the tenant's sinks may connect (same condition); `None`: anywhere.
+    pub egress: Option<Arc<EgressPolicy>>,
+}
+
+/// Worker key: the directory under which each confined tenant gets a directory of its own
+/// (`<tenant.files.dir>/<tenant>`); default `<state.dir>/tenant-files`.
+pub const TENANT_FILES_DIR: &str = "tenant.files.dir";
+
+/// How a worker with authentication on confines its tenants (other than `default`, the
+/// admin's): their paths, and where their sinks may connect.
+#[derive(Debug, Clone, Default)]
+pub struct Confinement {
+    /// `tenant.files.dir`; `None` when tenants are not confined.
+    pub files_dir: Option<PathBuf>,
+    pub egress: Option<Arc<EgressPolicy>>,
+}
+
+impl Confinement {
+    /// Tenants are confined when `auth` (REST authentication) is on; without it every caller
+    /// is the admin and paths and addresses are taken as written.
+    pub fn from_worker_config(worker: &ConfigMap, auth: bool) -> Result<Confinement, ConfigError> {
+        if !auth {
+            return Ok(Confinement::default());
+        }
+        let files_dir = match worker
+            .get(TENANT_FILES_DIR)
+            .filter(|d| !d.trim().is_empty())
+        {
+            Some(dir) => PathBuf::from(dir.trim()),
+            None => PathBuf::from(
+                worker
+                    .get("state.dir")
+                    .map(String::as_str)
+                    .unwrap_or("spillway-state"),
+            )
+            .join("tenant-files"),
+        };
+        // Absolute, so that a connector's paths do not depend on the worker's working
+        // directory when they are checked.
+        let files_dir = std::path::absolute(&files_dir).map_err(|e| ConfigError::InvalidValue {
+            key: TENANT_FILES_DIR.into(),
+            value: files_dir.display().to_string(),
+            reason: format!("cannot make the path absolute ({e})"),
+        })?;
+        let egress = EgressPolicy::parse(
+            worker
+                .get(crate::egress::TENANT_EGRESS_ALLOW)
+                .map(String::as_str)
+                .unwrap_or(""),
+        )?;
+        Ok(Confinement {
+            files_dir: Some(files_dir),
+            egress: Some(Arc::new(egress)),
+        })
+    }
+
+    /// The tenant's own directory and egress policy (none for `default`).
+    pub fn for_tenant(&self, tenant: Option<&str>) -> (Option<PathBuf>, Option<Arc<EgressPolicy>>) {
+        match tenant {
+            None => (None, None),
+            Some(tenant) => (
+                self.files_dir.as_ref().map(|d| d.join(tenant)),
+                self.egress.clone(),
+            ),
+        }
+    }
 }
 
 impl std::fmt::Debug for TenantScope {
@@ -147,6 +336,8 @@ impl std::fmt::Debug for TenantScope {
                 "inflight_limit",
                 &self.inflight.as_ref().and_then(|b| b.limit()),
             )
+            .field("files_dir", &self.files_dir)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -159,7 +350,67 @@ impl TenantScope {
             policy,
             throttle: None,
             inflight: None,
+            files_dir: None,
+            egress: None,
         }
+    }
+
+    /// What `config` reaches outside the worker that this tenant may not: for each key `def`
+    /// declares with a [`Reach`], a path out of the tenant's directory, a Kafka cluster named
+    /// under a policy other than `All`, an address the egress policy refuses. Each error names
+    /// the key.
+    pub fn reach_violations(&self, def: &ConfigDef, config: &ConfigMap) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        for key in def.keys() {
+            let (Some(reach), Some(value)) = (key.reach, config.get(&key.name)) else {
+                continue;
+            };
+            if value.trim().is_empty() {
+                continue;
+            }
+            let hosts = match reach {
+                Reach::FilePath => {
+                    if let Some(root) = &self.files_dir {
+                        if let Err(e) = spillway_connectors::paths::confine(root, &key.name, value)
+                        {
+                            errors.push(e);
+                        }
+                    }
+                    continue;
+                }
+                Reach::KafkaCluster => {
+                    if !self.policy.allows_clusters() {
+                        errors.push(ConfigError::InvalidValue {
+                            key: key.name.clone(),
+                            value: value.clone(),
+                            reason: format!(
+                                "it names a Kafka cluster, which the client config override policy '{}' does not allow (as it refuses bootstrap.servers overrides); remove it to use the worker's cluster, or ask the worker admin for the policy All",
+                                self.policy.as_str()
+                            ),
+                        });
+                        continue;
+                    }
+                    crate::egress::bootstrap_hosts(value)
+                }
+                Reach::Hosts(read) => read(value),
+            };
+            let Some(egress) = &self.egress else {
+                continue;
+            };
+            match hosts {
+                Ok(hosts) => {
+                    if let Err(e) = egress.check(&key.name, value, &hosts) {
+                        errors.push(e);
+                    }
+                }
+                Err(reason) => errors.push(ConfigError::InvalidValue {
+                    key: key.name.clone(),
+                    value: value.clone(),
+                    reason,
+                }),
+            }
+        }
+        errors
     }
 
     /// The tenant's name (`default` for the default tenant), e.g. for metric labels.
@@ -430,6 +681,8 @@ mod tests {
             policy,
             throttle: None,
             inflight: None,
+            files_dir: None,
+            egress: None,
         }
     }
 
@@ -482,6 +735,123 @@ mod tests {
         assert!(principal[0].to_string().contains("'Principal'"));
         assert_eq!(OverridePolicy::None.violations(&overrides, "x").len(), 6);
         assert!(OverridePolicy::All.violations(&overrides, "x").is_empty());
+    }
+
+    #[test]
+    fn restricted_is_an_allow_list_every_alias_of_a_cluster_or_code_is_refused() {
+        let refused = [
+            "consumer.override.metadata.broker.list",
+            "producer.override.metadata.broker.list",
+            "admin.override.bootstrap.servers",
+            "consumer.override.plugin.library.paths",
+            "consumer.override.interceptor.classes",
+            "producer.override.partitioner.class",
+            "consumer.override.sasl.kerberos.kinit.cmd",
+            "consumer.override.ssl.ca.location",
+            "consumer.override.ssl_engine_id",
+            "consumer.override.enable.ssl.certificate.verification",
+            "consumer.override.sasl.oauthbearer.token.endpoint.url",
+            "consumer.override.client.dns.lookup",
+            "consumer.override.client.id",
+            "consumer.override.debug",
+            "consumer.override.oauthbearer_token_refresh_cb",
+        ];
+        for key in refused {
+            let config = config(&[(key, "x")]);
+            let errors = OverridePolicy::Restricted.violations(&config, "tenant acme");
+            assert_eq!(errors.len(), 1, "{key} must be refused");
+            assert_eq!(errors[0].key(), Some(key));
+        }
+        let message = OverridePolicy::Restricted.violations(
+            &config(&[("consumer.override.metadata.broker.list", "x")]),
+            "t",
+        )[0]
+        .to_string();
+        assert!(message.contains("another cluster"), "{message}");
+        let message = OverridePolicy::Restricted.violations(
+            &config(&[("consumer.override.plugin.library.paths", "x")]),
+            "t",
+        )[0]
+        .to_string();
+        assert!(message.contains("load code"), "{message}");
+        let tuning = config(&[
+            ("consumer.override.max.poll.records", "10"),
+            ("consumer.override.fetch.wait.max.ms", "100"),
+            ("producer.override.linger.ms", "5"),
+            ("producer.override.compression.type", "zstd"),
+            ("admin.override.request.timeout.ms", "1000"),
+        ]);
+        assert!(OverridePolicy::Restricted
+            .violations(&tuning, "t")
+            .is_empty());
+    }
+
+    /// A sink whose keys reach outside the worker in each way.
+    fn reaching_def() -> ConfigDef {
+        use spillway_core::config::{ConfigKey, ConfigType, Importance};
+        fn url(value: &str) -> Result<Vec<(String, u16)>, String> {
+            Ok(vec![(value.to_owned(), 80)])
+        }
+        let key = |name: &str, reach| {
+            ConfigKey::new(name, ConfigType::String, Importance::High, "")
+                .null_default()
+                .reaches(reach)
+        };
+        ConfigDef::new()
+            .define(key("file", Reach::FilePath))
+            .define(key("target", Reach::KafkaCluster))
+            .define(key("url", Reach::Hosts(url)))
+    }
+
+    #[test]
+    fn a_confined_tenant_is_held_to_its_directory_its_policy_and_the_egress_policy() {
+        let def = reaching_def();
+        let mut scope = tenant(OverridePolicy::Restricted);
+        scope.files_dir = Some(PathBuf::from("/srv/tenants/acme"));
+        scope.egress = Some(Arc::new(EgressPolicy::default()));
+        let bad = config(&[
+            ("file", "/etc/passwd"),
+            ("target", "elsewhere:9092"),
+            ("url", "127.0.0.1"),
+        ]);
+        let errors = scope.reach_violations(&def, &bad);
+        let keys: Vec<_> = errors.iter().filter_map(|e| e.key()).collect();
+        assert_eq!(keys, ["file", "target", "url"], "{errors:?}");
+        // Under All a cluster may be named, but the egress policy still applies to it.
+        scope.policy = OverridePolicy::All;
+        let errors = scope.reach_violations(&def, &config(&[("target", "127.0.0.1:9092")]));
+        assert!(errors[0].to_string().contains("loopback"), "{errors:?}");
+        // Not confined (the default tenant, or authentication off): taken as written.
+        let default = TenantScope::default_tenant(OverridePolicy::All);
+        assert!(default.reach_violations(&def, &bad).is_empty());
+        let fine = config(&[("file", "out.txt"), ("url", "8.8.8.8")]);
+        scope.policy = OverridePolicy::Restricted;
+        assert!(scope.reach_violations(&def, &fine).is_empty());
+    }
+
+    #[test]
+    fn confinement_comes_with_authentication_only() {
+        let worker = config(&[("state.dir", "/var/spillway")]);
+        let off = Confinement::from_worker_config(&worker, false).expect("valid");
+        assert_eq!(off.for_tenant(Some("acme")).0, None);
+        let on = Confinement::from_worker_config(&worker, true).expect("valid");
+        assert_eq!(
+            on.for_tenant(Some("acme")).0,
+            Some(PathBuf::from("/var/spillway/tenant-files/acme"))
+        );
+        assert_eq!(on.for_tenant(None).0, None, "the admin's default tenant");
+        let mut worker = worker;
+        worker.insert(TENANT_FILES_DIR.into(), "/data/t".into());
+        worker.insert("tenant.egress.allow".into(), "nonsense".into());
+        assert!(Confinement::from_worker_config(&worker, true).is_err());
+        worker.remove("tenant.egress.allow");
+        assert_eq!(
+            Confinement::from_worker_config(&worker, true)
+                .expect("valid")
+                .for_tenant(Some("b"))
+                .0,
+            Some(PathBuf::from("/data/t/b"))
+        );
     }
 
     #[test]

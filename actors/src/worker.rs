@@ -24,6 +24,7 @@ use crate::connector::ConnectorPlan;
 use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
+use crate::limits::{requested_tasks, WorkerLimits};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::status::{ConnectorStatus, StatusBoard};
 use crate::supervisor::{Kill, List, Resize, RestartOne, Start, Stop, Supervisor};
@@ -44,6 +45,8 @@ pub struct Worker {
     configs: Mutex<BTreeMap<String, ConfigMap>>,
     /// `connector.client.config.override.policy`: the overrides the `default` tenant may set.
     policy: OverridePolicy,
+    /// Tasks per connector and per worker.
+    limits: WorkerLimits,
 }
 
 impl Worker {
@@ -75,6 +78,8 @@ impl Worker {
             }
             None => OverridePolicy::All,
         };
+        let limits =
+            WorkerLimits::from_worker_config(&config).map_err(RuntimeError::WorkerConfig)?;
         let board = StatusBoard::default();
         crate::metrics::register(meter, &board);
         let supervisor_board = board.clone();
@@ -101,7 +106,63 @@ impl Worker {
             thread: Some(thread),
             configs: Mutex::new(BTreeMap::new()),
             policy,
+            limits,
         })
+    }
+
+    /// The worker's task limits.
+    pub fn limits(&self) -> WorkerLimits {
+        self.limits
+    }
+
+    /// The checks of `config` that starting it makes beyond its keys' declarations, without
+    /// reaching Kafka: the worker's bounds, what it reaches outside the worker (the tenant's
+    /// directory, clusters, the egress policy), and every client setting's value as the
+    /// client would read it (`consumer.override.max.poll.records=abc`, a librdkafka setting
+    /// of the wrong type). `validate` reports them, so what it accepts also starts.
+    pub fn start_checks(&self, scope: &TenantScope, config: &ConfigMap) -> Vec<ConfigError> {
+        let mut errors = self.limits.check_connector(config);
+        if let Some(plugin) = config
+            .get(spillway_core::config::sink_connector::CONNECTOR_CLASS)
+            .and_then(|class| self.registry.create(class).ok())
+        {
+            errors.extend(scope.reach_violations(&plugin.config_def(), config));
+        }
+        let overrides = spillway_core::convert::strip_prefix(config, "consumer.override.");
+        let consumer = ConsumerSettings::collect(&self.config, &overrides);
+        match resolve_group_protocol(config, &self.config) {
+            Ok(resolved) if resolved.protocol.is_share() => {
+                if let Err(e) = consumer.share_config("localhost:9092", "check", "check") {
+                    errors.extend(e.flatten().into_iter().cloned());
+                }
+            }
+            Ok(_) => {
+                if let Err(e) = consumer.max_poll_records() {
+                    errors.push(e);
+                }
+                let settings = consumer
+                    .classic_overrides()
+                    .into_iter()
+                    .filter(|(k, _)| !spillway_kafka::classic::OWNED_KEYS.contains(&k.as_str()));
+                errors.extend(librdkafka_refusals("consumer.override.", settings));
+            }
+            // Reported by validate's own check of the protocol.
+            Err(_) => {}
+        }
+        let producer = spillway_core::convert::strip_prefix(config, "producer.override.");
+        if !producer.is_empty() {
+            errors.extend(librdkafka_refusals("producer.override.", producer));
+        }
+        errors
+    }
+
+    /// The other connectors' `tasks.max`, summed over those running on this worker.
+    fn tasks_of_others(&self, key: &str) -> u64 {
+        self.configs()
+            .iter()
+            .filter(|(name, _)| name.as_str() != key)
+            .map(|(_, c)| requested_tasks(c))
+            .fold(0, u64::saturating_add)
     }
 
     /// The worker's `connector.client.config.override.policy` (Connect's default: All).
@@ -187,6 +248,7 @@ impl Worker {
             c
         };
         if without_tasks(&current) == without_tasks(&config) {
+            self.check_bounds(&name, &config)?;
             let parsed =
                 SinkConnectorConfig::parse(&config).map_err(|source| RuntimeError::Config {
                     connector: name.clone(),
@@ -205,6 +267,10 @@ impl Worker {
 
     /// Changes the number of tasks of a running connector (elastic scaling).
     pub async fn set_task_count(&self, name: &str, tasks: usize) -> Result<(), RuntimeError> {
+        if let Some(mut config) = self.connector_config(name) {
+            config.insert(TASKS_MAX.to_owned(), tasks.to_string());
+            self.check_bounds(name, &config)?;
+        }
         self.supervisor
             .send(Resize(name.to_owned(), tasks))
             .await
@@ -260,6 +326,23 @@ impl Worker {
         }
     }
 
+    /// Refuses a connector beyond the worker's bounds (its name, values, `tasks.max`, the
+    /// worker's task total): a stored configuration from an older version fails here instead
+    /// of allocating or spawning without bound.
+    fn check_bounds(&self, key: &str, config: &ConfigMap) -> Result<(), RuntimeError> {
+        let name = config.get("name").cloned().unwrap_or_default();
+        let refused = |source: ConfigError| RuntimeError::Config {
+            connector: name.clone(),
+            source,
+        };
+        if let Some(error) = ConfigError::from_list(self.limits.check_connector(config)) {
+            return Err(refused(error));
+        }
+        self.limits
+            .check_worker_tasks(&name, self.tasks_of_others(key), requested_tasks(config))
+            .map_err(refused)
+    }
+
     /// Everything decided before a connector runs.
     async fn plan(
         &self,
@@ -267,6 +350,7 @@ impl Worker {
         scope: TenantScope,
         config: &ConfigMap,
     ) -> Result<ConnectorPlan, RuntimeError> {
+        self.check_bounds(&key, config)?;
         let name = config.get("name").cloned().unwrap_or_default();
         let refused = |source: ConfigError| RuntimeError::Config {
             connector: name.clone(),
@@ -290,6 +374,9 @@ impl Worker {
             .create(&parsed.connector_class)
             .map_err(refused)?;
         plugin.config_def().parse(config).map_err(refused)?;
+        if let Some(error) = ConfigError::from_list(self.start_checks(&scope, config)) {
+            return Err(refused(error));
+        }
         let bootstrap = parsed
             .consumer_overrides
             .get(BOOTSTRAP_SERVERS)
@@ -358,6 +445,28 @@ impl Worker {
             registry: self.registry.clone(),
         })
     }
+}
+
+/// The settings librdkafka refuses (an unknown key, a value of the wrong type), each named with
+/// `prefix` as the user wrote it: what creating the client would fail on.
+fn librdkafka_refusals(
+    prefix: &str,
+    settings: impl IntoIterator<Item = (String, String)>,
+) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    for (key, value) in settings {
+        let mut one = rdkafka::ClientConfig::new();
+        one.set(&key, &value);
+        if let Err(e) = one.create_native_config() {
+            let secret = key.contains("password") || key.ends_with("jaas.config");
+            errors.push(ConfigError::InvalidValue {
+                key: format!("{prefix}{key}"),
+                value: if secret { "[hidden]".to_owned() } else { value },
+                reason: format!("the Kafka client refuses it: {e}"),
+            });
+        }
+    }
+    errors
 }
 
 impl Drop for Worker {

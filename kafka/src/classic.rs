@@ -120,7 +120,7 @@ impl ClassicConfig {
 }
 
 /// Keys a classic source sets itself; an override of them would break the commit contract.
-const OWNED_KEYS: &[&str] = &[
+pub const OWNED_KEYS: &[&str] = &[
     "enable.auto.commit",
     "enable.auto.offset.store",
     "group.id",

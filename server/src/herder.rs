@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use spillway_actors::consumer_settings::{ConsumerSettings, DEFAULT_MAX_POLL_RECORDS};
+use spillway_actors::limits::requested_tasks;
 use spillway_actors::settings::{runtime_config_def, TaskSettings};
-use spillway_actors::{OverridePolicy, RuntimeError, State, Worker};
+use spillway_actors::{Confinement, OverridePolicy, RuntimeError, State, Worker};
 use spillway_connectors::runtime_keys::TASK_ID;
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{
@@ -197,7 +198,14 @@ pub struct Herder {
     /// The task records last written to the store, so unchanged statuses are not rewritten.
     persisted: Mutex<BTreeMap<(String, u32), TaskRecord>>,
     tenants: Tenants,
+    /// The `tasks` quota a new tenant gets when none is given (`tenant.default.quota.tasks`).
+    default_tasks: Option<u64>,
 }
+
+/// Worker key: the `tasks` quota of a tenant created without one; empty: unlimited.
+pub const TENANT_DEFAULT_QUOTA_TASKS: &str = "tenant.default.quota.tasks";
+/// Its default: a tenant alone cannot take more than a quarter of a default worker's tasks.
+pub const DEFAULT_TENANT_TASKS: u64 = 32;
 
 /// What a tenant's connectors take of its quotas.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -251,7 +259,22 @@ impl Herder {
         registry: ConnectorRegistry,
         worker_id: String,
     ) -> Result<Herder, HerderError> {
-        let tenants = Tenants::load(Arc::clone(&store), worker.override_policy())?;
+        let auth = worker
+            .config()
+            .get(crate::worker_cmd::REST_AUTH_ENABLED)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let confinement = Confinement::from_worker_config(worker.config(), auth)
+            .map_err(|e| TenantError::Invalid(e.to_string()))?;
+        let default_tasks = match worker.config().get(TENANT_DEFAULT_QUOTA_TASKS) {
+            None => Some(DEFAULT_TENANT_TASKS),
+            Some(text) if text.trim().is_empty() => None,
+            Some(text) => Some(text.trim().parse::<u64>().map_err(|_| {
+                TenantError::Invalid(format!(
+                    "invalid value '{text}' for {TENANT_DEFAULT_QUOTA_TASKS}: expected a number of tasks (or an empty value for no default quota)"
+                ))
+            })?),
+        };
+        let tenants = Tenants::load(Arc::clone(&store), worker.override_policy(), confinement)?;
         Ok(Herder {
             worker_config: worker.config().clone(),
             worker,
@@ -262,6 +285,7 @@ impl Herder {
             failures: Mutex::default(),
             persisted: Mutex::default(),
             tenants,
+            default_tasks,
         })
     }
 
@@ -393,16 +417,19 @@ impl Herder {
         let Ok(parsed) = SinkConnectorConfig::parse(config) else {
             return 1;
         };
+        // A stored tasks.max beyond the worker's limit (from an older version) must not make
+        // the plugin allocate that many task configurations.
+        let tasks_max = self.worker.limits().clamp_tasks(parsed.tasks_max);
         let Ok(mut plugin) = self.registry.create(&parsed.connector_class) else {
-            return parsed.tasks_max;
+            return tasks_max;
         };
         if plugin.start(config).is_err() {
-            return parsed.tasks_max;
+            return tasks_max;
         }
         let count = plugin
-            .task_configs(parsed.tasks_max)
+            .task_configs(tasks_max)
             .map(|c| c.len())
-            .unwrap_or(parsed.tasks_max);
+            .unwrap_or(tasks_max);
         plugin.stop();
         count
     }
@@ -496,7 +523,8 @@ impl Herder {
             .create(&parsed.connector_class)
             .map_err(refused)?;
         plugin.start(&record.config).map_err(refused)?;
-        let configs = plugin.task_configs(parsed.tasks_max).map_err(refused)?;
+        let tasks_max = self.worker.limits().clamp_tasks(parsed.tasks_max);
+        let configs = plugin.task_configs(tasks_max).map_err(refused)?;
         plugin.stop();
         Ok(configs
             .into_iter()
@@ -565,6 +593,7 @@ impl Herder {
         config: &ConfigMap,
         target: TargetState,
     ) -> Result<(), HerderError> {
+        self.check_worker_tasks(tenant, name, config, target)?;
         let quotas = self.tenants.quotas(tenant);
         if quotas == Quotas::default() {
             return Ok(());
@@ -610,6 +639,33 @@ impl Herder {
                 this.inflight_records
             ),
         )
+    }
+
+    /// Refuses a connector (new, changed or coming back from STOPPED) that would take the
+    /// worker over `tasks.max.per.worker`, counting every tenant's connectors not STOPPED.
+    fn check_worker_tasks(
+        &self,
+        tenant: &str,
+        name: &str,
+        config: &ConfigMap,
+        target: TargetState,
+    ) -> Result<(), HerderError> {
+        if target == TargetState::Stopped {
+            return Ok(());
+        }
+        let others = self
+            .store
+            .connectors()?
+            .into_iter()
+            .filter(|(k, r)| {
+                !(k.tenant == tenant && k.name == name) && r.target_state != TargetState::Stopped
+            })
+            .map(|(_, r)| requested_tasks(&r.config))
+            .fold(0, u64::saturating_add);
+        self.worker
+            .limits()
+            .check_worker_tasks(name, others, requested_tasks(config))
+            .map_err(|e| HerderError::BadRequest(e.to_string()))
     }
 
     /// Creates a connector (`POST /connectors`).
@@ -1079,7 +1135,9 @@ impl Herder {
         } else {
             format!("tenant {tenant}")
         };
-        errors.extend(self.tenants.scope(tenant).policy.violations(config, &owner));
+        let scope = self.tenants.scope(tenant);
+        errors.extend(scope.policy.violations(config, &owner));
+        errors.extend(self.worker.start_checks(&scope, config));
         for error in errors {
             let key = error.key().unwrap_or(CONNECTOR_CLASS).to_owned();
             let message = error.to_string();
@@ -1177,6 +1235,10 @@ impl Herder {
         policy: Option<OverridePolicy>,
     ) -> Result<(TenantInfo, String), HerderError> {
         let _guard = self.control.lock().await;
+        let mut quotas = quotas;
+        if quotas.tasks.is_none() {
+            quotas.tasks = self.default_tasks;
+        }
         let created = self.tenants.create(name, quotas, policy)?;
         info!(tenant = %name, "tenant created");
         Ok(created)

@@ -17,7 +17,7 @@ use base64::Engine as _;
 use rand::RngCore as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use spillway_actors::{InflightBytes, OverridePolicy, TenantScope, Throttle};
+use spillway_actors::{Confinement, InflightBytes, OverridePolicy, TenantScope, Throttle};
 use spillway_storage::{StateStore, StorageError, Tenant};
 
 /// The tenant of every connector while authentication is off.
@@ -200,6 +200,8 @@ pub struct Tenants {
     entries: RwLock<BTreeMap<String, Entry>>,
     /// Token digest → tenant.
     tokens: RwLock<HashMap<String, String>>,
+    /// Where tenants' files go and where their sinks may connect (authentication on).
+    confinement: Confinement,
 }
 
 /// A tenant name: 1 to 64 letters, digits, `_` or `-`, so that `<tenant>.` prefixes and
@@ -251,6 +253,7 @@ impl Tenants {
     pub fn load(
         store: Arc<dyn StateStore>,
         default_policy: OverridePolicy,
+        confinement: Confinement,
     ) -> Result<Tenants, TenantError> {
         let mut entries = BTreeMap::new();
         let mut tokens = HashMap::new();
@@ -284,6 +287,7 @@ impl Tenants {
             default_policy,
             entries: RwLock::new(entries),
             tokens: RwLock::new(tokens),
+            confinement,
         })
     }
 
@@ -321,11 +325,15 @@ impl Tenants {
     pub fn scope(&self, tenant: &str) -> TenantScope {
         let entries = read(&self.entries);
         let entry = entries.get(tenant);
+        let prefix = (tenant != DEFAULT_TENANT).then(|| tenant.to_owned());
+        let (files_dir, egress) = self.confinement.for_tenant(prefix.as_deref());
         TenantScope {
-            prefix: (tenant != DEFAULT_TENANT).then(|| tenant.to_owned()),
+            prefix,
             policy: entry.map_or(OverridePolicy::Restricted, |e| e.policy),
             throttle: entry.map(|e| Arc::clone(&e.throttle)),
             inflight: entry.map(|e| Arc::clone(&e.inflight)),
+            files_dir,
+            egress,
         }
     }
 
@@ -462,7 +470,12 @@ mod tests {
 
     /// The tenants as a starting worker loads them from `store`.
     fn tenants(store: &Arc<dyn StateStore>) -> Tenants {
-        Tenants::load(Arc::clone(store), OverridePolicy::All).expect("load")
+        Tenants::load(
+            Arc::clone(store),
+            OverridePolicy::All,
+            Confinement::default(),
+        )
+        .expect("load")
     }
 
     #[test]
@@ -536,7 +549,7 @@ mod tests {
                 settings: BTreeMap::from([("quota.tasks".into(), "lots".into())]),
             })
             .expect("put");
-        let err = Tenants::load(store, OverridePolicy::All)
+        let err = Tenants::load(store, OverridePolicy::All, Confinement::default())
             .err()
             .expect("a damaged tenant stops the load");
         let message = err.to_string();

@@ -93,6 +93,12 @@ async fn restart_worker(
     (worker, client)
 }
 
+/// Where a tenant's file sink writes: inside the tenant's directory under the worker's
+/// default `tenant.files.dir` (`<state.dir>/tenant-files`), where authentication confines it.
+fn tenant_file(state: &Path, tenant: &str, file: &str) -> std::path::PathBuf {
+    state.join("tenant-files").join(tenant).join(file)
+}
+
 fn names(answer: &support::Answer) -> Vec<String> {
     serde_json::from_value(answer.body.clone()).unwrap_or_default()
 }
@@ -127,8 +133,8 @@ async fn tenants_never_see_each_others_connectors_and_read_through_groups_of_the
         .assert_error(409);
 
     // One name in two tenants: two connectors, each seen only by its tenant.
-    let acme_out = dir.path().join("acme.txt");
-    let globex_out = dir.path().join("globex.txt");
+    let acme_out = tenant_file(&state, "acme", "acme.txt");
+    let globex_out = tenant_file(&state, "globex", "globex.txt");
     let created = acme
         .post("/connectors", file_sink("orders", "shared", &acme_out))
         .await;
@@ -293,7 +299,8 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
     );
     // PAUSED connectors hold their tasks' share of the quota without running them.
     let sink = |name: &str, tasks: u32| {
-        let mut body = file_sink(name, "t", &dir.path().join(format!("{name}.txt")));
+        let path = tenant_file(&dir.path().join("state"), "acme", &format!("{name}.txt"));
+        let mut body = file_sink(name, "t", &path);
         body["config"]["tasks.max"] = json!(tasks.to_string());
         body["config"]["consumer.override.max.poll.records"] = json!("100");
         // Share mode's default is 1 batch in flight; 4 makes the in-flight quota bite sooner.
@@ -423,7 +430,7 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
     let validated = acme
         .put(
             "/connector-plugins/file/config/validate",
-            json!({"name": "v", "connector.class": "file", "topics": "t", "file": "/tmp/x",
+            json!({"name": "v", "connector.class": "file", "topics": "t", "file": "x",
                    "consumer.override.bootstrap.servers": "elsewhere:9092"}),
         )
         .await;
@@ -486,7 +493,7 @@ async fn a_records_per_second_quota_bounds_the_rate_of_a_running_connector() {
         )
         .await,
     );
-    let out = dir.path().join("metered.txt");
+    let out = tenant_file(&dir.path().join("state"), "metered", "metered.txt");
     let mut body = file_sink("orders", "metered", &out);
     body["config"]["consumer.override.max.poll.records"] = json!("50");
     assert_eq!(metered.post("/connectors", body).await.status, 201);
@@ -546,7 +553,7 @@ async fn a_slow_or_failing_tenant_does_not_slow_another() {
         .await;
 
     // Tenant "healthy" drains its topic at full speed meanwhile.
-    let out = dir.path().join("healthy.txt");
+    let out = tenant_file(&dir.path().join("state"), "healthy", "healthy.txt");
     let mut body = file_sink("orders", "b-fast", &out);
     body["config"]["tasks.max"] = json!("2");
     assert_eq!(healthy.post("/connectors", body).await.status, 201);

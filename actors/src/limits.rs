@@ -1,0 +1,234 @@
+//! Bounds that keep one connector from hurting the others on a worker: how many tasks a
+//! connector and the whole worker may run, how long a connector name and a configuration value
+//! may be. Checked on validate and create (400 naming the limit) and again when a connector
+//! starts, so a stored configuration beyond them (written by an older version) becomes a FAILED
+//! connector instead of taking the worker down.
+
+use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
+use spillway_core::{ConfigError, ConfigMap};
+
+/// Worker key: the most tasks one connector may run (`tasks.max` above it is refused).
+pub const TASKS_MAX_PER_CONNECTOR: &str = "tasks.max.per.connector";
+/// Worker key: the most tasks all the worker's connectors may run together.
+pub const TASKS_MAX_PER_WORKER: &str = "tasks.max.per.worker";
+/// Each task is a thread with a Kafka client (librdkafka: a few threads and sockets each),
+/// so the defaults keep a full worker within a default limit of 1024 file descriptors and a
+/// few thousand threads (docs/tenants.md has the measurement).
+pub const DEFAULT_TASKS_PER_CONNECTOR: u64 = 64;
+pub const DEFAULT_TASKS_PER_WORKER: u64 = 128;
+
+/// The longest connector name, in bytes. Every name derived from it stays valid for Kafka:
+/// the ledger topic `<tenant>.__spillway_eos_ledger.<name>` (a tenant name is at most 64) is
+/// at most 215 of the 249 characters a topic name may have; group, client and transactional
+/// ids stay far below Kafka's 32,767-byte strings.
+pub const CONNECTOR_NAME_MAX_BYTES: usize = 128;
+/// The longest configuration value, in bytes: a value handed to a Kafka client is sent as a
+/// Kafka string (at most 32,767 bytes).
+pub const CONFIG_VALUE_MAX_BYTES: usize = 32_767;
+/// The longest configuration key, in bytes.
+pub const CONFIG_KEY_MAX_BYTES: usize = 255;
+
+/// The worker's task limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerLimits {
+    pub tasks_per_connector: u64,
+    pub tasks_per_worker: u64,
+}
+
+impl Default for WorkerLimits {
+    fn default() -> Self {
+        WorkerLimits {
+            tasks_per_connector: DEFAULT_TASKS_PER_CONNECTOR,
+            tasks_per_worker: DEFAULT_TASKS_PER_WORKER,
+        }
+    }
+}
+
+/// The worker keys of the limits.
+pub fn limits_config_def() -> ConfigDef {
+    ConfigDef::new()
+        .define(
+            ConfigKey::new(
+                TASKS_MAX_PER_CONNECTOR,
+                ConfigType::Long,
+                Importance::Medium,
+                "The most tasks one connector may run: a larger tasks.max is refused (400), and \
+                 a stored one makes the connector FAILED.",
+            )
+            .default(DEFAULT_TASKS_PER_CONNECTOR.to_string())
+            .validator(Validator::Between(1, 100_000)),
+        )
+        .define(
+            ConfigKey::new(
+                TASKS_MAX_PER_WORKER,
+                ConfigType::Long,
+                Importance::Medium,
+                "The most tasks (tasks.max summed over every connector not STOPPED) the \
+                 worker runs; a change beyond it is refused (400).",
+            )
+            .default(DEFAULT_TASKS_PER_WORKER.to_string())
+            .validator(Validator::Between(1, 1_000_000)),
+        )
+}
+
+/// `tasks.max` as asked, whatever it is (1 when it is not a number: validation says why).
+pub fn requested_tasks(config: &ConfigMap) -> u64 {
+    config
+        .get("tasks.max")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1)
+}
+
+impl WorkerLimits {
+    pub fn from_worker_config(worker: &ConfigMap) -> Result<WorkerLimits, ConfigError> {
+        let parsed = limits_config_def().parse(worker)?;
+        Ok(WorkerLimits {
+            tasks_per_connector: parsed.long(TASKS_MAX_PER_CONNECTOR)? as u64,
+            tasks_per_worker: parsed.long(TASKS_MAX_PER_WORKER)? as u64,
+        })
+    }
+
+    /// The most tasks a connector gets, whatever its `tasks.max` says: what may be allocated
+    /// for one connector's task configurations.
+    pub fn clamp_tasks(&self, tasks_max: usize) -> usize {
+        tasks_max.min(usize::try_from(self.tasks_per_connector).unwrap_or(usize::MAX))
+    }
+
+    /// What in `config` is beyond the bounds: the name, key and value sizes, `tasks.max`.
+    pub fn check_connector(&self, config: &ConfigMap) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        let shown = |value: &str| -> String {
+            if value.len() > 64 {
+                let cut = (0..=64)
+                    .rev()
+                    .find(|i| value.is_char_boundary(*i))
+                    .unwrap_or(0);
+                format!("{}... ({} bytes)", &value[..cut], value.len())
+            } else {
+                value.to_owned()
+            }
+        };
+        if let Some(name) = config.get("name") {
+            if name.len() > CONNECTOR_NAME_MAX_BYTES {
+                errors.push(ConfigError::InvalidValue {
+                    key: "name".into(),
+                    value: shown(name),
+                    reason: format!(
+                        "a connector name is at most {CONNECTOR_NAME_MAX_BYTES} bytes, so that \
+                         the group ids, client ids, transactional ids and topic names derived \
+                         from it stay valid for Kafka; choose a shorter name"
+                    ),
+                });
+            } else if name.chars().any(char::is_control) {
+                errors.push(ConfigError::InvalidValue {
+                    key: "name".into(),
+                    value: name.escape_debug().to_string(),
+                    reason: "a connector name may not hold control characters".into(),
+                });
+            }
+        }
+        for (key, value) in config {
+            if key.len() > CONFIG_KEY_MAX_BYTES {
+                errors.push(ConfigError::InvalidValue {
+                    key: shown(key),
+                    value: String::new(),
+                    reason: format!("a configuration key is at most {CONFIG_KEY_MAX_BYTES} bytes"),
+                });
+            } else if value.len() > CONFIG_VALUE_MAX_BYTES && key != "name" {
+                errors.push(ConfigError::InvalidValue {
+                    key: key.clone(),
+                    value: shown(value),
+                    reason: format!(
+                        "a configuration value is at most {CONFIG_VALUE_MAX_BYTES} bytes \
+                         (a Kafka string)"
+                    ),
+                });
+            }
+        }
+        let tasks = requested_tasks(config);
+        if tasks > self.tasks_per_connector {
+            errors.push(ConfigError::InvalidValue {
+                key: "tasks.max".into(),
+                value: tasks.to_string(),
+                reason: format!(
+                    "this worker runs at most {} tasks per connector ({TASKS_MAX_PER_CONNECTOR}); \
+                     lower tasks.max, or ask the worker admin to raise the limit",
+                    self.tasks_per_connector
+                ),
+            });
+        }
+        errors
+    }
+
+    /// Refuses `tasks` more tasks for connector `name` when the worker's other connectors
+    /// already have `others`.
+    pub fn check_worker_tasks(
+        &self,
+        name: &str,
+        others: u64,
+        tasks: u64,
+    ) -> Result<(), ConfigError> {
+        let total = others.saturating_add(tasks);
+        if total <= self.tasks_per_worker {
+            return Ok(());
+        }
+        Err(ConfigError::InvalidValue {
+            key: "tasks.max".into(),
+            value: tasks.to_string(),
+            reason: format!(
+                "this worker runs at most {} tasks ({TASKS_MAX_PER_WORKER}); its other \
+                 connectors have {others}, so connector {name} would take it to {total}. Lower \
+                 tasks.max, stop or delete connectors, or ask the worker admin to raise the limit",
+                self.tasks_per_worker
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_core::config::config_map;
+
+    #[test]
+    fn a_huge_task_count_a_long_name_and_a_huge_value_are_refused_naming_the_limit() {
+        let limits = WorkerLimits::default();
+        let name = "n".repeat(600_000);
+        let errors = limits.check_connector(&config_map(&[
+            ("name", &name),
+            ("tasks.max", "2147483647"),
+            ("topics", &"t".repeat(CONFIG_VALUE_MAX_BYTES + 1)),
+        ]));
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 3, "{text:?}");
+        assert!(text[0].contains("at most 128 bytes"), "{}", text[0]);
+        assert!(text[0].len() < 1000, "the message does not repeat the name");
+        assert!(text
+            .iter()
+            .any(|t| t.contains("topics") && t.contains("32767")));
+        assert!(text
+            .iter()
+            .any(|t| t.contains("tasks.max") && t.contains(TASKS_MAX_PER_CONNECTOR)));
+        assert!(limits
+            .check_connector(&config_map(&[
+                ("name", &"n".repeat(128)),
+                ("tasks.max", "64")
+            ]))
+            .is_empty());
+        assert_eq!(limits.clamp_tasks(2_147_483_647), 64);
+    }
+
+    #[test]
+    fn the_worker_cap_counts_every_other_connectors_tasks() {
+        let limits = WorkerLimits::from_worker_config(&config_map(&[(TASKS_MAX_PER_WORKER, "10")]))
+            .expect("valid");
+        assert!(limits.check_worker_tasks("a", 6, 4).is_ok());
+        let err = limits.check_worker_tasks("a", 7, 4).expect_err("11 > 10");
+        assert!(err.to_string().contains(TASKS_MAX_PER_WORKER), "{err}");
+        assert!(err.to_string().contains("11"), "{err}");
+        assert!(
+            WorkerLimits::from_worker_config(&config_map(&[(TASKS_MAX_PER_CONNECTOR, "0")]))
+                .is_err()
+        );
+    }
+}
