@@ -174,7 +174,7 @@ fn authorize(rules: &[(Method, Access)], request: &ServiceRequest) -> Result<(),
         let route = request.match_pattern().unwrap_or_default();
         if access == Access::Admin {
             return Err(ApiError::Forbidden(format!(
-                "{} {route} is the worker admin's; tenant {own}'s token cannot use it",
+                "{} {route} takes the worker's admin token (rest.admin.token); tenant {own}'s token cannot use it",
                 request.method()
             )));
         }
