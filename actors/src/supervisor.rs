@@ -81,7 +81,8 @@ impl Handler<Start> for Supervisor {
 
     fn handle(&mut self, msg: Start, _ctx: &mut Context<Self>) -> Self::Result {
         let name = msg.0.key.clone();
-        if self.connectors.contains_key(&name) {
+        // An actor that died (a panic) no longer runs its connector: it may be started again.
+        if self.connectors.get(&name).is_some_and(Addr::connected) {
             return Box::pin(async move { Err(RuntimeError::ConnectorExists(name)) });
         }
         let addr = ConnectorActor::new(msg.0, self.board.clone()).start();
@@ -103,12 +104,12 @@ impl Handler<Stop> for Supervisor {
         let found = self.find(&name);
         let fut = async move {
             let addr = found?;
-            let stopped = addr
-                .send(StopConnector)
-                .await
-                .map_err(|_| RuntimeError::WorkerStopped)?;
-            // A dropped sender means the connector actor is gone: nothing left to wait for.
-            let _ = stopped.await;
+            // An actor that died (a panic) has nothing left to stop: it counts as stopped, so
+            // the connector can be deleted or started again.
+            if let Ok(stopped) = addr.send(StopConnector).await {
+                // A dropped sender means the connector actor is gone: nothing left to wait for.
+                let _ = stopped.await;
+            }
             Ok(())
         };
         Box::pin(fut.into_actor(self).map(move |result, act, _ctx| {

@@ -47,6 +47,8 @@ pub struct Worker {
     policy: OverridePolicy,
     /// Tasks per connector and per worker.
     limits: WorkerLimits,
+    /// The first panic on the runtime thread (an actor died with it).
+    panic: crate::panics::PanicSlot,
 }
 
 impl Worker {
@@ -83,10 +85,13 @@ impl Worker {
         let board = StatusBoard::default();
         crate::metrics::register(meter, &board);
         let supervisor_board = board.clone();
+        let panic = crate::panics::PanicSlot::default();
+        let watched = Arc::clone(&panic);
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("spillway-worker".into())
             .spawn(move || {
+                crate::panics::watch_current_thread(watched);
                 let system = System::new();
                 system.block_on(async move {
                     let addr = Supervisor::new(supervisor_board).start();
@@ -107,6 +112,7 @@ impl Worker {
             configs: Mutex::new(BTreeMap::new()),
             policy,
             limits,
+            panic,
         })
     }
 
@@ -163,6 +169,20 @@ impl Worker {
             .filter(|(name, _)| name.as_str() != key)
             .map(|(_, c)| requested_tasks(c))
             .fold(0, u64::saturating_add)
+    }
+
+    /// Why the runtime is broken, if it is: its thread or supervisor is gone, or an actor on
+    /// it panicked (what that actor ran is lost until the worker restarts).
+    pub fn runtime_failure(&self) -> Option<String> {
+        let panic = self.panic.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let gone =
+            !self.supervisor.connected() || self.thread.as_ref().is_none_or(|t| t.is_finished());
+        match (panic, gone) {
+            (Some(panic), true) => Some(format!("the connector runtime has stopped; it {panic}")),
+            (Some(panic), false) => Some(format!("an actor of the connector runtime {panic}")),
+            (None, true) => Some("the connector runtime has stopped".to_owned()),
+            (None, false) => None,
+        }
     }
 
     /// The worker's `connector.client.config.override.policy` (Connect's default: All).

@@ -293,6 +293,11 @@ impl Herder {
         &self.worker_id
     }
 
+    /// Why the connector runtime is broken, if it is (`/health`).
+    pub fn runtime_failure(&self) -> Option<String> {
+        self.worker.runtime_failure()
+    }
+
     /// Takes the lock that serialises changes, for [`restore`](Self::restore): taken before
     /// the REST API serves, so that no change can come before the restore.
     pub async fn lock_for_restore(&self) -> tokio::sync::OwnedMutexGuard<()> {
@@ -307,6 +312,7 @@ impl Herder {
         _guard: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(), HerderError> {
         for (key, record) in self.store.connectors()? {
+            secrets::remember(&record.config, &self.secret_keys(&record.config));
             let runtime = runtime_key(&key.tenant, &key.name);
             if !self.tenants.exists(&key.tenant) {
                 warn!(tenant = %key.tenant, connector = %key.name, "the connector's tenant is gone; not starting it");
@@ -349,7 +355,10 @@ impl Herder {
         let runtime = runtime_key(&key.tenant, &key.name);
         lock(&self.failures).remove(&runtime);
         match self.worker.stop_connector(&runtime).await {
-            Ok(()) | Err(RuntimeError::UnknownConnector(_)) => Ok(()),
+            // A stopped runtime runs nothing: the connector is stopped already.
+            Ok(()) | Err(RuntimeError::UnknownConnector(_)) | Err(RuntimeError::WorkerStopped) => {
+                Ok(())
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -729,10 +738,12 @@ impl Herder {
         let created = existing.is_none();
         let mut record = existing
             .unwrap_or_else(|| ConnectorRecord::new(ConfigMap::new(), TargetState::Running));
-        // A value sent back as `[hidden]` (as GET shows it) keeps the stored secret.
+        // A value sent back as GET shows it (`[hidden]`, a URL with `****`) keeps the stored
+        // secret.
+        let shown = self.masked(&record.config);
         for (k, v) in config.iter_mut() {
-            if v == secrets::HIDDEN {
-                if let Some(old) = record.config.get(k) {
+            if let (Some(old), Some(old_shown)) = (record.config.get(k), shown.get(k)) {
+                if v == old_shown || v == secrets::HIDDEN {
                     v.clone_from(old);
                 }
             }
@@ -1157,9 +1168,14 @@ impl Herder {
                 report = ValidationReport::new(report.name, configs);
             }
         }
+        let shown = self.masked(config);
+        let declared = self.secret_keys(config);
         for entry in &mut report.configs {
-            if secrets::is_sensitive(&entry.value.name) && entry.value.value.is_some() {
-                entry.value.value = Some(secrets::HIDDEN.to_owned());
+            if let Some(value) = &entry.value.value {
+                entry.value.value = Some(match shown.get(&entry.value.name) {
+                    Some(masked) => masked.clone(),
+                    None => secrets::mask_value(&entry.value.name, value, &declared, config),
+                });
             }
             for e in &mut entry.value.errors {
                 *e = self.redact(config, e);
@@ -1170,6 +1186,8 @@ impl Herder {
 
     /// Refuses a configuration with errors.
     fn check(&self, tenant: &str, config: &ConfigMap) -> Result<(), HerderError> {
+        // Its secrets are kept out of every log line from now on (secrets::RedactingWriter).
+        secrets::remember(config, &self.secret_keys(config));
         let report = self.validate(tenant, config);
         if report.is_valid() {
             Ok(())
@@ -1350,16 +1368,18 @@ impl Herder {
             .get(CONNECTOR_CLASS)
             .map(String::as_str)
             .unwrap_or_default();
-        match self.registry.create(class) {
-            Ok(plugin) => plugin
-                .config_def()
-                .keys()
+        let passwords = |def: ConfigDef| -> Vec<String> {
+            def.keys()
                 .iter()
                 .filter(|k| k.kind == ConfigType::Password)
                 .map(|k| k.name.clone())
-                .collect(),
-            Err(_) => Vec::new(),
+                .collect()
+        };
+        let mut keys = passwords(runtime_config_def());
+        if let Ok(plugin) = self.registry.create(class) {
+            keys.extend(passwords(plugin.config_def()));
         }
+        keys
     }
 }
 

@@ -385,6 +385,36 @@ impl<S: Subscriber, F: Filter<S>> Filter<S> for RecordTargets<F> {
     }
 }
 
+/// Whether a log event may be shown at all, whatever the levels: sled (the state store's
+/// database) logs whole pages and write batches at TRACE — stored connector configurations,
+/// secrets included, as bytes no redaction can recognise — so its TRACE events never are.
+pub fn shown(meta: &tracing::Metadata<'_>) -> bool {
+    !(*meta.level() == tracing::Level::TRACE
+        && (meta.target() == "sled" || meta.target().starts_with("sled::")))
+}
+
+/// The log layer's filter of [`shown`], asked for every event: `log` records (sled's) all
+/// come through one callsite per level, so a decision per callsite would not see their target.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NeverShown;
+
+impl<S> tracing_subscriber::layer::Filter<S> for NeverShown {
+    fn enabled(
+        &self,
+        meta: &tracing::Metadata<'_>,
+        _cx: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        shown(meta)
+    }
+
+    fn callsite_enabled(
+        &self,
+        _meta: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex as StdMutex;

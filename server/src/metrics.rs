@@ -11,14 +11,16 @@
 use std::sync::Arc;
 
 use actix_web::web::Data;
-use actix_web::HttpResponse;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use anyhow::{bail, Context, Result};
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
+use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 use tracing::{info, warn};
 
+use crate::rest::auth::Principal;
 use crate::rest::Api;
 
 /// The instrumentation scope of the runtime's instruments.
@@ -125,9 +127,20 @@ impl Telemetry {
 
     /// Every metric now, in Prometheus' text format.
     pub fn render(&self) -> Result<String> {
+        self.render_for(None)
+    }
+
+    /// The metrics `tenant` may see in Prometheus' text format: with `Some(tenant)` only the
+    /// series labelled `tenant="<tenant>"` (worker totals and other tenants' series are left
+    /// out); with `None` every series (the admin's view).
+    pub fn render_for(&self, tenant: Option<&str>) -> Result<String> {
+        let mut families = self.registry.gather();
+        if let Some(tenant) = tenant {
+            families = only_tenant(families, tenant);
+        }
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
+            .encode(&families, &mut out)
             .context("cannot encode the metrics")?;
         String::from_utf8(out).context("the metrics text is not UTF-8")
     }
@@ -140,10 +153,41 @@ impl Telemetry {
     }
 }
 
-/// `GET /metrics`: Prometheus text (format 0.0.4).
-pub async fn scrape(api: Data<Api>) -> HttpResponse {
+/// The series of `families` labelled with `tenant`; families left without one are dropped.
+fn only_tenant(families: Vec<MetricFamily>, tenant: &str) -> Vec<MetricFamily> {
+    families
+        .into_iter()
+        .filter_map(|mut family| {
+            let kept: Vec<_> = family
+                .take_metric()
+                .into_iter()
+                .filter(|m| {
+                    m.get_label()
+                        .iter()
+                        .any(|l| l.name() == "tenant" && l.value() == tenant)
+                })
+                .collect();
+            if kept.is_empty() {
+                return None;
+            }
+            family.set_metric(kept);
+            Some(family)
+        })
+        .collect()
+}
+
+/// `GET /metrics`: Prometheus text (format 0.0.4). The admin (and every caller with
+/// authentication off) sees every series; a tenant only its own (`tenant` label).
+pub async fn scrape(api: Data<Api>, request: HttpRequest) -> HttpResponse {
+    let tenant = match request.extensions().get::<Principal>() {
+        Some(Principal::Tenant(tenant)) => Some(tenant.clone()),
+        Some(Principal::Admin) => None,
+        // The route needs a caller; without one nothing is shown.
+        None => Some(String::new()),
+    };
     let telemetry: Arc<Telemetry> = Arc::clone(&api.telemetry);
-    let rendered = actix_web::rt::task::spawn_blocking(move || telemetry.render()).await;
+    let rendered =
+        actix_web::rt::task::spawn_blocking(move || telemetry.render_for(tenant.as_deref())).await;
     match rendered {
         Ok(Ok(text)) => HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4; charset=utf-8")

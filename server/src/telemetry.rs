@@ -471,6 +471,8 @@ where
         handle.reload(filter).map_err(|e| e.to_string())
     }));
     let log_filter = levels.recording(reloadable);
+    // Secrets of stored configurations never reach the log output, whatever the level.
+    let writer = crate::secrets::RedactingWriter(writer);
     let logs = match config.log_format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_ansi(colours)
@@ -484,7 +486,8 @@ where
             .with_writer(writer)
             .boxed(),
     }
-    .with_filter(log_filter);
+    .with_filter(log_filter)
+    .with_filter(crate::log_levels::NeverShown);
 
     let provider = config.traces.as_ref().map(tracer_provider).transpose()?;
     // Stage spans, and warnings and errors inside them (as span events); nothing else: the

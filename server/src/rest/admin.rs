@@ -22,9 +22,16 @@ pub async fn root(api: Data<Api>) -> HttpResponse {
     }))
 }
 
-/// `GET /health`: 503 while the worker still restores its connectors, 200 after.
+/// `GET /health`: 503 while the worker still restores its connectors, 200 after, and 503 for
+/// good (with the reason) once its connector runtime is broken: restarting the worker is the
+/// way back.
 pub async fn health(api: Data<Api>) -> HttpResponse {
-    if api.ready.load(Ordering::Acquire) {
+    if let Some(reason) = api.herder.runtime_failure() {
+        HttpResponse::ServiceUnavailable().json(json!({
+            "status": "unhealthy",
+            "message": format!("The worker cannot run connectors: {reason}. Restart the worker; its connectors are restored from the state store."),
+        }))
+    } else if api.ready.load(Ordering::Acquire) {
         HttpResponse::Ok().json(json!({
             "status": "healthy",
             "message": "Worker has completed startup and is ready to handle requests."

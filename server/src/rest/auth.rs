@@ -9,19 +9,18 @@
 //! `default` tenant, exactly as Kafka Connect.
 
 use std::future::{ready, Ready};
+use std::sync::Arc;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::{header, Method};
 use actix_web::middleware::Next;
 use actix_web::web::Data;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError};
 
 use crate::rest::error::ApiError;
-use crate::rest::Api;
+use crate::rest::{Access, Api};
 use crate::tenants::{digest, DEFAULT_TENANT};
-
-/// Paths anyone may read.
-const PUBLIC_PATHS: [&str; 3] = ["/", "/health", "/openapi.json"];
 
 /// How the REST API authenticates.
 #[derive(Debug, Clone, Default)]
@@ -82,33 +81,111 @@ fn identify(request: &ServiceRequest, api: &Api) -> Result<Principal, ApiError> 
     }
 }
 
-/// Middleware: finds the caller of every request but the public ones, answers 401 when there
-/// is none, and keeps `/admin/...` to the admin.
-pub async fn authenticate(
+/// Whether a media type (`Content-Type` value) is JSON: `application/json`, parameters
+/// such as `charset=utf-8` allowed.
+fn is_json(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Whether the request carries a body (a `Content-Length` above 0, or a chunked one).
+fn has_body(request: &ServiceRequest) -> bool {
+    let headers = request.headers();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    declared.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING)
+}
+
+/// Refuses a request whose body is not declared JSON (415): a body of another type, or one
+/// with no `Content-Type`. A browser can send a cross-site `text/plain` or form POST without
+/// asking first; it cannot send `application/json` without a CORS preflight.
+pub fn check_media_type(request: &ServiceRequest) -> Result<(), ApiError> {
+    let declared = request.headers().get(header::CONTENT_TYPE);
+    match declared {
+        Some(value) => {
+            let text = value.to_str().unwrap_or("(not text)");
+            if is_json(text) {
+                Ok(())
+            } else {
+                Err(ApiError::UnsupportedMediaType(format!(
+                    "Content-Type '{text}' is not supported; request bodies of this API are JSON: send Content-Type: application/json"
+                )))
+            }
+        }
+        None if has_body(request) => Err(ApiError::UnsupportedMediaType(
+            "the request has a body but no Content-Type; request bodies of this API are JSON: send Content-Type: application/json".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Who may call the matched route: `rules` holds its methods' [`Access`]; a method the route
+/// does not have (answered 405) needs a valid token like the route's strictest method.
+pub fn access_of(rules: &[(Method, Access)], method: &Method) -> Access {
+    rules
+        .iter()
+        .find(|(m, _)| m == method)
+        .map(|(_, a)| *a)
+        .unwrap_or_else(|| {
+            if rules.iter().any(|(_, a)| *a == Access::Admin) {
+                Access::Admin
+            } else if rules.iter().all(|(_, a)| *a == Access::Public) {
+                Access::Public
+            } else {
+                Access::Caller
+            }
+        })
+}
+
+/// Resource middleware, so it runs on the route the router matched (whatever spelling of the
+/// path reached it): finds the caller, answers 401 when there is none, 403 when the route is
+/// the admin's, 404 when a tenant names another tenant in `{tenant}`; then refuses bodies that
+/// are not JSON (415).
+pub async fn guard(
+    rules: Arc<Vec<(Method, Access)>>,
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let path = request.path().to_owned();
-    if PUBLIC_PATHS.contains(&path.as_str()) {
-        return next.call(request).await.map(|r| r.map_into_left_body());
+    match authorize(&rules, &request).and_then(|()| check_media_type(&request)) {
+        Ok(()) => next.call(request).await.map(|r| r.map_into_left_body()),
+        Err(refused) => {
+            let response = refused.error_response();
+            Ok(request.into_response(response).map_into_right_body())
+        }
+    }
+}
+
+fn authorize(rules: &[(Method, Access)], request: &ServiceRequest) -> Result<(), ApiError> {
+    let access = access_of(rules, request.method());
+    if access == Access::Public {
+        return Ok(());
     }
     let Some(api) = request.app_data::<Data<Api>>().cloned() else {
-        return next.call(request).await.map(|r| r.map_into_left_body());
+        return Err(ApiError::Unauthorized(
+            "the worker's API state is missing".into(),
+        ));
     };
-    let refused = match identify(&request, &api) {
-        Ok(Principal::Tenant(tenant)) if path == "/admin" || path.starts_with("/admin/") => {
-            ApiError::Forbidden(format!(
-                "{path} is the worker admin's; tenant {tenant}'s token cannot use it"
-            ))
+    let principal = identify(request, &api)?;
+    if let Principal::Tenant(own) = &principal {
+        let route = request.match_pattern().unwrap_or_default();
+        if access == Access::Admin {
+            return Err(ApiError::Forbidden(format!(
+                "{} {route} takes the worker's admin token (rest.admin.token); tenant {own}'s token cannot use it",
+                request.method()
+            )));
         }
-        Ok(principal) => {
-            request.extensions_mut().insert(principal);
-            return next.call(request).await.map(|r| r.map_into_left_body());
+        if let Some(asked) = request.match_info().get("tenant") {
+            if asked != own {
+                return Err(ApiError::NotFound(format!("Tenant {asked} not found")));
+            }
         }
-        Err(e) => e,
-    };
-    let response = refused.error_response();
-    Ok(request.into_response(response).map_into_right_body())
+    }
+    request.extensions_mut().insert(principal);
+    Ok(())
 }
 
 fn principal(request: &HttpRequest) -> Result<Principal, ApiError> {

@@ -52,7 +52,92 @@ pub async fn read_json(
             "the body is empty; expected a JSON object".into(),
         ));
     }
-    serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))
+    parse_strict(&body)
+}
+
+/// Parses JSON refusing an object that repeats a key: which of the values was meant is
+/// ambiguous, and two readers of the body could disagree on it.
+pub fn parse_strict(body: &[u8]) -> Result<Json, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let Strict(value) = serde::Deserialize::deserialize(&mut deserializer)
+        .map_err(|e| ApiError::BadJson(e.to_string()))?;
+    deserializer
+        .end()
+        .map_err(|e| ApiError::BadJson(e.to_string()))?;
+    Ok(value)
+}
+
+/// A JSON value whose objects have no repeated key.
+struct Strict(Json);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Strict, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Json::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate key '{key}': each key may appear once in an object"
+                )));
+            }
+            let Strict(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Json::Object(out))
+    }
 }
 
 /// A flat JSON object of settings: strings, numbers and booleans as text, arrays as

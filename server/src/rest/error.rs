@@ -23,8 +23,12 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error("{0}")]
     NotFound(String),
-    #[error("{method} is not allowed on {path}; see /openapi.json for the methods of each path")]
-    MethodNotAllowed { method: String, path: String },
+    #[error("{method} is not allowed on {path}; it allows {allow} (see /openapi.json)")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allow: String,
+    },
     #[error("Plugin type '{plugin}' does not match connector.class '{class}' in the request body")]
     PluginMismatch { plugin: String, class: String },
     /// No valid bearer token (with `rest.auth.enabled=true`).
@@ -35,6 +39,12 @@ pub enum ApiError {
     Forbidden(String),
     #[error(transparent)]
     Logger(#[from] LoggerError),
+    /// A body that is not `application/json`.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The worker's connector runtime has stopped; the reason says why.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// The body of every error answer.
@@ -83,6 +93,8 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Logger(e) => match e {
                 LoggerError::InvalidLevel(_) | LoggerError::InvalidName(_) => {
                     StatusCode::BAD_REQUEST
@@ -102,6 +114,9 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(status);
         if status == StatusCode::UNAUTHORIZED {
             response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        if let ApiError::MethodNotAllowed { allow, .. } = self {
+            response.insert_header((actix_web::http::header::ALLOW, allow.as_str()));
         }
         response.json(ErrorBody {
             error_code: status.as_u16(),

@@ -13,6 +13,7 @@ mod connectors;
 mod error;
 mod plugins;
 mod tenants;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::sync::atomic::AtomicBool;
@@ -45,17 +46,32 @@ pub struct Api {
     pub telemetry: Arc<crate::metrics::Telemetry>,
 }
 
-/// One route: method, path (in OpenAPI's `{param}` form, which actix shares) and handler.
+/// Who may call a route. Decided per matched route (method and pattern), never from the raw
+/// request path, which may spell the same route differently (`/%61dmin/...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a token: `/`, `/health`, `/openapi.json`.
+    Public,
+    /// Any valid token; a tenant acts on its own resources only.
+    Caller,
+    /// The admin token only (`rest.admin.token`).
+    Admin,
+}
+
+/// One route: method, path (in OpenAPI's `{param}` form, which actix shares), who may call
+/// it, and its handler.
 pub struct Endpoint {
     pub method: Method,
     pub path: String,
+    pub access: Access,
     route: fn() -> Route,
 }
 
-fn endpoint(method: Method, path: &str, route: fn() -> Route) -> Endpoint {
+fn endpoint(method: Method, path: &str, access: Access, route: fn() -> Route) -> Endpoint {
     Endpoint {
         method,
         path: path.to_owned(),
+        access,
         route,
     }
 }
@@ -64,23 +80,30 @@ fn endpoint(method: Method, path: &str, route: fn() -> Route) -> Endpoint {
 /// `/tenants/{tenant}`.
 fn tenant_endpoints(connector_routes: &[Endpoint]) -> Vec<Endpoint> {
     let mut all = vec![
-        endpoint(Method::GET, "/tenants", || web::get().to(tenants::list)),
-        endpoint(Method::POST, "/tenants", || web::post().to(tenants::create)),
-        endpoint(Method::GET, "/tenants/{tenant}", || {
+        endpoint(Method::GET, "/tenants", Access::Admin, || {
+            web::get().to(tenants::list)
+        }),
+        endpoint(Method::POST, "/tenants", Access::Admin, || {
+            web::post().to(tenants::create)
+        }),
+        endpoint(Method::GET, "/tenants/{tenant}", Access::Caller, || {
             web::get().to(tenants::get)
         }),
-        endpoint(Method::PUT, "/tenants/{tenant}", || {
+        endpoint(Method::PUT, "/tenants/{tenant}", Access::Admin, || {
             web::put().to(tenants::put)
         }),
-        endpoint(Method::PATCH, "/tenants/{tenant}", || {
+        endpoint(Method::PATCH, "/tenants/{tenant}", Access::Admin, || {
             web::patch().to(tenants::patch)
         }),
-        endpoint(Method::DELETE, "/tenants/{tenant}", || {
+        endpoint(Method::DELETE, "/tenants/{tenant}", Access::Admin, || {
             web::delete().to(tenants::delete)
         }),
-        endpoint(Method::POST, "/tenants/{tenant}/token", || {
-            web::post().to(tenants::rotate_token)
-        }),
+        endpoint(
+            Method::POST,
+            "/tenants/{tenant}/token",
+            Access::Admin,
+            || web::post().to(tenants::rotate_token),
+        ),
     ];
     all.extend(
         connector_routes
@@ -89,6 +112,7 @@ fn tenant_endpoints(connector_routes: &[Endpoint]) -> Vec<Endpoint> {
             .map(|e| Endpoint {
                 method: e.method.clone(),
                 path: format!("/tenants/{{tenant}}{}", e.path),
+                access: e.access,
                 route: e.route,
             }),
     );
@@ -106,93 +130,142 @@ pub fn endpoints() -> Vec<Endpoint> {
 /// Kafka Connect's routes.
 fn connect_endpoints() -> Vec<Endpoint> {
     vec![
-        endpoint(Method::GET, "/", || web::get().to(admin::root)),
-        endpoint(Method::GET, "/health", || web::get().to(admin::health)),
-        endpoint(Method::GET, "/openapi.json", || {
+        endpoint(Method::GET, "/", Access::Public, || {
+            web::get().to(admin::root)
+        }),
+        endpoint(Method::GET, "/health", Access::Public, || {
+            web::get().to(admin::health)
+        }),
+        endpoint(Method::GET, "/openapi.json", Access::Public, || {
             web::get().to(admin::openapi)
         }),
-        endpoint(Method::GET, "/metrics", || {
+        endpoint(Method::GET, "/metrics", Access::Caller, || {
             web::get().to(crate::metrics::scrape)
         }),
-        endpoint(Method::GET, "/connectors", || {
+        endpoint(Method::GET, "/connectors", Access::Caller, || {
             web::get().to(connectors::list)
         }),
-        endpoint(Method::POST, "/connectors", || {
+        endpoint(Method::POST, "/connectors", Access::Caller, || {
             web::post().to(connectors::create)
         }),
-        endpoint(Method::GET, "/connectors/{name}", || {
+        endpoint(Method::GET, "/connectors/{name}", Access::Caller, || {
             web::get().to(connectors::info)
         }),
-        endpoint(Method::DELETE, "/connectors/{name}", || {
+        endpoint(Method::DELETE, "/connectors/{name}", Access::Caller, || {
             web::delete().to(connectors::delete)
-        }),
-        endpoint(Method::GET, "/connectors/{name}/config", || {
-            web::get().to(connectors::get_config)
-        }),
-        endpoint(Method::PUT, "/connectors/{name}/config", || {
-            web::put().to(connectors::put_config)
-        }),
-        endpoint(Method::PATCH, "/connectors/{name}/config", || {
-            web::patch().to(connectors::patch_config)
-        }),
-        endpoint(Method::GET, "/connectors/{name}/status", || {
-            web::get().to(connectors::status)
-        }),
-        endpoint(Method::GET, "/connectors/{name}/tasks", || {
-            web::get().to(connectors::tasks)
         }),
         endpoint(
             Method::GET,
+            "/connectors/{name}/config",
+            Access::Caller,
+            || web::get().to(connectors::get_config),
+        ),
+        endpoint(
+            Method::PUT,
+            "/connectors/{name}/config",
+            Access::Caller,
+            || web::put().to(connectors::put_config),
+        ),
+        endpoint(
+            Method::PATCH,
+            "/connectors/{name}/config",
+            Access::Caller,
+            || web::patch().to(connectors::patch_config),
+        ),
+        endpoint(
+            Method::GET,
+            "/connectors/{name}/status",
+            Access::Caller,
+            || web::get().to(connectors::status),
+        ),
+        endpoint(
+            Method::GET,
+            "/connectors/{name}/tasks",
+            Access::Caller,
+            || web::get().to(connectors::tasks),
+        ),
+        endpoint(
+            Method::GET,
             "/connectors/{name}/tasks/{task}/status",
+            Access::Caller,
             || web::get().to(connectors::task_status),
         ),
         endpoint(
             Method::POST,
             "/connectors/{name}/tasks/{task}/restart",
+            Access::Caller,
             || web::post().to(connectors::restart_task),
         ),
-        endpoint(Method::POST, "/connectors/{name}/restart", || {
-            web::post().to(connectors::restart)
-        }),
-        endpoint(Method::PUT, "/connectors/{name}/pause", || {
-            web::put().to(connectors::pause)
-        }),
-        endpoint(Method::PUT, "/connectors/{name}/resume", || {
-            web::put().to(connectors::resume)
-        }),
-        endpoint(Method::PUT, "/connectors/{name}/stop", || {
-            web::put().to(connectors::stop)
-        }),
-        endpoint(Method::GET, "/connectors/{name}/topics", || {
-            web::get().to(connectors::topics)
-        }),
-        endpoint(Method::GET, "/connectors/{name}/offsets", || {
-            web::get().to(connectors::offsets)
-        }),
-        endpoint(Method::PATCH, "/connectors/{name}/offsets", || {
-            web::patch().to(connectors::alter_offsets)
-        }),
-        endpoint(Method::DELETE, "/connectors/{name}/offsets", || {
-            web::delete().to(connectors::reset_offsets)
-        }),
-        endpoint(Method::GET, "/connector-plugins", || {
+        endpoint(
+            Method::POST,
+            "/connectors/{name}/restart",
+            Access::Caller,
+            || web::post().to(connectors::restart),
+        ),
+        endpoint(
+            Method::PUT,
+            "/connectors/{name}/pause",
+            Access::Caller,
+            || web::put().to(connectors::pause),
+        ),
+        endpoint(
+            Method::PUT,
+            "/connectors/{name}/resume",
+            Access::Caller,
+            || web::put().to(connectors::resume),
+        ),
+        endpoint(
+            Method::PUT,
+            "/connectors/{name}/stop",
+            Access::Caller,
+            || web::put().to(connectors::stop),
+        ),
+        endpoint(
+            Method::GET,
+            "/connectors/{name}/topics",
+            Access::Caller,
+            || web::get().to(connectors::topics),
+        ),
+        endpoint(
+            Method::GET,
+            "/connectors/{name}/offsets",
+            Access::Caller,
+            || web::get().to(connectors::offsets),
+        ),
+        endpoint(
+            Method::PATCH,
+            "/connectors/{name}/offsets",
+            Access::Caller,
+            || web::patch().to(connectors::alter_offsets),
+        ),
+        endpoint(
+            Method::DELETE,
+            "/connectors/{name}/offsets",
+            Access::Caller,
+            || web::delete().to(connectors::reset_offsets),
+        ),
+        endpoint(Method::GET, "/connector-plugins", Access::Caller, || {
             web::get().to(plugins::list)
         }),
-        endpoint(Method::GET, "/connector-plugins/{plugin}/config", || {
-            web::get().to(plugins::config)
-        }),
+        endpoint(
+            Method::GET,
+            "/connector-plugins/{plugin}/config",
+            Access::Caller,
+            || web::get().to(plugins::config),
+        ),
         endpoint(
             Method::PUT,
             "/connector-plugins/{plugin}/config/validate",
+            Access::Caller,
             || web::put().to(plugins::validate),
         ),
-        endpoint(Method::GET, "/admin/loggers", || {
+        endpoint(Method::GET, "/admin/loggers", Access::Admin, || {
             web::get().to(admin::loggers)
         }),
-        endpoint(Method::GET, "/admin/loggers/{name}", || {
+        endpoint(Method::GET, "/admin/loggers/{name}", Access::Admin, || {
             web::get().to(admin::logger)
         }),
-        endpoint(Method::PUT, "/admin/loggers/{name}", || {
+        endpoint(Method::PUT, "/admin/loggers/{name}", Access::Admin, || {
             web::put().to(admin::set_logger)
         }),
     ]
@@ -206,10 +279,12 @@ async fn no_such_path(request: HttpRequest) -> HttpResponse {
     .error_response()
 }
 
-async fn method_not_allowed(request: HttpRequest) -> HttpResponse {
+/// 405 with `Allow` naming the methods `path` has.
+async fn method_not_allowed(request: HttpRequest, allow: String) -> HttpResponse {
     ApiError::MethodNotAllowed {
         method: request.method().to_string(),
         path: request.path().to_owned(),
+        allow,
     }
     .error_response()
 }
@@ -233,25 +308,45 @@ pub fn configure(config: &mut web::ServiceConfig) {
     }
     for path in paths {
         let mut resource = web::resource(path);
+        let mut rules = Vec::new();
         for e in all.iter().filter(|e| e.path == path) {
             resource = resource.route((e.route)());
+            rules.push((e.method.clone(), e.access));
         }
-        config.service(resource.default_service(web::to(method_not_allowed)));
+        let allow = rules
+            .iter()
+            .map(|(m, _)| m.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rules = Arc::new(rules);
+        config.service(
+            resource
+                .default_service(web::to(move |request: HttpRequest| {
+                    method_not_allowed(request, allow.clone())
+                }))
+                .wrap(actix_web::middleware::from_fn(move |request, next| {
+                    auth::guard(Arc::clone(&rules), request, next)
+                })),
+        );
     }
     config.default_service(web::to(no_such_path));
 }
 
-/// Starts serving on `listener`; the returned server runs until stopped.
-pub fn serve(listener: TcpListener, api: Api) -> std::io::Result<Server> {
+/// Starts serving on every listener (HTTPS where it has a TLS configuration); the returned
+/// server runs until stopped.
+pub fn serve(
+    listeners: Vec<(TcpListener, Option<rustls::ServerConfig>)>,
+    api: Api,
+) -> std::io::Result<Server> {
     let api = Data::new(api);
-    Ok(HttpServer::new(move || {
-        App::new()
-            .app_data(api.clone())
-            .wrap(actix_web::middleware::from_fn(auth::authenticate))
-            .configure(configure)
-    })
-    .workers(2)
-    .disable_signals()
-    .listen(listener)?
-    .run())
+    let mut server = HttpServer::new(move || App::new().app_data(api.clone()).configure(configure))
+        .workers(2)
+        .disable_signals();
+    for (listener, tls) in listeners {
+        server = match tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls)?,
+            None => server.listen(listener)?,
+        };
+    }
+    Ok(server.run())
 }

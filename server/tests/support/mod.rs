@@ -4,6 +4,7 @@
 #![allow(dead_code)] // Each test file uses a different part of this module.
 
 pub mod pipelines;
+pub mod process;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
