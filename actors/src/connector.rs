@@ -23,6 +23,7 @@ use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::messages::{Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
+use crate::panic_guard::guard;
 use crate::settings::TaskSettings;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
@@ -136,13 +137,14 @@ impl ConnectorActor {
     }
 
     fn start_connector(&mut self) -> Result<(), String> {
-        let mut connector = self
-            .plan
-            .registry
-            .create(&self.plan.config.connector_class)
+        let registry = &self.plan.registry;
+        let class = &self.plan.config.connector_class;
+        let mut connector = guard(|| registry.create(class))
+            .map_err(|panic| format!("creating the connector {panic}"))?
             .map_err(|e| e.to_string())?;
-        connector
-            .start(&self.plugin_config())
+        let config = self.plugin_config();
+        guard(|| connector.start(&config))
+            .map_err(|panic| format!("the connector's start {panic}"))?
             .map_err(|e| format!("the connector failed to start: {e}"))?;
         self.connector = Some(connector);
         Ok(())
@@ -153,8 +155,8 @@ impl ConnectorActor {
             .connector
             .as_ref()
             .ok_or_else(|| "the connector is not started".to_owned())?;
-        let mut configs = connector
-            .task_configs(tasks)
+        let mut configs = guard(|| connector.task_configs(tasks))
+            .map_err(|panic| format!("the connector's task_configs {panic}"))?
             .map_err(|e| format!("the connector cannot split into {tasks} tasks: {e}"))?;
         configs.truncate(tasks);
         for (i, c) in configs.iter_mut().enumerate() {
@@ -218,8 +220,9 @@ impl ConnectorActor {
             .connector
             .as_ref()
             .ok_or_else(|| "the connector is not started".to_owned())?;
-        let sink_task = connector.create_task();
-        let task_commits_offsets = connector.task_commits_offsets();
+        let (sink_task, task_commits_offsets) =
+            guard(|| (connector.create_task(), connector.task_commits_offsets()))
+                .map_err(|panic| format!("the connector's create_task {panic}"))?;
         Ok(TaskSpec {
             tenant: self.tenant_label(),
             connector: plan.config.name.clone(),
@@ -271,7 +274,8 @@ impl ConnectorActor {
             connector_version: self
                 .connector
                 .as_ref()
-                .map_or_else(|| "unknown".to_owned(), |c| c.version().to_owned()),
+                .and_then(|c| guard(|| c.version().to_owned()).ok())
+                .unwrap_or_else(|| "unknown".to_owned()),
         }
     }
 
@@ -376,7 +380,9 @@ impl Actor for ConnectorActor {
             }
         }
         if let Some(c) = self.connector.as_mut() {
-            c.stop();
+            if let Err(panic) = guard(|| c.stop()) {
+                warn!(connector = %self.plan.key, "the connector's stop {panic}");
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod dead_letter;
 pub mod error;
 pub mod messages;
 pub mod metrics;
+pub mod panic_guard;
 pub mod settings;
 pub mod sink;
 pub mod source;
