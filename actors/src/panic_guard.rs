@@ -107,17 +107,17 @@ mod tests {
     #[test]
     fn a_panic_inside_a_future_is_caught_with_its_message() {
         let mut polls = 0;
-        let err = futures::executor::block_on(guard_future(futures::future::poll_fn(|cx| {
-            polls += 1;
-            if polls == 1 {
-                // Not in the first poll: the guard covers every poll, not just the first.
-                cx.waker().wake_by_ref();
-                return std::task::Poll::Pending;
-            }
-            panic!("in put")
-        })))
-        .map(|()| ())
-        .expect_err("panics");
+        let result: Result<(), Panicked> =
+            futures::executor::block_on(guard_future(futures::future::poll_fn(|cx| {
+                polls += 1;
+                if polls == 1 {
+                    // Not in the first poll: the guard covers every poll, not just the first.
+                    cx.waker().wake_by_ref();
+                    return std::task::Poll::Pending;
+                }
+                panic!("in put")
+            })));
+        let err = result.expect_err("panics");
         assert_eq!(err.message, "in put");
         assert!(err.location.is_some());
     }
