@@ -63,8 +63,11 @@ pub struct Probe {
     /// Faults to inject, shared by the connector's tasks (and their restarts).
     faults: Mutex<Faults>,
     /// Each injected fault: when, and the records of the batch it hit.
-    faulted: Mutex<Vec<(Instant, Vec<(String, i32, i64)>)>>,
+    faulted: Mutex<Vec<Faulted>>,
 }
+
+/// One injected fault: when, and the records (topic, partition, offset) of the batch it hit.
+pub type Faulted = (Instant, Vec<(String, i32, i64)>);
 
 /// Faults a probe injects: a plugin with a bug (a panic) or a target that breaks.
 #[derive(Debug, Default, Clone)]
@@ -85,7 +88,7 @@ impl Probe {
     }
 
     /// The faults injected so far: when, and the records of the batch each hit.
-    pub fn faulted(&self) -> Vec<(Instant, Vec<(String, i32, i64)>)> {
+    pub fn faulted(&self) -> Vec<Faulted> {
         self.faulted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
