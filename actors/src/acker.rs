@@ -42,7 +42,7 @@ impl Actor for AckerActor {
 
 fn settle(verdicts: Verdicts) -> Settled {
     Settled {
-        seq: verdicts.seq,
+        ack: verdicts.ack,
         acks: verdicts
             .verdicts
             .into_iter()

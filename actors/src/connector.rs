@@ -25,6 +25,7 @@ use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::messages::{Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
+use crate::panic_guard::guard;
 use crate::settings::TaskSettings;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
@@ -152,13 +153,14 @@ impl ConnectorActor {
     }
 
     fn start_connector(&mut self) -> Result<(), String> {
-        let mut connector = self
-            .plan
-            .registry
-            .create(&self.plan.config.connector_class)
+        let registry = &self.plan.registry;
+        let class = &self.plan.config.connector_class;
+        let mut connector = guard(|| registry.create(class))
+            .map_err(|panic| format!("creating the connector {panic}"))?
             .map_err(|e| e.to_string())?;
-        connector
-            .start(&self.plugin_config())
+        let config = self.plugin_config();
+        guard(|| connector.start(&config))
+            .map_err(|panic| format!("the connector's start {panic}"))?
             .map_err(|e| format!("the connector failed to start: {e}"))?;
         self.connector = Some(connector);
         Ok(())
@@ -169,8 +171,8 @@ impl ConnectorActor {
             .connector
             .as_ref()
             .ok_or_else(|| "the connector is not started".to_owned())?;
-        let mut configs = connector
-            .task_configs(tasks)
+        let mut configs = guard(|| connector.task_configs(tasks))
+            .map_err(|panic| format!("the connector's task_configs {panic}"))?
             .map_err(|e| format!("the connector cannot split into {tasks} tasks: {e}"))?;
         configs.truncate(tasks);
         for (i, c) in configs.iter_mut().enumerate() {
@@ -234,8 +236,9 @@ impl ConnectorActor {
             .connector
             .as_ref()
             .ok_or_else(|| "the connector is not started".to_owned())?;
-        let sink_task = connector.create_task();
-        let task_commits_offsets = connector.task_commits_offsets();
+        let (sink_task, task_commits_offsets) =
+            guard(|| (connector.create_task(), connector.task_commits_offsets()))
+                .map_err(|panic| format!("the connector's create_task {panic}"))?;
         Ok(TaskSpec {
             tenant: self.tenant_label(),
             connector: plan.config.name.clone(),
@@ -287,7 +290,8 @@ impl ConnectorActor {
             connector_version: self
                 .connector
                 .as_ref()
-                .map_or_else(|| "unknown".to_owned(), |c| c.version().to_owned()),
+                .and_then(|c| guard(|| c.version().to_owned()).ok())
+                .unwrap_or_else(|| "unknown".to_owned()),
         }
     }
 
@@ -392,7 +396,9 @@ impl Actor for ConnectorActor {
             }
         }
         if let Some(c) = self.connector.as_mut() {
-            c.stop();
+            if let Err(panic) = guard(|| c.stop()) {
+                warn!(connector = %self.plan.key, "the connector's stop {panic}");
+            }
         }
     }
 }

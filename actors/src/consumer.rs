@@ -5,7 +5,16 @@
 //! A batch counts as done only once its acknowledgements (share mode) or offsets (classic mode)
 //! are committed; until then its bytes count against the tenant's in-flight bytes budget, and
 //! while that budget is full no new poll starts. On [`Drain`] it stops polling, waits for the
-//! batches in flight, commits, leaves the group and passes [`Finish`] down the pipeline.
+//! batches in flight, commits, leaves the group, passes [`Finish`] down the pipeline and
+//! reports the task's final event.
+//!
+//! Nothing waits for a lock to expire when the task already knows a batch is lost: each batch
+//! carries a [`BatchAck`], and one dropped unsettled anywhere in the pipeline (a panic, a
+//! failed `put`, a failing task) comes back as [`Unsettled`]; the consumer keeps every batch's
+//! record coordinates until it is committed, releases the records of such a batch at once
+//! (share mode; classic mode reads them again and commits no offset past them), and fails the
+//! task. A stop (graceful or after a failure) that is not done within
+//! `task.shutdown.graceful.timeout.ms` releases whatever is still in flight the same way.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -14,13 +23,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
-use spillway_core::{Ack, Disposition, RecordCoordinates, TopicPartition};
+use spillway_core::{
+    Ack, BatchAck, BatchOwner, Disposition, RawRecord, RecordCoordinates, TopicPartition,
+};
 use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
-use crate::messages::{Acknowledged, Drain, Finish, Reporter, Settled, SourceBatch, TaskEvent};
+use crate::messages::{
+    Acknowledged, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent, TaskFailure,
+    Unsettled,
+};
 use crate::metrics::{BatchMeta, CommitOutcome};
+use crate::panic_guard::guard_future;
 use crate::source::{Polled, RecordSource};
 use crate::status::TaskCounters;
 use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
@@ -47,13 +62,25 @@ pub struct ConsumerActor {
     batch_meta: HashMap<u64, BatchMeta>,
     identity: Arc<TaskIdentity>,
     next_seq: u64,
-    in_flight: usize,
-    /// Credits returned and not yet acknowledged and committed.
-    settled: Vec<Settled>,
+    /// Batches between poll and commit, with their records (to release them should the batch
+    /// be lost). Removed once the batch's verdicts are committed.
+    batches: HashMap<u64, InFlight>,
+    /// Where the batches' `BatchAck`s report a drop: this actor.
+    owner: Arc<dyn BatchOwner>,
+    /// Verdicts returned (or releases decided here) and not yet acknowledged and committed.
+    settled: Vec<Settlement>,
     /// A poll, commit or close is running (it holds the source).
     busy: bool,
     draining: bool,
     failure: Option<String>,
+    /// Shared with the converter and sink stages: set once the task is going to fail.
+    failing: Failing,
+    /// `task.shutdown.graceful.timeout.ms`: how long a stop may take.
+    shutdown_timeout: Duration,
+    /// The stop's deadline is scheduled (on the first drain or failure).
+    stop_scheduled: bool,
+    /// A commit failed while the task was failing: close without committing again.
+    commits_broken: bool,
     progressed: bool,
     finished: bool,
     /// The tenant's records/s and bytes/s budget, when it has one.
@@ -102,11 +129,91 @@ pub struct ConsumerSetup {
     pub commit_timeout: Duration,
     /// Share mode: the broker's delivery attempt limit, to tell releases it archives.
     pub delivery_attempt_limit: u16,
+    /// `task.shutdown.graceful.timeout.ms`.
+    pub shutdown_timeout: Duration,
     pub counters: Arc<TaskCounters>,
     pub reporter: Reporter,
     pub throttle: Option<Arc<Throttle>>,
     pub inflight_bytes: Option<Arc<InflightBytes>>,
     pub identity: Arc<TaskIdentity>,
+    pub failing: Failing,
+    /// This actor's address as its batches' owner ([`ConsumerActor::batch_owner`]).
+    pub owner: Arc<dyn BatchOwner>,
+}
+
+/// A batch's verdicts as the consumer applies and commits them.
+struct Settlement {
+    seq: u64,
+    acks: Vec<Ack>,
+    fail_task: Option<String>,
+    trace: BatchTrace,
+    start_offsets: BTreeMap<TopicPartition, i64>,
+}
+
+/// One batch between poll and commit.
+struct InFlight {
+    records: BatchRecords,
+    /// Its verdicts (or releases) wait in `settled`: a later report on it is stale.
+    queued: bool,
+}
+
+/// A batch's record coordinates, compactly (a topic name per topic, not per record).
+#[derive(Default)]
+struct BatchRecords {
+    topics: Vec<String>,
+    records: Vec<(u32, i32, i64)>,
+}
+
+impl BatchRecords {
+    fn of(records: &[RawRecord]) -> Self {
+        let mut out = BatchRecords {
+            topics: Vec::new(),
+            records: Vec::with_capacity(records.len()),
+        };
+        for r in records {
+            let topic = match out.topics.iter().position(|t| *t == r.topic) {
+                Some(i) => i,
+                None => {
+                    out.topics.push(r.topic.clone());
+                    out.topics.len() - 1
+                }
+            };
+            out.records.push((topic as u32, r.partition, r.offset));
+        }
+        out
+    }
+
+    /// A RELEASE of every record, marked as released because the batch was lost.
+    fn releases(&self) -> Vec<Ack> {
+        self.records
+            .iter()
+            .map(|(topic, partition, offset)| Ack {
+                record: RecordCoordinates::new(
+                    self.topics[*topic as usize].clone(),
+                    *partition,
+                    *offset,
+                ),
+                disposition: Disposition::Release,
+                implicit: true,
+            })
+            .collect()
+    }
+}
+
+/// Tells the consumer of a batch dropped unsettled (a `BatchAck`'s drop, on any thread).
+struct ConsumerOwner(Addr<ConsumerActor>);
+
+impl ConsumerActor {
+    /// The owner of the batches the actor at `addr` polls.
+    pub fn batch_owner(addr: Addr<ConsumerActor>) -> Arc<dyn BatchOwner> {
+        Arc::new(ConsumerOwner(addr))
+    }
+}
+
+impl BatchOwner for ConsumerOwner {
+    fn unsettled(&self, batch: u64, reason: String) {
+        self.0.do_send(Unsettled { seq: batch, reason });
+    }
 }
 
 impl ConsumerActor {
@@ -127,11 +234,16 @@ impl ConsumerActor {
             batch_meta: HashMap::new(),
             identity: s.identity,
             next_seq: 0,
-            in_flight: 0,
+            batches: HashMap::new(),
+            owner: s.owner,
             settled: Vec::new(),
             busy: false,
             draining: false,
             failure: None,
+            failing: s.failing,
+            shutdown_timeout: s.shutdown_timeout,
+            stop_scheduled: false,
+            commits_broken: false,
             progressed: false,
             finished: false,
             throttle: s.throttle,
@@ -145,29 +257,96 @@ impl ConsumerActor {
         }
     }
 
-    /// The source cannot go on: report and stop (the connector tears the task down).
-    fn fail_now(&mut self, ctx: &mut Context<Self>, error: String) {
-        (self.reporter)(TaskEvent::Failed {
-            task: self.task,
-            generation: self.generation,
-            trace: error,
-        });
-        self.finished = true;
-        ctx.stop();
+    /// The task cannot go on: stop polling, release what is in flight (the stages drop the
+    /// batches they still get), commit, leave the group, then report `Failed` with the first
+    /// failure's trace.
+    fn fail(&mut self, ctx: &mut Context<Self>, trace: String) {
+        self.failing.set();
+        if self.failure.is_none() {
+            warn!(task = self.task, trace = %trace, "task failing; releasing its records in flight");
+            self.failure = Some(trace);
+        }
+        self.schedule_stop_deadline(ctx);
+        self.step(ctx);
     }
 
-    /// Does the next thing: commit returned credits, else close when draining, else poll.
-    fn step(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.finished || self.source.is_none() {
+    /// The source failed (a poll or commit error, or a panic in it).
+    fn fail_now(&mut self, ctx: &mut Context<Self>, error: String) {
+        self.fail(ctx, error);
+    }
+
+    /// A stop that is not done by its deadline releases whatever is still in flight, a little
+    /// before the connector cuts the task off, so that the releases can still be committed.
+    fn schedule_stop_deadline(&mut self, ctx: &mut Context<Self>) {
+        if self.stop_scheduled {
             return;
         }
-        if !self.settled.is_empty() {
+        self.stop_scheduled = true;
+        let reserve = (self.shutdown_timeout / 5).min(Duration::from_secs(1));
+        ctx.run_later(self.shutdown_timeout - reserve, |act, ctx| {
+            if act.finished {
+                return;
+            }
+            let pending: Vec<u64> = act
+                .batches
+                .iter()
+                .filter(|(_, b)| !b.queued)
+                .map(|(seq, _)| *seq)
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            let mut released = 0;
+            for seq in pending {
+                released += act.release_batch(seq).unwrap_or(0);
+            }
+            warn!(task = act.task, released, timeout_ms = act.shutdown_timeout.as_millis() as u64, "the task did not stop within task.shutdown.graceful.timeout.ms; releasing its records in flight");
+            act.failing.set();
+            act.step(ctx);
+        });
+    }
+
+    /// Queues a RELEASE of every record of batch `seq`; returns how many records that is, or
+    /// `None` when the batch is not in flight any more or its verdicts are queued already.
+    fn release_batch(&mut self, seq: u64) -> Option<usize> {
+        let batch = self.batches.get_mut(&seq)?;
+        if batch.queued {
+            return None;
+        }
+        batch.queued = true;
+        let acks = batch.records.releases();
+        let n = acks.len();
+        self.settled.push(Settlement {
+            seq,
+            acks,
+            fail_task: None,
+            trace: BatchTrace::default(),
+            start_offsets: BTreeMap::new(),
+        });
+        self.parked = false;
+        Some(n)
+    }
+
+    /// Does the next thing: commit returned credits, else close when stopping, else poll.
+    fn step(&mut self, ctx: &mut Context<Self>) {
+        if self.busy || self.finished {
+            return;
+        }
+        let stopping = self.draining || self.failure.is_some();
+        if self.source.is_none() {
+            // Never connected (its connection failed): nothing to commit or close.
+            if stopping {
+                self.finish(ctx);
+            }
+            return;
+        }
+        if !self.settled.is_empty() && !self.commits_broken {
             self.commit_step(ctx);
-        } else if self.draining || self.failure.is_some() {
-            if self.in_flight == 0 {
+        } else if stopping {
+            if self.batches.is_empty() || self.commits_broken {
                 self.close_step(ctx);
             }
-        } else if self.in_flight < self.max_inflight
+        } else if self.batches.len() < self.max_inflight
             && !self.parked
             && !self.inflight_bytes_full(ctx)
             && !self.over_budget(ctx)
@@ -223,7 +402,7 @@ impl ConsumerActor {
             return;
         };
         self.busy = true;
-        let in_flight = self.in_flight > 0;
+        let in_flight = !self.batches.is_empty();
         let timeout = if in_flight {
             self.poll_timeout.min(POLL_WHILE_IN_FLIGHT)
         } else {
@@ -232,10 +411,13 @@ impl ConsumerActor {
         let started = SystemTime::now();
         self.last_poll = Instant::now();
         let fut = async move {
-            let result = source.poll(timeout).await;
+            let result = guard_future(source.poll(timeout)).await;
             (source, result)
         };
         ctx.spawn(fut.into_actor(self).map(move |(source, result), act, ctx| {
+            let result = result.unwrap_or_else(|panic| {
+                Err(RuntimeError::Source(format!("the consumer's poll {panic}")))
+            });
             if let Some(n) = source.partition_count() {
                 act.counters
                     .metrics
@@ -272,8 +454,15 @@ impl ConsumerActor {
                 self.debt.records += polled.records.len() as u64;
                 self.debt.bytes += bytes;
             }
-            self.in_flight += 1;
             self.next_seq += 1;
+            let ack = BatchAck::new(self.next_seq, Arc::clone(&self.owner));
+            self.batches.insert(
+                self.next_seq,
+                InFlight {
+                    records: BatchRecords::of(&polled.records),
+                    queued: false,
+                },
+            );
             if let Some(budget) = &self.inflight_bytes {
                 self.held.insert(self.next_seq, budget.hold(bytes));
             }
@@ -282,7 +471,7 @@ impl ConsumerActor {
             self.batch_meta.insert(self.next_seq, meta);
             let trace = BatchTrace::new(&self.identity, self.next_seq, &polled.records, started);
             self.converter.do_send(SourceBatch {
-                seq: self.next_seq,
+                ack,
                 changes: polled.changes,
                 records: polled.records,
                 trace,
@@ -373,13 +562,21 @@ impl ConsumerActor {
         };
         let fut = async move {
             let started = Instant::now();
-            let result = match source
-                .start_from(&start_offsets)
-                .and_then(|()| source.settle(&acks))
-            {
-                Ok(()) => source.commit(timeout).await,
-                Err(e) => Err(e),
-            };
+            let result = guard_future(async {
+                match source
+                    .start_from(&start_offsets)
+                    .and_then(|()| source.settle(&acks))
+                {
+                    Ok(()) => source.commit(timeout).await,
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .unwrap_or_else(|panic| {
+                Err(RuntimeError::Source(format!(
+                    "the consumer's commit {panic}"
+                )))
+            });
             (source, acks, result, started, started.elapsed())
         }
         .instrument(current);
@@ -389,13 +586,17 @@ impl ConsumerActor {
             act.source = Some(source);
             act.busy = false;
             act.parked = false;
-            act.in_flight = act.in_flight.saturating_sub(credits);
             // Done with, committed or not (what was not is redelivered by the broker).
             for seq in &seqs {
                 act.held.remove(seq);
+                act.batches.remove(seq);
             }
             match result {
-                Err(e) => return act.fail_now(ctx, e.to_string()),
+                Err(e) => {
+                    // Releases would fail the same way: close without committing again.
+                    act.commits_broken = true;
+                    return act.fail_now(ctx, e.to_string());
+                }
                 Ok(committed) => {
                     for failure in &committed.failures {
                         warn!(task = act.task, failure = %failure, "commit not applied; records will be redelivered");
@@ -428,7 +629,12 @@ impl ConsumerActor {
                     if committed.failures.is_empty() {
                         TaskCounters::add(&counters.committed_batches, credits);
                     }
-                    if !act.progressed && !acks.is_empty() && committed.failures.is_empty() {
+                    // Releases of a lost batch are no progress: a task failing on every batch
+                    // must still run out of restarts.
+                    if !act.progressed
+                        && acks.iter().any(|a| !a.implicit)
+                        && committed.failures.is_empty()
+                    {
                         act.progressed = true;
                         (act.reporter)(TaskEvent::Progress {
                             task: act.task,
@@ -437,36 +643,90 @@ impl ConsumerActor {
                     }
                 }
             }
-            if act.failure.is_none() {
-                act.failure = failure;
+            match failure {
+                // errors.tolerance=none: this batch is committed; the task fails now.
+                Some(trace) => act.fail(ctx, trace),
+                None => act.step(ctx),
             }
-            act.step(ctx);
         }));
     }
 
+    /// Commits what is settled and leaves the group (bounded by the stop's time), then
+    /// finishes the task.
     fn close_step(&mut self, ctx: &mut Context<Self>) {
         let Some(source) = self.source.take() else {
             return;
         };
         self.busy = true;
-        let fut = async move { source.close().await };
-        ctx.spawn(fut.into_actor(self).map(|result, act, _ctx| {
+        let limit = self.shutdown_timeout.max(MIN_STOP_WAIT);
+        let fut = async move { tokio::time::timeout(limit, guard_future(source.close())).await };
+        ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             act.busy = false;
-            act.finished = true;
-            if let Err(e) = result {
-                warn!(task = act.task, error = %e, "closing the consumer failed");
+            match result {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => warn!(task = act.task, error = %e, "closing the consumer failed"),
+                Ok(Err(panic)) => warn!(task = act.task, "closing the consumer {panic}"),
+                Err(_) => warn!(
+                    task = act.task,
+                    limit_ms = limit.as_millis() as u64,
+                    "closing the consumer timed out"
+                ),
             }
-            act.converter.do_send(Finish {
-                failure: act.failure.clone(),
-            });
+            act.finish(ctx);
+        }));
+    }
+
+    /// Closes and stops the sink task down the pipeline, then reports the task's final event
+    /// (`Failed` with the first failure's trace, else `Stopped`) and stops.
+    fn finish(&mut self, ctx: &mut Context<Self>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.busy = true;
+        let limit = self.shutdown_timeout.max(MIN_STOP_WAIT);
+        let finished = self.converter.send(Finish);
+        let fut = async move { tokio::time::timeout(limit, finished).await };
+        ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+            let closing_failure = match result {
+                Ok(Ok(failure)) => failure,
+                Ok(Err(_)) => Some("the task's pipeline stopped before it was finished".to_owned()),
+                Err(_) => {
+                    warn!(
+                        task = act.task,
+                        limit_ms = limit.as_millis() as u64,
+                        "the sink task did not close and stop in time"
+                    );
+                    None
+                }
+            };
+            let event = match act.failure.take().or(closing_failure) {
+                Some(trace) => TaskEvent::Failed {
+                    task: act.task,
+                    generation: act.generation,
+                    trace,
+                },
+                None => TaskEvent::Stopped {
+                    task: act.task,
+                    generation: act.generation,
+                },
+            };
+            (act.reporter)(event);
+            ctx.stop();
         }));
     }
 }
+
+/// The least time a stop's close and finish steps get, however short the graceful timeout.
+const MIN_STOP_WAIT: Duration = Duration::from_millis(500);
 
 /// Counts the verdicts that took effect.
 fn count(counters: &TaskCounters, acks: &[Ack], unapplied: &[RecordCoordinates]) {
     let unapplied: HashSet<&RecordCoordinates> = unapplied.iter().collect();
     for ack in acks.iter().filter(|a| !unapplied.contains(&a.record)) {
+        if ack.implicit {
+            TaskCounters::add(&counters.metrics.released_unsettled, 1);
+        }
         let counter = match ack.disposition {
             Disposition::Accept => &counters.accepted,
             Disposition::Release => &counters.released,
@@ -517,9 +777,44 @@ impl Handler<Settled> for ConsumerActor {
     type Result = ();
 
     fn handle(&mut self, msg: Settled, ctx: &mut Context<Self>) {
-        self.settled.push(msg);
+        let seq = msg.ack.settle();
+        match self.batches.get_mut(&seq) {
+            // Released meanwhile (the stop's deadline): the releases stand.
+            None => return,
+            Some(batch) if batch.queued => return,
+            Some(batch) => batch.queued = true,
+        }
+        self.settled.push(Settlement {
+            seq,
+            acks: msg.acks,
+            fail_task: msg.fail_task,
+            trace: msg.trace,
+            start_offsets: msg.start_offsets,
+        });
         self.parked = false;
         self.step(ctx);
+    }
+}
+
+impl Handler<Unsettled> for ConsumerActor {
+    type Result = ();
+
+    /// A batch was lost in the pipeline: its records are released now, not when their locks
+    /// run out, and the task fails with the reason.
+    fn handle(&mut self, msg: Unsettled, ctx: &mut Context<Self>) {
+        let Some(released) = self.release_batch(msg.seq) else {
+            return;
+        };
+        warn!(task = self.task, batch = msg.seq, records = released, reason = %msg.reason, "batch dropped before its verdicts were decided; releasing its records");
+        self.fail(ctx, msg.reason);
+    }
+}
+
+impl Handler<TaskFailure> for ConsumerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TaskFailure, ctx: &mut Context<Self>) {
+        self.fail(ctx, msg.0);
     }
 }
 
@@ -528,12 +823,7 @@ impl Handler<Drain> for ConsumerActor {
 
     fn handle(&mut self, _msg: Drain, ctx: &mut Context<Self>) {
         self.draining = true;
-        if self.source.is_none() && !self.busy && !self.finished {
-            // Never connected: nothing to close.
-            self.finished = true;
-            self.converter.do_send(Finish { failure: None });
-            return;
-        }
+        self.schedule_stop_deadline(ctx);
         self.step(ctx);
     }
 }

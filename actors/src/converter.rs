@@ -1,22 +1,30 @@
 //! ConverterActor: runs the connector's converters and transforms (core's `RecordPipeline`)
 //! over each batch. Failures are not decided here: they travel with the batch so the sink
-//! stage applies `errors.tolerance` to conversion and `put` failures alike.
+//! stage applies `errors.tolerance` to conversion and `put` failures alike. A panic in a
+//! converter, transform or predicate is not a record error but a bug: its batch is released
+//! and the task fails with the panic's message and location.
 
 use actix::prelude::*;
 use spillway_core::RecordPipeline;
 
-use crate::messages::{Acknowledged, Entry, Finish, SinkBatch, SourceBatch};
+use crate::messages::{Acknowledged, Entry, Failing, Finish, SinkBatch, SourceBatch};
+use crate::panic_guard::guard;
 use crate::sink::SinkActor;
 use crate::telemetry::BatchStage;
 
 pub struct ConverterActor {
     pipeline: RecordPipeline,
     sink: Addr<SinkActor>,
+    failing: Failing,
 }
 
 impl ConverterActor {
-    pub fn new(pipeline: RecordPipeline, sink: Addr<SinkActor>) -> Self {
-        ConverterActor { pipeline, sink }
+    pub fn new(pipeline: RecordPipeline, sink: Addr<SinkActor>, failing: Failing) -> Self {
+        ConverterActor {
+            pipeline,
+            sink,
+            failing,
+        }
     }
 }
 
@@ -28,31 +36,57 @@ impl Handler<SourceBatch> for ConverterActor {
     type Result = ();
 
     fn handle(&mut self, batch: SourceBatch, _ctx: &mut Context<Self>) {
-        let span = batch.trace.span(BatchStage::Convert);
-        let _entered = span.enter();
-        let entries = batch
-            .records
-            .into_iter()
-            .map(|raw| Entry {
-                processed: self.pipeline.process(&raw),
-                raw,
+        let SourceBatch {
+            ack,
+            changes,
+            records,
+            trace,
+            group,
+        } = batch;
+        if self.failing.is_set() {
+            ack.release("the task is failing: the batch was released before conversion");
+            return;
+        }
+        let span = trace.span(BatchStage::Convert);
+        let converted = {
+            let _entered = span.enter();
+            let pipeline = &self.pipeline;
+            guard(move || {
+                records
+                    .into_iter()
+                    .map(|raw| Entry {
+                        processed: pipeline.process(&raw),
+                        raw,
+                    })
+                    .collect::<Vec<_>>()
             })
-            .collect();
-        self.sink.do_send(SinkBatch {
-            seq: batch.seq,
-            changes: batch.changes,
-            entries,
-            trace: batch.trace,
-            group: batch.group,
-        });
+        };
+        match converted {
+            Ok(entries) => self.sink.do_send(SinkBatch {
+                ack,
+                changes,
+                entries,
+                trace,
+                group,
+            }),
+            Err(panic) => {
+                self.failing.set();
+                ack.release(format!("a converter or transform {panic}"));
+            }
+        }
     }
 }
 
 impl Handler<Finish> for ConverterActor {
-    type Result = ();
+    type Result = ResponseFuture<Option<String>>;
 
-    fn handle(&mut self, msg: Finish, _ctx: &mut Context<Self>) {
-        self.sink.do_send(msg);
+    fn handle(&mut self, msg: Finish, _ctx: &mut Context<Self>) -> Self::Result {
+        let sink = self.sink.clone();
+        Box::pin(async move {
+            sink.send(msg)
+                .await
+                .unwrap_or_else(|_| Some("the sink stage stopped before the task".to_owned()))
+        })
     }
 }
 

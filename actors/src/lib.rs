@@ -21,6 +21,7 @@ pub mod error;
 pub mod limits;
 pub mod messages;
 pub mod metrics;
+pub mod panic_guard;
 pub mod panics;
 pub mod settings;
 pub mod sink;

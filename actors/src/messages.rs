@@ -3,14 +3,19 @@
 //! → AckerActor → [`Settled`] → ConsumerActor. `Settled` is the credit that lets the consumer
 //! poll another batch, and it carries the verdicts the consumer (which owns the Kafka client)
 //! acknowledges and commits.
+//!
+//! Each batch carries its [`BatchAck`] all the way: a stage that drops a batch (a panic, a
+//! failure, a stop) drops the handle, which sends [`Unsettled`] to the consumer, and the
+//! consumer releases the batch's records at once.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::Message;
 use std::collections::BTreeMap;
 
 use spillway_core::{
-    Ack, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
+    Ack, BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
     RecordCoordinates, TopicPartition,
 };
 
@@ -21,7 +26,8 @@ use crate::telemetry::BatchTrace;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SourceBatch {
-    pub seq: u64,
+    /// The batch's handle (its number is the batch's sequence number in the task).
+    pub ack: BatchAck,
     pub changes: Vec<AssignmentChange>,
     pub records: Vec<RawRecord>,
     pub trace: BatchTrace,
@@ -38,7 +44,8 @@ pub struct Entry {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SinkBatch {
-    pub seq: u64,
+    /// The batch's handle (its number is the batch's sequence number in the task).
+    pub ack: BatchAck,
     pub changes: Vec<AssignmentChange>,
     pub entries: Vec<Entry>,
     pub trace: BatchTrace,
@@ -64,7 +71,8 @@ pub struct Verdict {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Verdicts {
-    pub seq: u64,
+    /// The batch's handle (its number is the batch's sequence number in the task).
+    pub ack: BatchAck,
     pub verdicts: Vec<Verdict>,
     /// Set when a record failed under `errors.tolerance=none`: the task fails once this
     /// batch's verdicts are committed.
@@ -79,7 +87,8 @@ pub struct Verdicts {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Settled {
-    pub seq: u64,
+    /// The batch's handle (its number is the batch's sequence number in the task).
+    pub ack: BatchAck,
     pub acks: Vec<Ack>,
     pub fail_task: Option<String>,
     pub trace: BatchTrace,
@@ -91,11 +100,39 @@ pub struct Settled {
 #[rtype(result = "()")]
 pub struct Drain;
 
-/// The consumer is closed: close and stop the sink task. `failure` says why, if it failed.
+/// The consumer is closed: close and stop the sink task. The answer is a failure of that
+/// (a panic in `close` or `stop`), for the task's final event, which the consumer reports.
 #[derive(Message, Clone)]
+#[rtype(result = "Option<String>")]
+pub struct Finish;
+
+/// A batch was dropped before its verdicts were decided ([`BatchAck`]'s drop): the consumer
+/// releases its records and the task fails with `reason`.
+#[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct Finish {
-    pub failure: Option<String>,
+pub struct Unsettled {
+    pub seq: u64,
+    pub reason: String,
+}
+
+/// A stage failed outside a batch (the sink task's `start` or `acknowledged`): the task fails.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct TaskFailure(pub String);
+
+/// Set once the task is going to fail: the stages release the batches they still receive
+/// instead of converting and putting them (Connect stops a task at its first failure).
+#[derive(Debug, Clone, Default)]
+pub struct Failing(Arc<AtomicBool>);
+
+impl Failing {
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// What a task tells its connector.

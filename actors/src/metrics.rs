@@ -297,6 +297,9 @@ pub struct TaskMetrics {
     pub archived_by_limit: AtomicU64,
     /// Acknowledgements that failed because the record's acquisition lock had run out.
     pub lock_expired: AtomicU64,
+    /// Records released because their batch was lost inside the task (a panic, a failure, a
+    /// stop past its deadline) before their verdicts were decided.
+    pub released_unsettled: AtomicU64,
     pub record_errors: AtomicU64,
     pub record_failures: AtomicU64,
     pub records_skipped: AtomicU64,
@@ -617,6 +620,7 @@ pub fn task_metrics() -> Vec<TaskMetric> {
         task_metric!(S, "sink-record-archived-by-limit-rate", Rate, "{record}/s", "Share mode: records archived at the delivery limit per second.", |v| load(&v.metrics.archived_by_limit)),
         task_metric!(S, "sink-record-redelivered-total", Counter, "{record}", "Deliveries with a delivery count above 1 (share mode).", |v| load(&v.metrics.redelivered)),
         task_metric!(S, "sink-record-redelivered-rate", Rate, "{record}/s", "Redeliveries per second.", |v| load(&v.metrics.redelivered)),
+        task_metric!(S, "sink-record-released-unsettled-total", Counter, "{record}", "Records released at once because their batch was lost inside the task before their verdicts were decided (a panic, a failed put or flush, a stop past task.shutdown.graceful.timeout.ms); classic mode: read again. Also counted in sink-record-released-total.", |v| load(&v.metrics.released_unsettled)),
         task_metric!(S, "sink-record-lock-expired-total", Counter, "{record}", "Share mode: acknowledgements that failed because the record's acquisition lock had run out.", |v| load(&v.metrics.lock_expired)),
         task_metric!(S, "sink-record-ack-failed-total", Counter, "{record}", "Verdicts that did not take effect for any reason (lock or session lost); their records come again.", |v| Some(v.counts.ack_failures as f64)),
         task_metric!(T, "batch-size-avg", Gauge, "{record}", "Average records per polled batch over the last 30-60 s.", |v| v.metrics.batch_size.read(v.now).map(|(avg, _)| avg)),

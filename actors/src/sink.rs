@@ -12,6 +12,10 @@
 //!   was written, RELEASEd otherwise, so it is never lost).
 //!
 //! Each batch is flushed before its verdicts leave, so ACCEPT means the sink has the record.
+//!
+//! Every call into the sink task is guarded: a panic fails the task (message and location in
+//! its trace) and releases the batch at once. A `put`/`flush`/`open`/`close` error that fails
+//! the task releases its batch the same way, through the batch's `BatchAck`.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -22,61 +26,89 @@ use actix::prelude::*;
 use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
 use spillway_core::dead_letter::dead_letter_record;
 use spillway_core::{
-    Assignment, ConfigMap, ConnectError, Disposition, ErrorContext, Processed, PutOutcome,
-    RawRecord, SinkError, SinkRecord, SinkTask, Stage, TopicPartition,
+    Assignment, ConfigMap, ConnectError, ConsumerGroupMetadata, Disposition, ErrorContext,
+    Processed, PutOutcome, RawRecord, SinkError, SinkRecord, SinkTask, Stage, TopicPartition,
 };
 use tracing::{error, warn, Instrument};
 
 use crate::acker::AckerActor;
-use crate::messages::{Acknowledged, Finish, Reporter, SinkBatch, TaskEvent, Verdict, Verdicts};
+use crate::consumer::ConsumerActor;
+use crate::messages::{
+    Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
+};
+use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
-use crate::telemetry::BatchStage;
+use crate::telemetry::{BatchStage, BatchTrace};
 
 /// Fixed facts of the task the sink stage needs for its verdicts.
 pub struct SinkContext {
     pub connector: String,
     pub connector_class: String,
     pub task: u32,
-    pub generation: u64,
     /// Share mode releases retriable failures; classic mode retries them.
     pub share: bool,
     pub errors: ErrorHandling,
     pub config: ConfigMap,
     pub counters: Arc<TaskCounters>,
-    pub reporter: Reporter,
+    /// Set by the consumer once the task is going to fail.
+    pub failing: Failing,
 }
 
 pub struct SinkActor {
     task: Option<Box<dyn SinkTask>>,
     acker: Addr<AckerActor>,
+    /// Where a failure outside a batch goes (a batch's failure travels in its `BatchAck`).
+    consumer: Addr<ConsumerActor>,
     ctx: Rc<SinkContext>,
     /// What is open, to close on stop.
     open: Vec<Assignment>,
-    failed: bool,
+    /// Why the sink task cannot take batches any more (it failed to start, failed or
+    /// panicked); the batches that still arrive are released.
+    failed: Option<String>,
+}
+
+/// A batch as `run_batch` works on it (its `BatchAck` stays with the handler, which settles
+/// or releases it whatever `run_batch` comes to).
+struct PutBatch {
+    changes: Vec<AssignmentChange>,
+    entries: Vec<Entry>,
+    trace: BatchTrace,
+    group: Option<ConsumerGroupMetadata>,
+}
+
+/// What `run_batch` decided.
+struct Decided {
+    verdicts: Vec<Verdict>,
+    fail_task: Option<String>,
+    trace: BatchTrace,
+    start_offsets: BTreeMap<TopicPartition, i64>,
+    changes: Vec<AssignmentChange>,
 }
 
 impl SinkActor {
-    pub fn new(task: Box<dyn SinkTask>, acker: Addr<AckerActor>, ctx: SinkContext) -> Self {
+    pub fn new(
+        task: Box<dyn SinkTask>,
+        acker: Addr<AckerActor>,
+        consumer: Addr<ConsumerActor>,
+        ctx: SinkContext,
+    ) -> Self {
         SinkActor {
             task: Some(task),
             acker,
+            consumer,
             ctx: Rc::new(ctx),
             open: Vec::new(),
-            failed: false,
+            failed: None,
         }
     }
 
-    fn fail(&mut self, ctx: &mut Context<Self>, trace: String) {
-        if !self.failed {
-            self.failed = true;
-            (self.ctx.reporter)(TaskEvent::Failed {
-                task: self.ctx.task,
-                generation: self.ctx.generation,
-                trace,
-            });
+    /// The sink task failed outside a batch: the consumer stops the task.
+    fn fail(&mut self, trace: String) {
+        if self.failed.is_none() {
+            self.failed = Some(trace.clone());
+            self.consumer.do_send(TaskFailure(trace));
         }
-        ctx.stop();
     }
 }
 
@@ -89,14 +121,22 @@ impl Actor for SinkActor {
         };
         let config = self.ctx.config.clone();
         let fut = async move {
-            let result = task.start(&config).await;
+            let result = guard_future(task.start(&config)).await;
             (task, result)
         };
-        ctx.wait(fut.into_actor(self).map(|(task, result), act, ctx| {
-            act.task = Some(task);
-            act.ctx.counters.metrics.task_started(result.is_ok());
-            if let Err(e) = result {
-                act.fail(ctx, format!("the sink task failed to start: {e}"));
+        ctx.wait(fut.into_actor(self).map(|(task, result), act, _ctx| {
+            act.ctx
+                .counters
+                .metrics
+                .task_started(matches!(result, Ok(Ok(()))));
+            match result {
+                Ok(Ok(())) => act.task = Some(task),
+                Ok(Err(e)) => {
+                    act.task = Some(task);
+                    act.fail(format!("the sink task failed to start: {e}"));
+                }
+                // A panicked task is never called again; dropping it frees what it holds.
+                Err(panic) => act.fail(format!("the sink task's start {panic}")),
             }
         }));
     }
@@ -106,27 +146,67 @@ impl Handler<SinkBatch> for SinkActor {
     type Result = ();
 
     fn handle(&mut self, batch: SinkBatch, ctx: &mut Context<Self>) {
+        let SinkBatch {
+            ack,
+            changes,
+            entries,
+            trace,
+            group,
+        } = batch;
+        if let Some(why) = &self.failed {
+            ack.release(format!("the sink task cannot take records: {why}"));
+            return;
+        }
+        if self.ctx.failing.is_set() {
+            ack.release("the task is failing: the batch was released before put");
+            return;
+        }
         let Some(mut task) = self.task.take() else {
+            ack.release("the sink task is gone");
             return;
         };
         let sink_ctx = Rc::clone(&self.ctx);
+        let work = PutBatch {
+            changes,
+            entries,
+            trace,
+            group,
+        };
         let fut = async move {
-            let result = run_batch(task.as_mut(), batch, &sink_ctx).await;
+            let result = guard_future(run_batch(task.as_mut(), work, &sink_ctx)).await;
             (task, result)
         };
-        ctx.wait(fut.into_actor(self).map(|(task, result), act, ctx| {
-            act.task = Some(task);
+        ctx.wait(fut.into_actor(self).map(move |(task, result), act, _ctx| {
             match result {
-                Ok((verdicts, changes)) => {
-                    for change in changes {
+                Ok(Ok(decided)) => {
+                    act.task = Some(task);
+                    for change in decided.changes {
                         match change {
                             AssignmentChange::Opened(a) => act.open.push(a),
                             AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
                         }
                     }
-                    act.acker.do_send(verdicts);
+                    act.acker.do_send(Verdicts {
+                        ack,
+                        verdicts: decided.verdicts,
+                        fail_task: decided.fail_task,
+                        trace: decided.trace,
+                        start_offsets: decided.start_offsets,
+                    });
                 }
-                Err(trace) => act.fail(ctx, trace),
+                Ok(Err(trace)) => {
+                    act.task = Some(task);
+                    act.failed = Some(trace.clone());
+                    // The batch's records are released and the task fails with `trace`.
+                    ack.release(trace);
+                }
+                Err(panic) => {
+                    // Never called again, not even `close`/`stop`: its state is unknown.
+                    drop(task);
+                    let trace = format!("the sink task {panic}");
+                    act.failed = Some(trace.clone());
+                    ack.release(trace);
+                }
             }
         }));
     }
@@ -136,56 +216,61 @@ impl Handler<Acknowledged> for SinkActor {
     type Result = ();
 
     fn handle(&mut self, msg: Acknowledged, ctx: &mut Context<Self>) {
+        if self.failed.is_some() {
+            return;
+        }
         let Some(mut task) = self.task.take() else {
             return;
         };
         let fut = async move {
-            task.acknowledged(&msg.records).await;
-            task
+            let result = guard_future(task.acknowledged(&msg.records)).await;
+            (task, result)
         };
-        ctx.wait(fut.into_actor(self).map(|task, act, _ctx| {
-            act.task = Some(task);
-        }));
+        ctx.wait(
+            fut.into_actor(self)
+                .map(|(task, result), act, _ctx| match result {
+                    Ok(()) => act.task = Some(task),
+                    Err(panic) => act.fail(format!("the sink task's acknowledged {panic}")),
+                }),
+        );
     }
 }
 
 impl Handler<Finish> for SinkActor {
-    type Result = ();
+    type Result = ResponseActFuture<Self, Option<String>>;
 
-    fn handle(&mut self, msg: Finish, ctx: &mut Context<Self>) {
-        let Some(mut task) = self.task.take() else {
-            return;
-        };
+    /// Closes what is open and stops the sink task; a panic there is the answer (a failure).
+    fn handle(&mut self, _msg: Finish, _ctx: &mut Context<Self>) -> Self::Result {
+        let task = self.task.take();
         let open = std::mem::take(&mut self.open);
+        let task_id = self.ctx.task;
         let fut = async move {
-            for assignment in &open {
-                if let Err(e) = task.close(assignment).await {
-                    warn!(error = %e, "closing the sink task's assignment failed");
+            // A task that panicked is gone already; one that failed still closes and stops.
+            let mut task = task?;
+            let stopped = guard_future(async {
+                for assignment in &open {
+                    if let Err(e) = task.close(assignment).await {
+                        warn!(task = task_id, error = %e, "closing the sink task's assignment failed");
+                    }
                 }
+                task.stop().await
+            })
+            .await;
+            match stopped {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => {
+                    warn!(task = task_id, error = %e, "stopping the sink task failed");
+                    None
+                }
+                Err(panic) => Some(format!("the sink task's close or stop {panic}")),
             }
-            task.stop().await
         };
-        ctx.wait(fut.into_actor(self).map(move |result, act, ctx| {
-            if let Err(e) = result {
-                warn!(task = act.ctx.task, error = %e, "stopping the sink task failed");
-            }
-            let event = match msg.failure {
-                Some(trace) => TaskEvent::Failed {
-                    task: act.ctx.task,
-                    generation: act.ctx.generation,
-                    trace,
-                },
-                None => TaskEvent::Stopped {
-                    task: act.ctx.task,
-                    generation: act.ctx.generation,
-                },
-            };
-            act.failed = true;
-            (act.ctx.reporter)(event);
+        Box::pin(fut.into_actor(self).map(|outcome, _act, ctx| {
             // The task's last work on its thread.
             crate::telemetry::leave_thread_span();
             ctx.stop();
-        }));
+            outcome
+        }))
     }
 }
 
@@ -196,9 +281,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(300);
 /// decides every record's verdict. `Err` is a failure of the task itself.
 async fn run_batch(
     task: &mut dyn SinkTask,
-    batch: SinkBatch,
+    batch: PutBatch,
     ctx: &SinkContext,
-) -> Result<(Verdicts, Vec<AssignmentChange>), String> {
+) -> Result<Decided, String> {
     let mut start_offsets = BTreeMap::new();
     for change in &batch.changes {
         match change {
@@ -310,16 +395,13 @@ async fn run_batch(
             ));
         }
     }
-    Ok((
-        Verdicts {
-            seq: batch.seq,
-            verdicts,
-            fail_task,
-            trace: batch.trace,
-            start_offsets,
-        },
-        batch.changes,
-    ))
+    Ok(Decided {
+        verdicts,
+        fail_task,
+        trace: batch.trace,
+        start_offsets,
+        changes: batch.changes,
+    })
 }
 
 /// Puts `ready`; in classic mode retriable records are put again after a growing backoff

@@ -11,7 +11,7 @@ use crate::acker::AckerActor;
 use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
 use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
-use crate::messages::{Drain, Reporter};
+use crate::messages::{Drain, Failing, Reporter};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
@@ -98,24 +98,25 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             throttle,
             inflight_bytes,
         } = spec;
+        let failing = Failing::default();
         let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
         let sink = SinkActor::new(
             sink_task,
             acker,
+            ctx.address(),
             SinkContext {
                 connector,
                 connector_class,
                 task,
-                generation,
                 share,
                 errors,
                 config: task_config,
                 counters: Arc::clone(&counters),
-                reporter: Arc::clone(&reporter),
+                failing: failing.clone(),
             },
         )
         .start();
-        let converter = ConverterActor::new(pipeline, sink).start();
+        let converter = ConverterActor::new(pipeline, sink, failing.clone()).start();
         ConsumerActor::new(ConsumerSetup {
             factory: source,
             converter,
@@ -125,11 +126,14 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             poll_timeout: settings.poll_timeout,
             commit_timeout: settings.commit_timeout,
             delivery_attempt_limit: settings.delivery_attempt_limit,
+            shutdown_timeout: settings.shutdown_timeout,
             counters,
             reporter,
             throttle,
             inflight_bytes,
             identity,
+            failing,
+            owner: ConsumerActor::batch_owner(ctx.address()),
         })
     });
     RunningTask {
@@ -222,10 +226,14 @@ mod tests {
             let mut seen = self.seen.lock().unwrap();
             seen.commits += 1;
             self.outstanding = 0;
+            let mut committed = Committed::default();
             for ack in self.pending.drain(..) {
+                if ack.disposition == Disposition::Accept {
+                    committed.accepted.push(ack.record.clone());
+                }
                 seen.committed.push((ack.record.offset, ack.disposition));
             }
-            Ok(Committed::default())
+            Ok(committed)
         }
 
         async fn close(self: Box<Self>) -> Result<(), RuntimeError> {
@@ -249,16 +257,46 @@ mod tests {
         flaky_failures: usize,
         /// How long each `put` takes.
         put_delay: Duration,
+        /// The call that panics ("start", "open", "put", "flush", "acknowledged", "close",
+        /// "stop"), as a plugin with a bug would.
+        panic_in: Option<&'static str>,
+    }
+
+    impl ScriptedSink {
+        fn maybe_panic(&self, call: &str) {
+            if self.panic_in == Some(call) {
+                panic!("scripted panic in {call}");
+            }
+        }
     }
 
     #[async_trait]
     impl SinkTask for ScriptedSink {
         async fn start(&mut self, _config: &ConfigMap) -> Result<(), SinkError> {
+            self.maybe_panic("start");
             Ok(())
         }
 
         async fn open(&mut self, assignment: &Assignment) -> Result<(), SinkError> {
+            self.maybe_panic("open");
             self.opened.lock().unwrap().push(assignment.clone());
+            Ok(())
+        }
+
+        async fn flush(
+            &mut self,
+            _offsets: &BTreeMap<spillway_core::TopicPartition, i64>,
+        ) -> Result<(), SinkError> {
+            self.maybe_panic("flush");
+            Ok(())
+        }
+
+        async fn acknowledged(&mut self, _committed: &[spillway_core::RecordCoordinates]) {
+            self.maybe_panic("acknowledged");
+        }
+
+        async fn close(&mut self, _assignment: &Assignment) -> Result<(), SinkError> {
+            self.maybe_panic("close");
             Ok(())
         }
 
@@ -266,6 +304,7 @@ mod tests {
             if !self.put_delay.is_zero() {
                 tokio::time::sleep(self.put_delay).await;
             }
+            self.maybe_panic("put");
             Ok(records
                 .iter()
                 .map(|r| {
@@ -286,6 +325,7 @@ mod tests {
         }
 
         async fn stop(&mut self) -> Result<(), SinkError> {
+            self.maybe_panic("stop");
             *self.stopped.lock().unwrap() = true;
             Ok(())
         }
@@ -330,6 +370,37 @@ mod tests {
         pipeline: ConfigMap,
         throttle: Option<Arc<Throttle>>,
         inflight_bytes: Option<Arc<InflightBytes>>,
+        /// A value converter that panics on the first record it sees.
+        panicking_converter: bool,
+        shutdown_timeout: Duration,
+    }
+
+    /// A converter with a bug.
+    #[derive(Debug)]
+    struct PanickingConverter;
+
+    impl spillway_core::convert::Converter for PanickingConverter {
+        fn name(&self) -> &'static str {
+            "panicking"
+        }
+
+        fn to_connect(
+            &self,
+            topic: &str,
+            _data: Option<&[u8]>,
+        ) -> Result<spillway_core::convert::SchemaAndValue, spillway_core::error::ConvertError>
+        {
+            panic!("scripted converter panic on {topic}")
+        }
+
+        fn from_connect(
+            &self,
+            _topic: &str,
+            _schema: Option<&spillway_core::schema::Schema>,
+            _value: &spillway_core::Value,
+        ) -> Result<Option<Bytes>, spillway_core::error::ConvertError> {
+            Ok(None)
+        }
     }
 
     impl Default for Options {
@@ -345,11 +416,17 @@ mod tests {
                     .collect(),
                 throttle: None,
                 inflight_bytes: None,
+                panicking_converter: false,
+                shutdown_timeout: TaskSettings::default().shutdown_timeout,
             }
         }
     }
 
     fn start(records: Vec<RawRecord>, sink: ScriptedSink, o: Options) -> Run {
+        start_with(records, Box::new(sink), o)
+    }
+
+    fn start_with(records: Vec<RawRecord>, sink: Box<dyn SinkTask>, o: Options) -> Run {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let source_seen = Arc::clone(&seen);
         let (tx, events) = mpsc::unbounded_channel();
@@ -389,13 +466,26 @@ mod tests {
                 }),
             },
             task_config: ConfigMap::new(),
-            pipeline: RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid"),
-            sink_task: Box::new(sink),
+            pipeline: if o.panicking_converter {
+                RecordPipeline::new(
+                    spillway_core::convert::RecordConverter::new(
+                        Box::new(spillway_core::convert::StringConverter::new(
+                            spillway_core::RecordPart::Key,
+                        )),
+                        Box::new(PanickingConverter),
+                    ),
+                    spillway_core::transforms::TransformChain::empty(),
+                )
+            } else {
+                RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid")
+            },
+            sink_task: sink,
             source: factory,
             dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
             settings: TaskSettings {
                 inflight_batches: o.inflight,
                 poll_timeout: Duration::from_millis(10),
+                shutdown_timeout: o.shutdown_timeout,
                 ..TaskSettings::default()
             },
             counters: Arc::clone(&counters),
@@ -771,5 +861,185 @@ mod tests {
             .iter()
             .all(|(_, d)| *d == Disposition::Accept));
         assert_eq!(run.counters.snapshot().filtered, 2);
+    }
+
+    /// Runs 6 records through a sink that panics in `call`; returns the final event's trace.
+    async fn panicking_run(call: &'static str, o: Options) -> (Run, String) {
+        let sink = ScriptedSink {
+            panic_in: Some(call),
+            ..ScriptedSink::default()
+        };
+        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start(records, sink, o);
+        if matches!(call, "close" | "stop") {
+            // These run only on the way out: let every record through first.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while run.seen.lock().unwrap().committed.len() < 6 {
+                assert!(tokio::time::Instant::now() < deadline, "records committed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            run.task.drain();
+        }
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed { trace, .. } = event else {
+            panic!("a panic in {call} must fail the task, got {event:?}")
+        };
+        (run, trace)
+    }
+
+    /// The trace names the panic's message and where it happened.
+    fn assert_panic_trace(trace: &str, message: &str) {
+        assert!(trace.contains(message), "{trace}");
+        assert!(trace.contains("panicked at "), "{trace}");
+        assert!(trace.contains(file!()), "no location in: {trace}");
+    }
+
+    #[actix::test]
+    async fn a_panic_in_each_sink_task_call_fails_the_task_with_its_message_and_location() {
+        for call in ["start", "open", "put", "flush"] {
+            let started = std::time::Instant::now();
+            let (run, trace) = panicking_run(call, Options::default()).await;
+            assert_panic_trace(&trace, &format!("scripted panic in {call}"));
+            let v = verdicts(&run);
+            assert!(
+                v.iter().all(|(_, d)| *d == Disposition::Release),
+                "{call}: nothing is accepted after the panic: {v:?}"
+            );
+            if call != "start" {
+                // (A task whose start panicked may fail before its first poll.)
+                assert!(
+                    v.iter().any(|(o, _)| *o == 0),
+                    "{call}: the batch in hand: {v:?}"
+                );
+            }
+            let counts = run.counters.snapshot();
+            assert_eq!(counts.released as usize, v.len(), "{call}");
+            assert_eq!(
+                run.counters
+                    .metrics
+                    .released_unsettled
+                    .load(std::sync::atomic::Ordering::Relaxed) as usize,
+                v.len(),
+                "{call}: counted as released unsettled"
+            );
+            assert!(run.seen.lock().unwrap().closed, "{call}: the group is left");
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{call}: released at once, not after a timeout ({:?})",
+                started.elapsed()
+            );
+        }
+    }
+
+    #[actix::test]
+    async fn a_panic_in_acknowledged_fails_the_task() {
+        let (run, trace) = panicking_run("acknowledged", Options::default()).await;
+        assert_panic_trace(&trace, "scripted panic in acknowledged");
+        assert!(trace.contains("acknowledged"), "{trace}");
+        assert!(run.seen.lock().unwrap().closed);
+    }
+
+    #[actix::test]
+    async fn a_panic_in_close_or_stop_fails_the_task_after_the_records_are_committed() {
+        for call in ["close", "stop"] {
+            let (run, trace) = panicking_run(call, Options::default()).await;
+            assert_panic_trace(&trace, &format!("scripted panic in {call}"));
+            assert!(verdicts(&run)
+                .iter()
+                .all(|(_, d)| *d == Disposition::Accept));
+        }
+    }
+
+    #[actix::test]
+    async fn a_panic_in_a_converter_fails_the_task_and_releases_the_batch() {
+        let (run, trace) = panicking_run(
+            "none",
+            Options {
+                panicking_converter: true,
+                ..Options::default()
+            },
+        )
+        .await;
+        assert_panic_trace(&trace, "scripted converter panic on t");
+        assert!(trace.contains("converter"), "{trace}");
+        let v = verdicts(&run);
+        assert!(!v.is_empty());
+        assert!(v.iter().all(|(_, d)| *d == Disposition::Release), "{v:?}");
+    }
+
+    #[actix::test]
+    async fn a_put_error_that_fails_the_task_releases_its_batch_at_once() {
+        // A fatal flush error is a task failure (not a record's): the batch goes back now.
+        struct FailingFlush(ScriptedSink);
+        #[async_trait]
+        impl SinkTask for FailingFlush {
+            async fn start(&mut self, c: &ConfigMap) -> Result<(), SinkError> {
+                self.0.start(c).await
+            }
+            async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+                self.0.put(records).await
+            }
+            async fn flush(
+                &mut self,
+                _offsets: &BTreeMap<spillway_core::TopicPartition, i64>,
+            ) -> Result<(), SinkError> {
+                Err(SinkError::fatal("disk full"))
+            }
+            async fn stop(&mut self) -> Result<(), SinkError> {
+                self.0.stop().await
+            }
+        }
+        let stopped = Arc::new(Mutex::new(false));
+        let sink = ScriptedSink {
+            stopped: Arc::clone(&stopped),
+            ..ScriptedSink::default()
+        };
+        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start_with(records, Box::new(FailingFlush(sink)), Options::default());
+        let TaskEvent::Failed { trace, .. } = next_final_event(&mut run).await else {
+            panic!("a failed flush fails the task")
+        };
+        assert!(trace.contains("disk full"), "{trace}");
+        let v = verdicts(&run);
+        assert!(v.iter().any(|(o, _)| *o == 0), "{v:?}");
+        assert!(v.iter().all(|(_, d)| *d == Disposition::Release), "{v:?}");
+        assert!(
+            *stopped.lock().unwrap(),
+            "a task that failed (not panicked) is still stopped"
+        );
+    }
+
+    #[actix::test]
+    async fn a_stop_whose_put_hangs_releases_the_batch_by_the_graceful_timeout() {
+        let sink = ScriptedSink {
+            put_delay: Duration::from_secs(60),
+            ..ScriptedSink::default()
+        };
+        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start(
+            records,
+            sink,
+            Options {
+                shutdown_timeout: Duration::from_millis(1000),
+                ..Options::default()
+            },
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        run.task.drain();
+        let event = next_final_event(&mut run).await;
+        assert!(
+            matches!(event, TaskEvent::Stopped { .. }),
+            "a stop cut off by its timeout is still a stop: {event:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "stopped in {:?}",
+            started.elapsed()
+        );
+        let v = verdicts(&run);
+        assert!(v.iter().any(|(o, _)| *o == 0), "{v:?}");
+        assert!(v.iter().all(|(_, d)| *d == Disposition::Release), "{v:?}");
+        assert!(run.seen.lock().unwrap().closed, "the group is left");
     }
 }

@@ -1,13 +1,17 @@
-//! Acknowledgement handles: each record's verdict travels from wherever it is decided to the
-//! acker, which turns it into a share-group acknowledgement or an offset commit.
+//! Acknowledgements: each record's verdict ([`Disposition`]) and the handle that guarantees a
+//! batch is never lost inside the pipeline.
 //!
-//! The safe outcome is the default: an [`AckHandle`] dropped without a verdict reports
-//! [`Disposition::Release`], so a record lost inside the pipeline (a panic, a cancelled future,
-//! a forgotten branch) is redelivered by the broker instead of being silently accepted.
-//! Settling consumes the handle, so a record cannot be settled twice.
-
+//! The safe outcome is the default. A [`BatchAck`] travels with a batch from the poll that read
+//! it to the commit of its verdicts, owned by whichever stage holds the batch (Vector's event
+//! finalizers: the last owner's drop settles). A batch dropped on any path before its verdicts
+//! are decided — a panic unwinding through a stage, a `put` or `flush` that fails the task, a
+//! stage that stops with batches in its mailbox, a failing task skipping work — drops its
+//! handle, and the drop tells the consumer, which RELEASEs every record of the batch at once
+//! (share mode) or leaves its offsets uncommitted and reads it again (classic mode) instead of
+//! waiting for the broker's acquisition lock to run out. Settling consumes the handle, so a
+//! batch cannot be settled twice.
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use crate::record::RecordCoordinates;
 
@@ -32,243 +36,136 @@ impl fmt::Display for Disposition {
     }
 }
 
-/// A settled record, as the acker receives it.
+/// A record's verdict, as the consumer applies and commits it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ack {
     pub record: RecordCoordinates,
     pub disposition: Disposition,
-    /// True when the handle was dropped unsettled: worth counting, since it means a record
-    /// went missing inside the pipeline.
+    /// True for a RELEASE because the record's batch was dropped unsettled ([`BatchAck`]):
+    /// worth counting, since it means a task failed or stopped with the record in hand.
     pub implicit: bool,
 }
 
-/// Whoever consumes acknowledgements: a collector, a channel, an actor's mailbox.
-pub trait AckSink: Send + Sync {
-    fn deliver(&self, ack: Ack);
+/// Whoever must hear of a batch dropped before its verdicts were decided (the task's consumer,
+/// which knows the batch's records and releases them).
+pub trait BatchOwner: Send + Sync {
+    /// Batch `batch` will never be settled; `reason` says why (for the task's status trace).
+    fn unsettled(&self, batch: u64, reason: String);
 }
 
-impl AckSink for std::sync::mpsc::Sender<Ack> {
-    /// A closed receiver means the acker is gone; the broker's acquisition lock then expires
-    /// and redelivers, which is what a release would have done.
-    fn deliver(&self, ack: Ack) {
-        let _ = self.send(ack);
+impl BatchOwner for std::sync::mpsc::Sender<(u64, String)> {
+    /// A closed receiver means the consumer is gone with its task; the broker then redelivers
+    /// when the acquisition locks expire, or at once when the member's session ends.
+    fn unsettled(&self, batch: u64, reason: String) {
+        let _ = self.send((batch, reason));
     }
 }
 
-/// The verdict-to-be for one record. Settle it with [`accept`](Self::accept),
-/// [`release`](Self::release) or [`reject`](Self::reject); dropping it releases the record.
-pub struct AckHandle {
-    record: RecordCoordinates,
+/// What a dropped handle reports when nobody said why.
+pub const DROPPED_UNSETTLED: &str =
+    "the batch was dropped before its verdicts were decided (a stage of the task stopped)";
+
+/// The verdicts-to-be of one batch. Dropping it unsettled reports the batch to its owner, which
+/// releases the batch's records; [`settle`](Self::settle) consumes it once the verdicts are
+/// decided and on their way to the commit.
+pub struct BatchAck {
+    batch: u64,
+    /// Said by the stage that gave up on the batch, reported on drop.
+    reason: Option<String>,
     /// `None` once settled, so `Drop` knows there is nothing left to report.
-    sink: Option<Arc<dyn AckSink>>,
+    owner: Option<Arc<dyn BatchOwner>>,
 }
 
-impl AckHandle {
-    pub fn new(record: RecordCoordinates, sink: Arc<dyn AckSink>) -> Self {
-        AckHandle {
-            record,
-            sink: Some(sink),
+impl BatchAck {
+    pub fn new(batch: u64, owner: Arc<dyn BatchOwner>) -> Self {
+        BatchAck {
+            batch,
+            reason: None,
+            owner: Some(owner),
         }
     }
 
-    /// The record this handle settles.
-    pub fn record(&self) -> &RecordCoordinates {
-        &self.record
+    /// The batch this handle settles.
+    pub fn batch(&self) -> u64 {
+        self.batch
     }
 
-    pub fn accept(self) {
-        self.settle(Disposition::Accept);
+    /// The verdicts arrived where they are committed: nothing to report on drop.
+    pub fn settle(mut self) -> u64 {
+        self.owner = None;
+        self.batch
     }
 
-    pub fn release(self) {
-        self.settle(Disposition::Release);
-    }
-
-    pub fn reject(self, reason: impl Into<String>) {
-        self.settle(Disposition::Reject {
-            reason: reason.into(),
-        });
-    }
-
-    pub fn settle(mut self, disposition: Disposition) {
-        self.report(disposition, false);
-    }
-
-    fn report(&mut self, disposition: Disposition, implicit: bool) {
-        if let Some(sink) = self.sink.take() {
-            sink.deliver(Ack {
-                record: self.record.clone(),
-                disposition,
-                implicit,
-            });
-        }
+    /// Gives the batch up now, its records released, with `reason` in the task's trace.
+    pub fn release(mut self, reason: impl Into<String>) {
+        self.reason = Some(reason.into());
     }
 }
 
-impl Drop for AckHandle {
+impl Drop for BatchAck {
     fn drop(&mut self) {
-        self.report(Disposition::Release, true);
+        if let Some(owner) = self.owner.take() {
+            let reason = self
+                .reason
+                .take()
+                .unwrap_or_else(|| DROPPED_UNSETTLED.to_owned());
+            owner.unsettled(self.batch, reason);
+        }
     }
 }
 
-impl fmt::Debug for AckHandle {
+impl fmt::Debug for BatchAck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AckHandle")
-            .field("record", &self.record)
-            .field("settled", &self.sink.is_none())
-            .finish()
-    }
-}
-
-/// A shared buffer of acknowledgements that the acker drains, and that knows how many
-/// handles it issued are still unsettled (so a batch counts as done only when that is zero).
-#[derive(Clone, Default)]
-pub struct AckCollector {
-    inner: Arc<CollectorState>,
-}
-
-#[derive(Default)]
-struct CollectorState {
-    state: Mutex<Collected>,
-}
-
-#[derive(Default)]
-struct Collected {
-    acks: Vec<Ack>,
-    outstanding: usize,
-}
-
-impl CollectorState {
-    /// A poisoned lock only means another thread panicked while pushing; the data (a Vec and
-    /// a counter) is still consistent, and losing acks would be worse than using it.
-    fn lock(&self) -> std::sync::MutexGuard<'_, Collected> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl AckSink for CollectorState {
-    fn deliver(&self, ack: Ack) {
-        let mut state = self.lock();
-        state.outstanding = state.outstanding.saturating_sub(1);
-        state.acks.push(ack);
-    }
-}
-
-impl AckCollector {
-    pub fn new() -> Self {
-        AckCollector::default()
-    }
-
-    /// Issues a handle for `record` whose verdict lands in this collector.
-    pub fn handle(&self, record: RecordCoordinates) -> AckHandle {
-        self.inner.lock().outstanding += 1;
-        AckHandle::new(record, self.inner.clone() as Arc<dyn AckSink>)
-    }
-
-    /// Takes every acknowledgement reported so far, in the order they arrived.
-    pub fn drain(&self) -> Vec<Ack> {
-        std::mem::take(&mut self.inner.lock().acks)
-    }
-
-    /// Handles issued and not yet settled or dropped.
-    pub fn outstanding(&self) -> usize {
-        self.inner.lock().outstanding
-    }
-}
-
-impl fmt::Debug for AckCollector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.inner.lock();
-        f.debug_struct("AckCollector")
-            .field("pending_acks", &state.acks.len())
-            .field("outstanding", &state.outstanding)
+        f.debug_struct("BatchAck")
+            .field("batch", &self.batch)
+            .field("settled", &self.owner.is_none())
             .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+
     use super::*;
 
-    fn at(offset: i64) -> RecordCoordinates {
-        RecordCoordinates::new("orders", 0, offset)
+    fn owner() -> (Arc<dyn BatchOwner>, mpsc::Receiver<(u64, String)>) {
+        let (tx, rx) = mpsc::channel();
+        (Arc::new(tx), rx)
     }
 
     #[test]
-    fn a_handle_dropped_without_a_verdict_releases_its_record() {
-        let collector = AckCollector::new();
-        drop(collector.handle(at(7)));
-        assert_eq!(
-            collector.drain(),
-            vec![Ack {
-                record: at(7),
-                disposition: Disposition::Release,
-                implicit: true,
-            }]
-        );
+    fn a_handle_dropped_unsettled_reports_its_batch() {
+        let (owner, rx) = owner();
+        drop(BatchAck::new(7, owner));
+        assert_eq!(rx.try_recv(), Ok((7, DROPPED_UNSETTLED.to_owned())));
     }
 
     #[test]
-    fn explicit_verdicts_are_reported_once_and_not_again_on_drop() {
-        let collector = AckCollector::new();
-        collector.handle(at(1)).accept();
-        collector.handle(at(2)).reject("bad json");
-        collector.handle(at(3)).release();
-        let acks = collector.drain();
-        assert_eq!(acks.len(), 3);
-        assert_eq!(acks[0].disposition, Disposition::Accept);
-        assert_eq!(
-            acks[1].disposition,
-            Disposition::Reject {
-                reason: "bad json".into()
-            }
-        );
-        assert_eq!(acks[2].disposition, Disposition::Release);
-        assert!(acks.iter().all(|a| !a.implicit));
-        assert!(collector.drain().is_empty());
+    fn a_settled_handle_reports_nothing() {
+        let (owner, rx) = owner();
+        assert_eq!(BatchAck::new(3, owner).settle(), 3);
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]
-    fn handles_dropped_in_a_panicking_thread_still_release() {
-        let collector = AckCollector::new();
-        let handle = collector.handle(at(9));
+    fn a_released_handle_reports_its_reason_once() {
+        let (owner, rx) = owner();
+        BatchAck::new(4, owner).release("put panicked");
+        assert_eq!(rx.try_recv(), Ok((4, "put panicked".to_owned())));
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_handle_dropped_in_a_panicking_thread_still_reports() {
+        let (owner, rx) = owner();
+        let handle = BatchAck::new(9, owner);
         let result = std::thread::spawn(move || {
             let _owned = handle;
             panic!("sink crashed mid-batch");
         })
         .join();
         assert!(result.is_err());
-        let acks = collector.drain();
-        assert_eq!(acks.len(), 1);
-        assert_eq!(acks[0].disposition, Disposition::Release);
-        assert!(acks[0].implicit);
-    }
-
-    #[test]
-    fn outstanding_counts_handles_until_they_settle_or_drop() {
-        let collector = AckCollector::new();
-        let a = collector.handle(at(1));
-        let b = collector.handle(at(2));
-        assert_eq!(collector.outstanding(), 2);
-        a.accept();
-        assert_eq!(collector.outstanding(), 1);
-        drop(b);
-        assert_eq!(collector.outstanding(), 0);
-    }
-
-    #[test]
-    fn a_channel_receives_verdicts_and_drop_releases() {
-        let (tx, rx) = std::sync::mpsc::channel::<Ack>();
-        let sink: Arc<dyn AckSink> = Arc::new(tx);
-        AckHandle::new(at(1), sink.clone()).accept();
-        drop(AckHandle::new(at(2), sink));
-        let got: Vec<_> = rx
-            .iter()
-            .map(|a| (a.record.offset, a.disposition))
-            .collect();
-        assert_eq!(
-            got,
-            vec![(1, Disposition::Accept), (2, Disposition::Release)]
-        );
+        assert_eq!(rx.try_recv().map(|(b, _)| b), Ok(9));
     }
 }

@@ -17,7 +17,7 @@ pub mod record;
 pub mod schema;
 pub mod transforms;
 
-pub use ack::{Ack, AckCollector, AckHandle, AckSink, Disposition};
+pub use ack::{Ack, BatchAck, BatchOwner, Disposition};
 pub use config::ConfigMap;
 pub use connector::{Assignment, ConsumerGroupMetadata, PutOutcome, SinkConnector, SinkTask};
 pub use data::{Struct, Value};

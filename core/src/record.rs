@@ -2,8 +2,8 @@
 //!
 //! A raw record holds bytes; the key and value converters turn it into a sink record with
 //! Connect values and schemas, and the transform chain rewrites that. Neither type carries an
-//! ack handle: a transform that filters a record must not release it, so the pipeline keeps
-//! each record's [`AckHandle`](crate::ack::AckHandle) beside it instead.
+//! ack handle: a transform that filters a record must not release it, so the runtime keeps
+//! one [`BatchAck`](crate::ack::BatchAck) per batch beside the records instead.
 
 use std::fmt;
 use std::time::Instant;

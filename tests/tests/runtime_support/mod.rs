@@ -60,9 +60,72 @@ pub struct Probe {
     received: Mutex<Vec<Received>>,
     /// Every `open` and `close` call, in order: ("open" | "close", the assignment).
     assignments: Mutex<Vec<(&'static str, String)>>,
+    /// Faults to inject, shared by the connector's tasks (and their restarts).
+    faults: Mutex<Faults>,
+    /// Each injected fault: when, and the records of the batch it hit.
+    faulted: Mutex<Vec<Faulted>>,
+}
+
+/// One injected fault: when, and the records (topic, partition, offset) of the batch it hit.
+pub type Faulted = (Instant, Vec<(String, i32, i64)>);
+
+/// Faults a probe injects: a plugin with a bug (a panic) or a target that breaks.
+#[derive(Debug, Default, Clone)]
+pub struct Faults {
+    /// `put` or `flush` panics, this many times in all.
+    pub panic_in: Option<&'static str>,
+    pub panics: u32,
+    /// `flush` fails fatally (a task failure, not a record's), this many times in all.
+    pub flush_errors: u32,
+    /// Only this task is hit.
+    pub task: Option<u32>,
 }
 
 impl Probe {
+    /// Arms `faults` for the probe's tasks.
+    pub fn inject(&self, faults: Faults) {
+        *self.faults.lock().unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    /// The faults injected so far: when, and the records of the batch each hit.
+    pub fn faulted(&self) -> Vec<Faulted> {
+        self.faulted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes one fault of `call` for `task`, recording the batch it hits; true when it fires.
+    fn fault(&self, call: &str, task: u32, batch: &[SinkRecord]) -> bool {
+        let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        if faults.task.is_some_and(|t| t != task) {
+            return false;
+        }
+        let left = if call == "flush-error" {
+            &mut faults.flush_errors
+        } else if faults.panic_in == Some(call) {
+            &mut faults.panics
+        } else {
+            return false;
+        };
+        if *left == 0 {
+            return false;
+        }
+        *left -= 1;
+        let records = batch
+            .iter()
+            .map(|r| {
+                let c = &r.original;
+                (c.topic.clone(), c.partition, c.offset)
+            })
+            .collect();
+        self.faulted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Instant::now(), records));
+        true
+    }
+
     /// The tasks' `open` and `close` calls so far, in order.
     pub fn assignment_calls(&self) -> Vec<(&'static str, String)> {
         self.assignments
@@ -204,6 +267,8 @@ struct ProbeTask {
     /// Records that already failed once (shared by nobody: a redelivery may reach another
     /// task, which then succeeds anyway since only first attempts fail).
     failed: BTreeSet<(String, i32, i64)>,
+    /// The records of the last put, for a fault injected in the flush after it.
+    last_put: Vec<SinkRecord>,
 }
 
 #[async_trait]
@@ -240,6 +305,10 @@ impl SinkTask for ProbeTask {
             .probe
             .as_ref()
             .ok_or_else(|| SinkError::fatal("not started"))?;
+        if probe.fault("put", self.task, records) {
+            panic!("injected panic in put (task {})", self.task);
+        }
+        self.last_put = records.to_vec();
         let first_put = *self.first_put.get_or_insert_with(Instant::now);
         if first_put.elapsed() < self.fail_for {
             return Err(SinkError::retriable("injected outage"));
@@ -269,6 +338,25 @@ impl SinkTask for ProbeTask {
             outcomes.push(PutOutcome::Ok);
         }
         Ok(outcomes)
+    }
+
+    async fn flush(
+        &mut self,
+        _offsets: &BTreeMap<spillway_core::TopicPartition, i64>,
+    ) -> Result<(), SinkError> {
+        let Some(probe) = &self.probe else {
+            return Ok(());
+        };
+        let batch = std::mem::take(&mut self.last_put);
+        if probe.fault("flush", self.task, &batch) {
+            panic!("injected panic in flush (task {})", self.task);
+        }
+        if probe.fault("flush-error", self.task, &batch) {
+            return Err(SinkError::fatal(
+                "injected flush failure: the target lost the batch",
+            ));
+        }
+        Ok(())
     }
 
     async fn stop(&mut self) -> Result<(), SinkError> {
