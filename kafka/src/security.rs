@@ -1152,3 +1152,6 @@ impl<I: Iterator<Item = char>> JaasTokens<I> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod handshake_tests;

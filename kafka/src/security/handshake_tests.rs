@@ -48,12 +48,12 @@ impl Pki {
         let server_key = KeyPair::generate().unwrap();
         let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
             .unwrap()
-            .signed_by(&server_key, &ca)
+            .signed_by(&server_key, &*ca)
             .unwrap();
         let client_key = KeyPair::generate().unwrap();
         let client = CertificateParams::new(vec!["client".to_owned()])
             .unwrap()
-            .signed_by(&client_key, &ca)
+            .signed_by(&client_key, &*ca)
             .unwrap();
         let other_key = KeyPair::generate().unwrap();
         let mut other_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -89,10 +89,12 @@ impl Pki {
         let builder = if require_client_cert {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(self.ca_der.clone()).unwrap();
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
             builder.with_client_cert_verifier(verifier)
         } else {
             builder.with_no_client_auth()
@@ -119,7 +121,11 @@ struct Users(&'static str, &'static str);
 impl ScramCbHelper for &Users {}
 
 impl<S: scram_rs::ScramHashing> ScramAuthServer<S> for &Users {
-    fn get_password_for_user(&self, user: &str, _authzid: Option<&str>) -> ScramResult<ScramPassword> {
+    fn get_password_for_user(
+        &self,
+        user: &str,
+        _authzid: Option<&str>,
+    ) -> ScramResult<ScramPassword> {
         if user == self.0 {
             ScramPassword::found_plaintext_password::<S>(self.1.as_bytes(), None)
         } else {
@@ -190,7 +196,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         let version = i16::from_be_bytes([buf[2], buf[3]]);
         let out = match key {
             18 => {
-                let h = RequestHeader::decode(&mut buf, ApiVersionsRequest::header_version(version)).unwrap();
+                let h =
+                    RequestHeader::decode(&mut buf, ApiVersionsRequest::header_version(version))
+                        .unwrap();
                 let mut r = ApiVersionsResponse::default();
                 for (k, min, max) in [(3i16, 0i16, 12i16), (17, 0, 1), (36, 0, 2), (18, 0, 3)] {
                     let mut v = ApiVersion::default();
@@ -202,7 +210,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 respond(h.correlation_id, version, &r)
             }
             17 => {
-                let h = RequestHeader::decode(&mut buf, SaslHandshakeRequest::header_version(version)).unwrap();
+                let h =
+                    RequestHeader::decode(&mut buf, SaslHandshakeRequest::header_version(version))
+                        .unwrap();
                 let req = SaslHandshakeRequest::decode(&mut buf, version).unwrap();
                 let mut r = SaslHandshakeResponse::default();
                 match sasl {
@@ -217,14 +227,22 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                             scram = Some(if mechanism == "SCRAM-SHA-256" {
                                 Box::new(
                                     SyncScramServer::<ScramSha256Ring, &Users, &Users>::new(
-                                        users, users, ScramNonce::none().unwrap(), t, true,
+                                        users,
+                                        users,
+                                        ScramNonce::none().unwrap(),
+                                        t,
+                                        true,
                                     )
                                     .unwrap(),
                                 )
                             } else {
                                 Box::new(
                                     SyncScramServer::<ScramSha512Ring, &Users, &Users>::new(
-                                        users, users, ScramNonce::none().unwrap(), t, true,
+                                        users,
+                                        users,
+                                        ScramNonce::none().unwrap(),
+                                        t,
+                                        true,
                                     )
                                     .unwrap(),
                                 )
@@ -235,7 +253,11 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 respond(h.correlation_id, version, &r)
             }
             36 => {
-                let h = RequestHeader::decode(&mut buf, SaslAuthenticateRequest::header_version(version)).unwrap();
+                let h = RequestHeader::decode(
+                    &mut buf,
+                    SaslAuthenticateRequest::header_version(version),
+                )
+                .unwrap();
                 let req = SaslAuthenticateRequest::decode(&mut buf, version).unwrap();
                 let mut r = SaslAuthenticateResponse::default();
                 let (mechanism, user, password) = sasl.unwrap();
@@ -268,7 +290,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 respond(h.correlation_id, version, &r)
             }
             3 if authenticated => {
-                let h = RequestHeader::decode(&mut buf, MetadataRequest::header_version(version)).unwrap();
+                let h = RequestHeader::decode(&mut buf, MetadataRequest::header_version(version))
+                    .unwrap();
                 respond(h.correlation_id, version, &MetadataResponse::default())
             }
             // Anything else before authentication: Kafka closes the connection.
@@ -292,7 +315,10 @@ fn client(pairs: &[(&str, &str)]) -> super::ClientSecurity {
         .unwrap()
 }
 
-async fn connect(addr: &str, security: &super::ClientSecurity) -> Result<Connection, ConnectionError> {
+async fn connect(
+    addr: &str,
+    security: &super::ClientSecurity,
+) -> Result<Connection, ConnectionError> {
     let conn = Connection::connect_secured(addr, "test", T, security).await?;
     // A request after the handshake goes through.
     conn.request(&MetadataRequest::default(), 12, T).await?;
@@ -302,37 +328,74 @@ async fn connect(addr: &str, security: &super::ClientSecurity) -> Result<Connect
 #[tokio::test]
 async fn tls_with_a_pem_truststore_and_the_host_name_checked() {
     let pki = Pki::new();
-    let addr = broker(Listener { tls: Some(pki.server_config(false)), sasl: None }).await;
+    let addr = broker(Listener {
+        tls: Some(pki.server_config(false)),
+        sasl: None,
+    })
+    .await;
     let ca = pki.path("ca.pem");
-    connect(&addr, &client(&[("security.protocol", "SSL"), ("ssl.truststore.type", "PEM"), ("ssl.truststore.location", &ca)]))
-        .await
-        .expect("TLS");
-    connect(&addr, &client(&[("security.protocol", "SSL"), ("ssl.truststore.certificates", &pki.ca_pem)]))
-        .await
-        .expect("inline CA");
+    connect(
+        &addr,
+        &client(&[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", &ca),
+        ]),
+    )
+    .await
+    .expect("TLS");
+    connect(
+        &addr,
+        &client(&[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.certificates", &pki.ca_pem),
+        ]),
+    )
+    .await
+    .expect("inline CA");
     // The certificate names 127.0.0.1 and localhost, not 127.0.0.2.
     let other_host = addr.replace("127.0.0.1", "localhost");
-    connect(&other_host, &client(&[("security.protocol", "SSL"), ("ssl.ca.location", &ca)]))
-        .await
-        .expect("localhost is named");
+    connect(
+        &other_host,
+        &client(&[("security.protocol", "SSL"), ("ssl.ca.location", &ca)]),
+    )
+    .await
+    .expect("localhost is named");
 }
 
 #[tokio::test]
 async fn an_untrusted_certificate_is_a_security_error_naming_the_trust_key() {
     let pki = Pki::new();
-    let addr = broker(Listener { tls: Some(pki.server_config(false)), sasl: None }).await;
-    let err = connect(&addr, &client(&[("security.protocol", "SSL"), ("ssl.ca.location", &pki.path("other-ca.pem"))]))
-        .await
-        .expect_err("untrusted");
+    let addr = broker(Listener {
+        tls: Some(pki.server_config(false)),
+        sasl: None,
+    })
+    .await;
+    let err = connect(
+        &addr,
+        &client(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.location", &pki.path("other-ca.pem")),
+        ]),
+    )
+    .await
+    .expect_err("untrusted");
     let text = err.to_string();
     assert!(err.is_security_error(), "{text}");
-    assert!(text.contains("not trusted") && text.contains("ssl.ca.location"), "{text}");
+    assert!(
+        text.contains("not trusted") && text.contains("ssl.ca.location"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
 async fn mutual_tls_needs_the_client_certificate() {
     let pki = Pki::new();
-    let addr = broker(Listener { tls: Some(pki.server_config(true)), sasl: None }).await;
+    let addr = broker(Listener {
+        tls: Some(pki.server_config(true)),
+        sasl: None,
+    })
+    .await;
     let ca = pki.path("ca.pem");
     connect(
         &addr,
@@ -345,9 +408,15 @@ async fn mutual_tls_needs_the_client_certificate() {
     )
     .await
     .expect("mTLS");
-    let err = connect(&addr, &client(&[("security.protocol", "SSL"), ("ssl.truststore.location", &ca)]))
-        .await
-        .expect_err("no client certificate");
+    let err = connect(
+        &addr,
+        &client(&[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", &ca),
+        ]),
+    )
+    .await
+    .expect_err("no client certificate");
     let text = err.to_string();
     assert!(err.is_security_error(), "{text}");
     assert!(text.contains("client certificate"), "{text}");
@@ -356,15 +425,31 @@ async fn mutual_tls_needs_the_client_certificate() {
 #[tokio::test]
 async fn plaintext_to_a_tls_listener_and_tls_to_a_plaintext_listener_say_so() {
     let pki = Pki::new();
-    let tls = broker(Listener { tls: Some(pki.server_config(false)), sasl: None }).await;
-    let err = connect(&tls, &client(&[])).await.expect_err("plaintext to TLS");
+    let tls = broker(Listener {
+        tls: Some(pki.server_config(false)),
+        sasl: None,
+    })
+    .await;
+    let err = connect(&tls, &client(&[]))
+        .await
+        .expect_err("plaintext to TLS");
     let text = err.to_string();
     assert!(err.is_security_error(), "{text}");
     assert!(text.contains("security.protocol=SSL"), "{text}");
-    let plain = broker(Listener { tls: None, sasl: None }).await;
-    let err = connect(&plain, &client(&[("security.protocol", "SSL"), ("ssl.ca.location", &pki.path("ca.pem"))]))
-        .await
-        .expect_err("TLS to plaintext");
+    let plain = broker(Listener {
+        tls: None,
+        sasl: None,
+    })
+    .await;
+    let err = connect(
+        &plain,
+        &client(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.location", &pki.path("ca.pem")),
+        ]),
+    )
+    .await
+    .expect_err("TLS to plaintext");
     let text = err.to_string();
     assert!(err.is_security_error(), "{text}");
     assert!(text.contains("PLAINTEXT"), "{text}");
@@ -375,7 +460,11 @@ async fn sasl_plain_and_scram_over_tls_and_refused_credentials() {
     let pki = Pki::new();
     let ca = pki.path("ca.pem");
     for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
-        let module = if mechanism == "PLAIN" { "plain.PlainLoginModule" } else { "scram.ScramLoginModule" };
+        let module = if mechanism == "PLAIN" {
+            "plain.PlainLoginModule"
+        } else {
+            "scram.ScramLoginModule"
+        };
         let addr = broker(Listener {
             tls: Some(pki.server_config(false)),
             sasl: Some((mechanism, "alice", "alice-secret")),
@@ -411,12 +500,17 @@ async fn sasl_plain_and_scram_over_tls_and_refused_credentials() {
         let text = err.to_string();
         assert!(err.is_security_error(), "{text}");
         assert!(
-            text.contains(&format!("SASL {mechanism} authentication of 'alice'")) && text.contains("check the user name and password"),
+            text.contains(&format!("SASL {mechanism} authentication of 'alice'"))
+                && text.contains("check the user name and password"),
             "{text}"
         );
         assert!(!text.contains("wrong-secret"), "{text}");
         // librdkafka spelling, and a mechanism the listener does not enable.
-        let other = if mechanism == "PLAIN" { "SCRAM-SHA-256" } else { "PLAIN" };
+        let other = if mechanism == "PLAIN" {
+            "SCRAM-SHA-256"
+        } else {
+            "PLAIN"
+        };
         let err = connect(
             &addr,
             &client(&[
@@ -429,13 +523,20 @@ async fn sasl_plain_and_scram_over_tls_and_refused_credentials() {
         )
         .await
         .expect_err("mechanism not enabled");
-        assert!(err.to_string().contains(&format!("it offers: {mechanism}")), "{err}");
+        assert!(
+            err.to_string().contains(&format!("it offers: {mechanism}")),
+            "{err}"
+        );
     }
 }
 
 #[tokio::test]
 async fn sasl_against_a_listener_without_it_says_so() {
-    let addr = broker(Listener { tls: None, sasl: None }).await;
+    let addr = broker(Listener {
+        tls: None,
+        sasl: None,
+    })
+    .await;
     let err = connect(
         &addr,
         &client(&[
