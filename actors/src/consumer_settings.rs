@@ -6,14 +6,15 @@
 //! share consumer, which knows fewer settings: the ones it has are applied and checked here,
 //! the ones a share group cannot honour are refused when the connector sets them (and only
 //! warned about when they come from the worker, whose `consumer.*` keys also serve its
-//! classic connectors), and security settings are refused wherever they come from: the share
-//! consumer connects in plaintext, and a connector meant for a secured cluster must not run
-//! unsecured or fail later with a connection error.
+//! classic connectors). Security settings (`security.protocol`, `ssl.*`, `sasl.*`, in the Java
+//! or the librdkafka spelling) go through the one translation of
+//! [`spillway_kafka::security::SecuritySettings`] in both modes, from either level.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use spillway_core::{ConfigError, ConfigMap};
+use spillway_kafka::security::{is_security_key, SecuritySettings};
 use spillway_kafka::share::ShareConsumerConfig;
 
 const WORKER_PREFIX: &str = "consumer.";
@@ -124,6 +125,26 @@ impl ConsumerSettings {
             .collect()
     }
 
+    /// The security keys (without prefix) and their values, for the other clients a
+    /// connector's consumer settings serve (the share-group id check).
+    pub fn security_overrides(&self) -> BTreeMap<String, String> {
+        self.settings
+            .iter()
+            .filter(|(name, _)| is_security_key(name))
+            .map(|(name, s)| (name.clone(), s.value.clone()))
+            .collect()
+    }
+
+    /// The security settings translated, errors naming the keys as written.
+    pub fn security(&self) -> Result<SecuritySettings, ConfigError> {
+        SecuritySettings::from_keys(
+            self.settings
+                .iter()
+                .map(|(name, s)| (name.as_str(), s.value.as_str(), s.key.as_str())),
+        )
+        .map_err(|e| e.into_config_error())
+    }
+
     /// The share consumer's config with every setting it knows applied; the warnings name the
     /// worker settings it leaves out.
     pub fn share_config(
@@ -137,6 +158,23 @@ impl ConsumerSettings {
         config.max_poll_records = self.max_poll_records()?;
         let mut warnings = Vec::new();
         let mut errors = Vec::new();
+        match self.security().and_then(|security| {
+            let client = security
+                .client_security()
+                .map_err(|e| e.into_config_error())?;
+            Ok((security, client))
+        }) {
+            Ok((security, client)) => {
+                config.security = client;
+                warnings.extend(
+                    security
+                        .warnings
+                        .into_iter()
+                        .filter(|w| w.contains("share consumer")),
+                );
+            }
+            Err(e) => errors.push(e),
+        }
         let millis =
             |s: &Setting, min: u64| s.number(min, i32::MAX as u64).map(Duration::from_millis);
         let bytes = |s: &Setting| s.number(1, i32::MAX as u64).map(|n| n as i32);
@@ -152,10 +190,7 @@ impl ConsumerSettings {
                     "explicit",
                     "a share-mode task acknowledges every record itself, after put",
                 ),
-                "security.protocol" => s.must_be("plaintext", PLAINTEXT_ONLY),
-                _ if name.starts_with("sasl.") || name.starts_with("ssl.") => {
-                    Err(s.refused(PLAINTEXT_ONLY))
-                }
+                _ if is_security_key(name) => Ok(()),
                 _ => {
                     let not_for_share = NOT_FOR_SHARE_GROUPS
                         .iter()
@@ -186,8 +221,6 @@ impl ConsumerSettings {
         }
     }
 }
-
-const PLAINTEXT_ONLY: &str = "Spillway's share consumer connects in plaintext only (no TLS or SASL yet); run this connector in classic mode (consumer.override.group.protocol=classic) or reach the cluster through a PLAINTEXT listener";
 
 impl Setting {
     fn refused(&self, reason: &str) -> ConfigError {
@@ -224,6 +257,7 @@ mod tests {
     use super::*;
 
     use spillway_core::config::config_map as config;
+    use spillway_core::config::config_map;
 
     fn share(
         worker: &[(&str, &str)],
@@ -281,16 +315,54 @@ mod tests {
     }
 
     #[test]
-    fn security_settings_are_refused_in_share_mode_from_either_level_hiding_secrets() {
-        let err = share(&[("consumer.security.protocol", "SASL_SSL")], &[]).expect_err("sasl");
-        let text = err.to_string();
+    fn security_settings_reach_the_share_consumer_from_the_worker_and_the_connector() {
+        let (config, warnings) = share(
+            &[
+                ("consumer.security.protocol", "SASL_PLAINTEXT"),
+                ("consumer.sasl.mechanism", "SCRAM-SHA-256"),
+                ("consumer.sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"worker\" password=\"w-secret\";"),
+            ],
+            &[
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"a-secret\";"),
+            ],
+        )
+        .expect("secured share consumer");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            format!("{:?}", config.security),
+            "SASL_PLAINTEXT with SASL SCRAM-SHA-512 as 'alice'"
+        );
+        let settings = ConsumerSettings::collect(
+            &config_map(&[("consumer.security.protocol", "SSL")]),
+            &config_map(&[("ssl.cipher.suites", "X")]),
+        );
+        assert_eq!(
+            settings.security_overrides(),
+            BTreeMap::from([
+                ("security.protocol".to_owned(), "SSL".to_owned()),
+                ("ssl.cipher.suites".to_owned(), "X".to_owned()),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_bad_security_setting_is_refused_naming_the_key_as_written_and_hiding_secrets() {
+        let err = share(&[("consumer.security.protocol", "SASL")], &[]).expect_err("protocol");
         assert!(
-            text.contains("consumer.security.protocol") && text.contains("classic"),
-            "{text}"
+            err.to_string().contains("for consumer.security.protocol"),
+            "{err}"
         );
         let err = share(
             &[],
-            &[("sasl.jaas.config", "user=\"alice\" password=\"s3cret\"")],
+            &[
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "PLAIN"),
+                (
+                    "sasl.jaas.config",
+                    "PlainLoginModule required password=\"s3cret\"",
+                ),
+            ],
         )
         .expect_err("jaas");
         let text = err.to_string();
@@ -299,6 +371,20 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("s3cret"), "{text}");
+        let err = share(
+            &[],
+            &[
+                ("security.protocol", "SSL"),
+                ("ssl.truststore.location", "/no/such/ca.pem"),
+            ],
+        )
+        .expect_err("missing file");
+        let text = err.to_string();
+        assert!(
+            text.contains("consumer.override.ssl.truststore.location")
+                && text.contains("/no/such/ca.pem"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -31,6 +31,8 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
+use crate::security::{rdkafka_config, SecurityContext};
+
 /// Errors of the classic consumer-group source.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClassicError {
@@ -321,9 +323,28 @@ struct GroupContext {
     commit_offsets: bool,
     tracker: Arc<Mutex<OffsetTracker>>,
     events: Mutex<Vec<RebalanceEvent>>,
+    /// OAUTHBEARER tokens and the security failures librdkafka logs.
+    security: SecurityContext,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, line: &str) {
+        self.security.log(level, fac, line);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.security.error(error, reason);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.security.generate_oauth_token(config)
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -381,11 +402,20 @@ impl ClassicSource {
             // Connect's default for sink consumers: a new group starts at the beginning.
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", "10000");
-        for (key, value) in &config.overrides {
-            if !OWNED_KEYS.contains(&key.as_str()) {
-                client.set(key, value);
-            }
-        }
+        // Security keys in either spelling are translated for librdkafka.
+        let security = rdkafka_config(
+            &mut client,
+            config
+                .overrides
+                .iter()
+                .filter(|(key, _)| !OWNED_KEYS.contains(&key.as_str()))
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .map_err(|e| ClassicError::Create {
+            group: config.group_id.clone(),
+            bootstrap: config.bootstrap_servers.clone(),
+            reason: e.to_string(),
+        })?;
         client
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
@@ -406,6 +436,7 @@ impl ClassicSource {
             commit_offsets: config.commit_offsets,
             tracker: Arc::clone(&tracker),
             events: Mutex::new(Vec::new()),
+            security,
         };
         let consumer: BaseConsumer<GroupContext> =
             client
@@ -489,6 +520,10 @@ impl ClassicSource {
                                 group,
                                 reason: e.to_string(),
                             });
+                        }
+                        // Refused credentials or certificates: librdkafka would retry forever.
+                        if let Some(reason) = consumer.context().security.security_failure(&e) {
+                            return Err(ClassicError::Fatal { group, reason });
                         }
                         // librdkafka retries transient errors itself; they are only news.
                         debug!(group = %group, error = %e, "consumer reported an error");
@@ -731,16 +766,36 @@ pub async fn check_share_group_id(
     topics: &[String],
     timeout: Duration,
 ) -> Result<GroupCheck, ClassicError> {
+    check_share_group_id_secured(bootstrap, &BTreeMap::new(), group, topics, timeout).await
+}
+
+/// [`check_share_group_id`] with the consumer's security keys (either spelling; other keys
+/// are ignored).
+pub async fn check_share_group_id_secured(
+    bootstrap: &str,
+    security: &BTreeMap<String, String>,
+    group: &str,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<GroupCheck, ClassicError> {
     let bootstrap = bootstrap.to_owned();
     let group = group.to_owned();
     let topics = topics.to_vec();
-    tokio::task::spawn_blocking(move || check_blocking(&bootstrap, &group, &topics, timeout))
-        .await
-        .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+    let security: BTreeMap<String, String> = security
+        .iter()
+        .filter(|(k, _)| crate::security::is_security_key(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        check_blocking(&bootstrap, &security, &group, &topics, timeout)
+    })
+    .await
+    .map_err(|e| ClassicError::Cancelled(e.to_string()))?
 }
 
 fn check_blocking(
     bootstrap: &str,
+    security: &BTreeMap<String, String>,
     group: &str,
     topics: &[String],
     timeout: Duration,
@@ -750,12 +805,21 @@ fn check_blocking(
         bootstrap: bootstrap.to_owned(),
         reason,
     };
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
+        .set("enable.auto.commit", "false");
+    let context = rdkafka_config(
+        &mut config,
+        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| failed(e.to_string()))?;
+    let consumer: BaseConsumer<SecurityContext> = config
+        .create_with_context(context)
         .map_err(|e| failed(e.to_string()))?;
+    // Serves an OAUTHBEARER token request before the first call needs it.
+    let _ = consumer.poll(Duration::ZERO);
     let mut check = GroupCheck::default();
     match consumer.fetch_group_list(Some(group), timeout) {
         Ok(list) => {
@@ -770,10 +834,20 @@ fn check_blocking(
                 }
             }
         }
-        Err(e) => check.warnings.push(format!(
-            "the broker could not list groups ({e}), so only committed offsets were checked for \
-             an existing consumer group named '{group}'"
-        )),
+        Err(e) => {
+            // Refused credentials or certificates: say so now instead of warning about each call.
+            if let Some(reason) = consumer
+                .context()
+                .security_failure(&e)
+                .or_else(|| consumer.context().security_failure_logged())
+            {
+                return Err(failed(reason));
+            }
+            check.warnings.push(format!(
+                "the broker could not list groups ({e}), so only committed offsets were checked for \
+                 an existing consumer group named '{group}'"
+            ))
+        }
     }
     let mut tpl = TopicPartitionList::new();
     for topic in topics {

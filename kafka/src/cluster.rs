@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use crate::connection::{Connection, ConnectionError};
 use crate::error_name;
+use crate::security::ClientSecurity;
 
 const FIND_COORDINATOR_KEY: i16 = 10;
 /// Metadata carries topic ids from v10; the crate goes up to v13.
@@ -113,6 +114,8 @@ struct Slot {
 pub struct Cluster {
     bootstrap: Vec<String>,
     client_id: String,
+    /// How every connection is opened (TLS, SASL).
+    security: ClientSecurity,
     request_timeout: Duration,
     meta: Mutex<Meta>,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
@@ -123,12 +126,41 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl ClusterError {
+    /// See [`ConnectionError::is_security_error`].
+    pub fn is_security_error(&self) -> bool {
+        match self {
+            ClusterError::Connection(e) => e.is_security_error(),
+            _ => false,
+        }
+    }
+}
+
 impl Cluster {
-    /// Parse `bootstrap` ("host:port,host:port") and contact the first server that answers.
+    /// Parse `bootstrap` ("host:port,host:port") and contact the first server that answers,
+    /// in plaintext.
     pub async fn connect(
         bootstrap: &str,
         client_id: &str,
         request_timeout: Duration,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        Cluster::connect_secured(
+            bootstrap,
+            client_id,
+            request_timeout,
+            ClientSecurity::plaintext(),
+        )
+        .await
+    }
+
+    /// [`Cluster::connect`] with every connection opened as `security` says. A security
+    /// failure (credentials, certificate, listener mismatch) is returned at once, not retried
+    /// on the other bootstrap servers.
+    pub async fn connect_secured(
+        bootstrap: &str,
+        client_id: &str,
+        request_timeout: Duration,
+        security: ClientSecurity,
     ) -> Result<Arc<Cluster>, ClusterError> {
         let servers: Vec<String> = bootstrap
             .split(',')
@@ -148,6 +180,7 @@ impl Cluster {
         let cluster = Arc::new(Cluster {
             bootstrap: servers,
             client_id: client_id.to_string(),
+            security,
             request_timeout,
             meta: Mutex::new(Meta::default()),
             slots: Mutex::new(HashMap::new()),
@@ -184,7 +217,14 @@ impl Cluster {
                 });
             }
         }
-        match Connection::connect(addr, &self.client_id, self.request_timeout).await {
+        match Connection::connect_secured(
+            addr,
+            &self.client_id,
+            self.request_timeout,
+            &self.security,
+        )
+        .await
+        {
             Ok(conn) => {
                 let conn = Arc::new(conn);
                 slot.conn = Some(Arc::clone(&conn));
@@ -239,6 +279,10 @@ impl Cluster {
         for addr in &candidates {
             match self.connection_to(addr).await {
                 Ok(conn) => return Ok(conn),
+                // Every broker has the same listener settings: no point trying the others.
+                Err(ClusterError::Connection(e)) if e.is_security_error() => {
+                    return Err(ClusterError::Connection(e))
+                }
                 Err(e) => last = e.to_string(),
             }
         }

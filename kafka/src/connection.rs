@@ -26,6 +26,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+use crate::security::ClientSecurity;
+
 /// Largest response frame we accept. Kafka's default `socket.request.max.bytes` is 100 MiB; a
 /// length beyond that is far more likely a desynchronised stream than a real response.
 pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
@@ -44,6 +46,18 @@ pub enum ConnectionError {
         #[source]
         source: std::io::Error,
     },
+    #[error("TLS to broker {addr} failed: {reason}")]
+    Tls { addr: String, reason: String },
+    #[error("SASL {mechanism} authentication of '{principal}' to broker {addr} failed: {message}")]
+    Authentication {
+        addr: String,
+        mechanism: &'static str,
+        principal: String,
+        message: String,
+    },
+    /// The broker's listener speaks another protocol than `security.protocol` says.
+    #[error("broker {addr}: {message}")]
+    SecurityMismatch { addr: String, message: String },
     #[error("connecting to broker {addr} timed out after {after:?}")]
     ConnectTimeout { addr: String, after: Duration },
     #[error("i/o error on the connection to broker {addr}: {source}")]
@@ -107,6 +121,19 @@ pub enum ConnectionError {
 }
 
 impl ConnectionError {
+    /// Whether this error is the client's security setting not matching the broker's (bad
+    /// credentials, untrusted certificate, TLS against plaintext or the reverse): trying again
+    /// cannot help, the configuration must change.
+    pub fn is_security_error(&self) -> bool {
+        match self {
+            ConnectionError::Tls { .. }
+            | ConnectionError::Authentication { .. }
+            | ConnectionError::SecurityMismatch { .. } => true,
+            ConnectionError::Poisoned { cause, .. } => cause.is_security_error(),
+            _ => false,
+        }
+    }
+
     /// Whether this error means the connection can no longer carry requests.
     pub fn is_fatal_for_connection(&self) -> bool {
         !matches!(
@@ -185,11 +212,24 @@ impl Drop for Connection {
 }
 
 impl Connection {
-    /// Open a TCP connection to `addr` and negotiate versions with ApiVersions.
+    /// Open a plaintext TCP connection to `addr` and negotiate versions with ApiVersions.
     pub async fn connect(
         addr: &str,
         client_id: &str,
         timeout: Duration,
+    ) -> Result<Connection, ConnectionError> {
+        Connection::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext()).await
+    }
+
+    /// Open a connection to `addr` as `security` says: TCP, the TLS handshake when TLS is on,
+    /// ApiVersions, then SASL authentication when SASL is on. A mismatch with the broker's
+    /// listener (TLS against plaintext or the reverse), an untrusted certificate or refused
+    /// credentials come back as errors for which [`ConnectionError::is_security_error`] holds.
+    pub async fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
     ) -> Result<Connection, ConnectionError> {
         let stream = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await
         {
@@ -209,8 +249,37 @@ impl Connection {
         };
         // Requests are small and latency matters more than packet count.
         let _ = stream.set_nodelay(true);
-        let mut conn = Connection::from_stream(stream, addr, client_id);
-        conn.negotiate_versions(timeout).await?;
+        let mut conn = match security.tls() {
+            None => Connection::from_stream(stream, addr, client_id),
+            Some(tls) => {
+                let host = host_of(addr);
+                let tls_stream =
+                    match tokio::time::timeout(timeout, tls.connect(host, stream)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(reason)) => {
+                            return Err(ConnectionError::Tls {
+                                addr: addr.to_string(),
+                                reason,
+                            })
+                        }
+                        Err(_) => {
+                            return Err(ConnectionError::Tls {
+                                addr: addr.to_string(),
+                                reason: format!(
+                                    "no TLS handshake within {timeout:?}; is this a TLS listener? \
+                                 security.protocol={} needs one",
+                                    security.protocol().name()
+                                ),
+                            })
+                        }
+                    };
+                Connection::from_stream(tls_stream, addr, client_id)
+            }
+        };
+        if let Err(e) = conn.negotiate_versions(timeout).await {
+            return Err(explain_first_answer(e, addr, security));
+        }
+        crate::security::authenticate(&conn, security, timeout).await?;
         Ok(conn)
     }
 
@@ -516,6 +585,67 @@ impl Connection {
         })?;
         buf[0..4].copy_from_slice(&len.to_be_bytes());
         Ok(buf.freeze())
+    }
+}
+
+/// The host part of "host:port" (IPv6 in brackets or not).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// The first exchange on a connection is where a listener of another kind shows: a TLS
+/// listener closes a plaintext client or answers with a TLS alert (not a Kafka frame); a TLS
+/// session that the broker ends at once (e.g. no client certificate under TLS 1.3) shows here
+/// too.
+fn explain_first_answer(
+    e: ConnectionError,
+    addr: &str,
+    security: &ClientSecurity,
+) -> ConnectionError {
+    let root: &ConnectionError = match &e {
+        ConnectionError::Poisoned { cause, .. } => cause,
+        other => other,
+    };
+    if let Some(tls) = security.tls() {
+        if let ConnectionError::Io { source, .. } = root {
+            if source
+                .get_ref()
+                .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
+            {
+                return ConnectionError::Tls {
+                    addr: addr.to_string(),
+                    reason: tls.explain(host_of(addr), source),
+                };
+            }
+        }
+        return e;
+    }
+    let not_kafka = match root {
+        ConnectionError::Closed { .. } => Some("closed the connection".to_owned()),
+        ConnectionError::Io { source, .. } => Some(format!("failed the connection ({source})")),
+        ConnectionError::FrameTooLarge { size, .. }
+        | ConnectionError::FrameTooShort { size, .. } => {
+            // A TLS record starts 0x15 (alert) or 0x16 (handshake), 0x03.
+            let looks_tls = matches!((size >> 24) & 0xff, 0x15 | 0x16);
+            Some(format!(
+                "answered with bytes that are not a Kafka frame{}",
+                if looks_tls { " (a TLS record)" } else { "" }
+            ))
+        }
+        _ => None,
+    };
+    match not_kafka {
+        Some(what) => ConnectionError::SecurityMismatch {
+            addr: addr.to_string(),
+            message: format!(
+                "the broker {what} on the first request (ApiVersions) sent in plaintext \
+                 (security.protocol={}); if this listener uses TLS, set security.protocol=SSL or SASL_SSL \
+                 with the CA in ssl.truststore.location or ssl.ca.location",
+                security.protocol().name()
+            ),
+        },
+        None => e,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod classic;
 pub mod cluster;
 pub mod connection;
 pub mod producer;
+pub mod security;
 pub mod share;
 
 /// The protocol name of a Kafka error code, e.g. `NotLeaderOrFollower` for 6, for messages.

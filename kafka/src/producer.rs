@@ -18,6 +18,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::classic::GroupMetadata;
+use crate::security::{rdkafka_config, SecurityContext};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
@@ -67,7 +68,8 @@ pub struct Written {
 /// An idempotent producer. Cheap to clone (the rdkafka handle is shared).
 #[derive(Clone)]
 pub struct IdempotentProducer {
-    inner: FutureProducer,
+    inner: FutureProducer<SecurityContext>,
+    context: SecurityContext,
     bootstrap: String,
 }
 
@@ -91,17 +93,22 @@ impl IdempotentProducer {
             .set("bootstrap.servers", bootstrap)
             .set("linger.ms", "5")
             .set("message.timeout.ms", "30000");
-        for (key, value) in overrides {
-            config.set(key, value);
-        }
-        // Set last so an override cannot turn it off: callers rely on it.
-        config.set("enable.idempotence", "true");
-        let inner: FutureProducer = config.create().map_err(|e| ProduceError::Create {
+        // Security keys in either spelling are translated for librdkafka.
+        let context = rdkafka_config(&mut config, overrides).map_err(|e| ProduceError::Create {
             bootstrap: bootstrap.to_owned(),
             reason: e.to_string(),
         })?;
+        // Set last so an override cannot turn it off: callers rely on it.
+        config.set("enable.idempotence", "true");
+        let inner: FutureProducer<SecurityContext> = config
+            .create_with_context(context.clone())
+            .map_err(|e| ProduceError::Create {
+                bootstrap: bootstrap.to_owned(),
+                reason: e.to_string(),
+            })?;
         Ok(IdempotentProducer {
             inner,
+            context,
             bootstrap: bootstrap.to_owned(),
         })
     }
@@ -127,7 +134,21 @@ impl IdempotentProducer {
     /// Writes `records` (pipelined) and returns one result per record, in input order, once
     /// every record is confirmed or failed.
     pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
-        send_all(&self.inner, records).await
+        let mut results = send_all(&self.inner, records).await;
+        // A refused login or an untrusted certificate surfaces as timed-out deliveries; say
+        // what it was, and that retrying cannot help.
+        for result in &mut results {
+            if let Err(ProduceError::Delivery {
+                reason, retriable, ..
+            }) = result
+            {
+                if let Some(failure) = self.context.security_failure_logged() {
+                    *reason = format!("{reason} ({failure})");
+                    *retriable = false;
+                }
+            }
+        }
+        results
     }
 
     /// Waits until everything sent so far is confirmed (blocking: call it off the async path).
@@ -141,8 +162,8 @@ impl IdempotentProducer {
 }
 
 /// Sends `records` pipelined on `producer`; one result per record, in input order.
-async fn send_all(
-    producer: &FutureProducer,
+async fn send_all<C: rdkafka::ClientContext + 'static>(
+    producer: &FutureProducer<C>,
     records: &[OutRecord],
 ) -> Vec<Result<Written, ProduceError>> {
     let pending = records.iter().map(|record| {
@@ -247,7 +268,8 @@ impl TxnError {
 /// The transaction steps block inside librdkafka, so they run on tokio's blocking pool.
 #[derive(Clone)]
 pub struct TransactionalProducer {
-    inner: FutureProducer,
+    inner: FutureProducer<SecurityContext>,
+    context: SecurityContext,
     bootstrap: String,
     transactional_id: String,
     /// How long one transaction step may take.
@@ -279,20 +301,26 @@ impl TransactionalProducer {
             .set("linger.ms", "5")
             .set("message.timeout.ms", "30000")
             .set("transaction.timeout.ms", "60000");
-        for (key, value) in overrides {
-            config.set(key, value);
-        }
-        config
-            .set("enable.idempotence", "true")
-            .set("transactional.id", transactional_id);
-        let inner: FutureProducer = config.create().map_err(|e| TxnError {
+        let context = rdkafka_config(&mut config, overrides).map_err(|e| TxnError {
             step: "create",
             transactional_id: transactional_id.to_owned(),
             reason: format!("cannot create a producer for {bootstrap}: {e}"),
             kind: TxnErrorKind::Fatal,
         })?;
+        config
+            .set("enable.idempotence", "true")
+            .set("transactional.id", transactional_id);
+        let inner: FutureProducer<SecurityContext> = config
+            .create_with_context(context.clone())
+            .map_err(|e| TxnError {
+                step: "create",
+                transactional_id: transactional_id.to_owned(),
+                reason: format!("cannot create a producer for {bootstrap}: {e}"),
+                kind: TxnErrorKind::Fatal,
+            })?;
         let producer = TransactionalProducer {
             inner,
+            context,
             bootstrap: bootstrap.to_owned(),
             transactional_id: transactional_id.to_owned(),
             step_timeout,
@@ -315,7 +343,9 @@ impl TransactionalProducer {
     async fn blocking(
         &self,
         step: &'static str,
-        f: impl FnOnce(&FutureProducer, Duration) -> Result<(), KafkaError> + Send + 'static,
+        f: impl FnOnce(&FutureProducer<SecurityContext>, Duration) -> Result<(), KafkaError>
+            + Send
+            + 'static,
     ) -> Result<(), TxnError> {
         let inner = self.inner.clone();
         let timeout = self.step_timeout;
@@ -328,7 +358,15 @@ impl TransactionalProducer {
                 reason: format!("the blocking step was cancelled: {e}"),
                 kind: TxnErrorKind::Abortable,
             })?
-            .map_err(|e| TxnError::from_kafka(step, &id, e))
+            .map_err(|e| {
+                let mut error = TxnError::from_kafka(step, &id, e);
+                // A refused login shows as a timed-out step; it will not pass by retrying.
+                if let Some(failure) = self.context.security_failure_logged() {
+                    error.reason = format!("{} ({failure})", error.reason);
+                    error.kind = TxnErrorKind::Fatal;
+                }
+                error
+            })
     }
 
     pub async fn begin(&self) -> Result<(), TxnError> {
@@ -341,7 +379,21 @@ impl TransactionalProducer {
     /// Writes `records` in the open transaction and waits for every delivery report. A failed
     /// record leaves the transaction needing an abort.
     pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
-        send_all(&self.inner, records).await
+        let mut results = send_all(&self.inner, records).await;
+        // A refused login or an untrusted certificate surfaces as timed-out deliveries; say
+        // what it was, and that retrying cannot help.
+        for result in &mut results {
+            if let Err(ProduceError::Delivery {
+                reason, retriable, ..
+            }) = result
+            {
+                if let Some(failure) = self.context.security_failure_logged() {
+                    *reason = format!("{reason} ({failure})");
+                    *retriable = false;
+                }
+            }
+        }
+        results
     }
 
     /// Adds the consumer group's next offsets (`(topic, partition) → offset`) to the open

@@ -41,6 +41,7 @@ use super::fetch::{
 use super::membership::{self, Assignment, MemberState, MembershipLink};
 use super::{AckError, AcknowledgeType, CommitResult, ShareError, ShareRecord, ShareSource, Tp};
 use crate::cluster::Cluster;
+use crate::security::ClientSecurity;
 
 /// Settings of a [`ShareConsumer`]. Names follow the Java client's where one exists.
 #[derive(Debug, Clone)]
@@ -77,6 +78,8 @@ pub struct ShareConsumerConfig {
     /// The check is made at `poll` and `commit_sync` (and every 50 ms); records whose locks
     /// have expired no longer count.
     pub fetch_buffer_batches: usize,
+    /// `security.protocol`, TLS and SASL, from [`crate::security::SecuritySettings`].
+    pub security: ClientSecurity,
 }
 
 impl ShareConsumerConfig {
@@ -93,6 +96,7 @@ impl ShareConsumerConfig {
             request_timeout: Duration::from_secs(30),
             metadata_max_age: Duration::from_secs(30),
             fetch_buffer_batches: 1,
+            security: ClientSecurity::plaintext(),
         }
     }
 
@@ -168,10 +172,11 @@ impl ShareConsumer {
     /// [`ShareConsumer::subscribe`].
     pub async fn connect(config: ShareConsumerConfig) -> Result<ShareConsumer, ShareError> {
         config.validate()?;
-        let cluster = Cluster::connect(
+        let cluster = Cluster::connect_secured(
             &config.bootstrap_servers,
             &config.client_id,
             config.request_timeout,
+            config.security.clone(),
         )
         .await?;
         let member_id = membership::new_member_id();
