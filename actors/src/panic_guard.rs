@@ -11,7 +11,7 @@
 //! reads on the same thread right after unwinding stopped.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
@@ -38,6 +38,30 @@ impl std::fmt::Display for Panicked {
 thread_local! {
     /// The location of the last panic on this thread.
     static LAST_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// How many guards the current thread is inside: a panic there is caught and becomes a
+    /// task failure, so it does not mean the runtime broke ([`crate::panics`] skips it).
+    static GUARD_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// True while the current thread runs code under [`guard`] or polls a [`guard_future`].
+pub fn inside_guard() -> bool {
+    GUARD_DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
+}
+
+/// Marks the thread as inside a guard until dropped (also while unwinding).
+struct GuardDepth;
+
+impl GuardDepth {
+    fn enter() -> GuardDepth {
+        let _ = GUARD_DEPTH.try_with(|d| d.set(d.get() + 1));
+        GuardDepth
+    }
+}
+
+impl Drop for GuardDepth {
+    fn drop(&mut self) {
+        let _ = GUARD_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
 }
 
 static HOOK: Once = Once::new();
@@ -76,13 +100,22 @@ fn caught(payload: Box<dyn Any + Send>) -> Panicked {
 /// nothing happened (hence `AssertUnwindSafe` here): a panicked plugin is never called again.
 pub fn guard<T>(f: impl FnOnce() -> T) -> Result<T, Panicked> {
     install_hook();
-    catch_unwind(AssertUnwindSafe(f)).map_err(caught)
+    catch_unwind(AssertUnwindSafe(|| {
+        let _inside = GuardDepth::enter();
+        f()
+    }))
+    .map_err(caught)
 }
 
 /// Awaits `fut`, turning a panic in any of its polls into `Err`.
 pub async fn guard_future<F: Future>(fut: F) -> Result<F::Output, Panicked> {
     install_hook();
-    AssertUnwindSafe(fut).catch_unwind().await.map_err(caught)
+    let mut fut = std::pin::pin!(fut);
+    let guarded = futures::future::poll_fn(move |cx| {
+        let _inside = GuardDepth::enter();
+        fut.as_mut().poll(cx)
+    });
+    AssertUnwindSafe(guarded).catch_unwind().await.map_err(caught)
 }
 
 #[cfg(test)]
@@ -102,6 +135,8 @@ mod tests {
         );
         assert!(err.to_string().starts_with("panicked at "), "{err}");
         assert_eq!(guard(|| 5).expect("no panic"), 5);
+        assert!(guard(inside_guard).expect("no panic"));
+        assert!(!inside_guard(), "the depth is restored after a caught panic");
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub fn watch_current_thread(slot: PanicSlot) {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            // A panic inside a guard is caught and fails its task; the runtime goes on.
+            if crate::panic_guard::inside_guard() {
+                previous(info);
+                return;
+            }
             let _ = SLOT.try_with(|s| {
                 if let Some(slot) = s.borrow().as_ref() {
                     let message = info
@@ -53,6 +58,15 @@ mod tests {
     #[test]
     fn a_panic_is_recorded_for_the_watching_thread_only() {
         let watched = PanicSlot::default();
+        // First a panic a guard catches: a task failure, not a broken runtime.
+        let guarded = Arc::clone(&watched);
+        let caught = std::thread::spawn(move || {
+            watch_current_thread(guarded);
+            crate::panic_guard::guard(|| panic!("caught by a guard")).is_err()
+        })
+        .join();
+        assert!(caught.expect("the guard caught it"));
+        assert_eq!(*watched.lock().expect("slot"), None);
         let slot = Arc::clone(&watched);
         let outcome = std::thread::spawn(move || {
             watch_current_thread(slot);
