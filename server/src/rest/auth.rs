@@ -275,3 +275,39 @@ impl FromRequest for TenantReader {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_json_media_types_are_json() {
+        for json in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+        ] {
+            assert!(is_json(json), "{json}");
+        }
+        for other in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "",
+        ] {
+            assert!(!is_json(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_method_a_route_lacks_needs_its_strictest_access() {
+        let tenants = [(Method::GET, Access::Caller), (Method::PUT, Access::Admin)];
+        assert_eq!(access_of(&tenants, &Method::GET), Access::Caller);
+        assert_eq!(access_of(&tenants, &Method::POST), Access::Admin);
+        let public = [(Method::GET, Access::Public)];
+        assert_eq!(access_of(&public, &Method::DELETE), Access::Public);
+        let caller = [(Method::GET, Access::Caller)];
+        assert_eq!(access_of(&caller, &Method::DELETE), Access::Caller);
+    }
+}
