@@ -120,6 +120,23 @@ fn fuzz(base: &str, token: Option<&str>, dir: &Path, label: &str) {
     );
 }
 
+/// Creates `orders`, the connector name the document's examples use, so that requests about
+/// a connector reach a real one (a classic file sink writing into the worker's directory).
+async fn orders(api: &Client, path: &str) {
+    let created = api
+        .post(
+            path,
+            json!({"name": "orders", "config": {
+                "connector.class": "file",
+                "topics": "fuzzed",
+                "file": "orders.txt",
+                "consumer.override.group.protocol": "classic",
+            }}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+}
+
 async fn healthy(api: &Client) {
     api.wait_for("/health", WAIT, |h| h["status"] == "healthy")
         .await;
@@ -146,6 +163,7 @@ async fn schemathesis_finds_no_server_error_with_authentication_off_and_on() {
     );
     let api = Client::new(&worker.base);
     healthy(&api).await;
+    orders(&api, "/connectors").await;
     fuzz(&worker.base, None, off.path(), "auth-off");
     healthy(&api).await;
     let log = worker.stop();
@@ -167,16 +185,20 @@ async fn schemathesis_finds_no_server_error_with_authentication_off_and_on() {
     let anonymous = Client::new(&worker.base);
     healthy(&anonymous).await;
     let admin = anonymous.with_token(ADMIN_TOKEN);
-    let created = admin.post("/tenants", json!({"name": "fuzzer"})).await;
+    // `acme` is the tenant of the document's examples.
+    let created = admin.post("/tenants", json!({"name": "acme"})).await;
     assert_eq!(created.status, 201, "{}", created.text);
     let tenant_token = created.body["token"].as_str().expect("a token").to_owned();
-    fuzz(&worker.base, Some(ADMIN_TOKEN), on.path(), "auth-on-admin");
+    orders(&admin, "/connectors").await;
+    orders(&admin, "/tenants/acme/connectors").await;
+    // The tenant's run first: the admin's may delete the tenant or rotate its token.
     fuzz(
         &worker.base,
         Some(&tenant_token),
         on.path(),
         "auth-on-tenant",
     );
+    fuzz(&worker.base, Some(ADMIN_TOKEN), on.path(), "auth-on-admin");
     healthy(&anonymous).await;
     let log = worker.stop();
     assert!(!log.contains("panicked"), "the worker panicked:\n{log}");

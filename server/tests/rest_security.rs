@@ -308,6 +308,25 @@ async fn bodies_must_be_json_methods_are_listed_and_duplicate_keys_are_refused()
     .await;
     assert_eq!(status, 201, "{body}");
 
+    // A page of another site cannot act even where no body (so no 415) is involved; a
+    // same-origin one can.
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}/connectors/csrf/restart"))
+        .header("origin", "http://evil.example");
+    let refused = request.send().await.expect("an answer");
+    assert_eq!(refused.status(), 403);
+    let body: Json = refused.json().await.expect("json");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cross-origin")),
+        "{body}"
+    );
+    request = reqwest::Client::new()
+        .post(format!("{base}/connectors/csrf/restart"))
+        .header("origin", base.as_str());
+    assert_eq!(request.send().await.expect("an answer").status(), 204);
+
     // A known path with a method it does not have: 405 naming the methods it has.
     for (method, path, allow) in [
         (Method::DELETE, "/connectors", "GET, POST"),

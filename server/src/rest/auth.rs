@@ -123,6 +123,34 @@ pub fn check_media_type(request: &ServiceRequest) -> Result<(), ApiError> {
     }
 }
 
+/// Refuses a request a browser sent from another origin (403). Browsers add `Origin` to
+/// cross-origin requests (and to same-origin POSTs); this API grants no CORS, so a page of
+/// another site must not act on it even where the browser sends the request anyway (a
+/// bodyless cross-site POST needs no preflight). Clients that are not browsers send no
+/// `Origin`.
+pub fn check_origin(request: &ServiceRequest) -> Result<(), ApiError> {
+    let Some(origin) = request.headers().get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("(not text)");
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let authority = origin
+        .split_once("://")
+        .map(|(_, rest)| rest.trim_end_matches('/'))
+        .unwrap_or_default();
+    if !host.is_empty() && authority.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "a cross-origin request (Origin: {origin}) is refused: this API grants no cross-origin access; call it from a client that is not a web page"
+        )))
+    }
+}
+
 /// Who may call the matched route: `rules` holds its methods' [`Access`]; a method the route
 /// does not have (answered 405) needs a valid token like the route's strictest method.
 pub fn access_of(rules: &[(Method, Access)], method: &Method) -> Access {
@@ -150,7 +178,10 @@ pub async fn guard(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    match authorize(&rules, &request).and_then(|()| check_media_type(&request)) {
+    let checked = check_origin(&request)
+        .and_then(|()| authorize(&rules, &request))
+        .and_then(|()| check_media_type(&request));
+    match checked {
         Ok(()) => next.call(request).await.map(|r| r.map_into_left_body()),
         Err(refused) => {
             let response = refused.error_response();
@@ -273,5 +304,41 @@ impl FromRequest for TenantReader {
             }
             Err(e) => Err(e),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_json_media_types_are_json() {
+        for json in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+        ] {
+            assert!(is_json(json), "{json}");
+        }
+        for other in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "",
+        ] {
+            assert!(!is_json(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_method_a_route_lacks_needs_its_strictest_access() {
+        let tenants = [(Method::GET, Access::Caller), (Method::PUT, Access::Admin)];
+        assert_eq!(access_of(&tenants, &Method::GET), Access::Caller);
+        assert_eq!(access_of(&tenants, &Method::POST), Access::Admin);
+        let public = [(Method::GET, Access::Public)];
+        assert_eq!(access_of(&public, &Method::DELETE), Access::Public);
+        let caller = [(Method::GET, Access::Caller)];
+        assert_eq!(access_of(&caller, &Method::DELETE), Access::Caller);
     }
 }

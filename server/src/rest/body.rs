@@ -182,3 +182,34 @@ fn kind(value: &Json) -> &'static str {
         Json::Object(_) => "an object",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_key_is_refused_at_any_depth_naming_it() {
+        for (body, key) in [
+            (r#"{"a": 1, "a": 2}"#, "a"),
+            (r#"{"config": {"topics": "x", "topics": "y"}}"#, "topics"),
+            (r#"[{"k": 1}, {"k": 1, "k": 1}]"#, "k"),
+        ] {
+            let err = parse_strict(body.as_bytes()).expect_err(body);
+            assert!(
+                err.to_string().contains(&format!("duplicate key '{key}'")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn ordinary_json_parses_as_serde_json_does() {
+        let body =
+            r#"{"a": [1, -2, 3.5, true, null, "s"], "b": {"c": {}}, "d": 18446744073709551615}"#;
+        let strict = parse_strict(body.as_bytes()).expect("valid");
+        let plain: Json = serde_json::from_str(body).expect("valid");
+        assert_eq!(strict, plain);
+        assert!(parse_strict(b"{} trailing").is_err());
+        assert!(parse_strict(b"{\"a\": ").is_err());
+    }
+}
