@@ -226,3 +226,301 @@ fn a_sasl_listener_without_users_is_refused_with_a_named_error() {
         .to_string();
     assert!(err.contains("at least one user"), "{err}");
 }
+
+/// A producer that must fail: returns what librdkafka reported (errors and the delivery error).
+async fn failure_through(config: &ClientConfig, topic: &str) -> String {
+    let errors = Errors::default();
+    let producer: FutureProducer<Errors> = config
+        .clone()
+        .set("message.timeout.ms", "8000")
+        .create_with_context(errors.clone())
+        .expect("producer");
+    let delivery = producer
+        .send(
+            FutureRecord::to(topic).key("k").payload("v"),
+            Duration::from_secs(8),
+        )
+        .await;
+    let delivery = match delivery {
+        Ok(_) => panic!("a record was delivered; client errors: {}", errors.text()),
+        Err((e, _)) => e.to_string(),
+    };
+    format!("{delivery}\n{}", errors.text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_proxy_serves_rdkafka_that_trusts_the_test_ca_and_refuses_one_that_does_not() {
+    let broker = DevBroker::try_start(2, &[("tls", 2)]).expect("dev broker");
+    let proxy = KafkaProxy::start(&broker.bootstrap(), ProxyOptions::new(ProxySecurity::Ssl))
+        .expect("proxy starts");
+    let pki = proxy.pki().expect("TLS proxies have certificates");
+    let config = client_config(&proxy, None);
+    let seen = brokers_seen(&config);
+    assert_eq!(
+        seen.iter().map(|(_, p)| *p).collect::<BTreeSet<_>>(),
+        proxy_ports(&proxy)
+    );
+    produce_through(&config, "tls", 100).await.unwrap();
+    consume_through(&config, "tls", "tls-group", 100).await;
+
+    let mut untrusted = config.clone();
+    untrusted.set(
+        "ssl.ca.location",
+        pki.untrusted_ca_path.display().to_string(),
+    );
+    let why = failure_through(&untrusted, "tls").await;
+    assert!(
+        why.to_lowercase().contains("certificate verify failed"),
+        "{why}"
+    );
+
+    let mut plaintext = config.clone();
+    plaintext.set("security.protocol", "plaintext");
+    failure_through(&plaintext, "tls").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_admits_only_clients_with_a_certificate_from_the_test_ca() {
+    let broker = DevBroker::try_start(1, &[("mtls", 1)]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Ssl).with_client_certificate_required(),
+    )
+    .expect("proxy starts");
+    let pki = proxy.pki().unwrap();
+    let config = client_config(&proxy, None);
+    failure_through(&config, "mtls").await;
+
+    let mut foreign = config.clone();
+    foreign
+        .set(
+            "ssl.certificate.location",
+            pki.untrusted_client_cert_path.display().to_string(),
+        )
+        .set(
+            "ssl.key.location",
+            pki.untrusted_client_key_path.display().to_string(),
+        );
+    failure_through(&foreign, "mtls").await;
+
+    let mut with_cert = config.clone();
+    with_cert
+        .set(
+            "ssl.certificate.location",
+            pki.client_cert_path.display().to_string(),
+        )
+        .set(
+            "ssl.key.location",
+            pki.client_key_path.display().to_string(),
+        );
+    produce_through(&with_cert, "mtls", 20).await.unwrap();
+    consume_through(&with_cert, "mtls", "mtls-group", 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_ssl_delivers_with_plain_and_both_scram_mechanisms_and_refuses_a_wrong_password() {
+    let broker = DevBroker::try_start(2, &[("sasl", 2)]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::SaslSsl).with_user("alice", "alice-secret"),
+    )
+    .expect("proxy starts");
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let config = client_config(&proxy, Some((mechanism, "alice", "alice-secret")));
+        produce_through(&config, "sasl", 50)
+            .await
+            .unwrap_or_else(|e| panic!("{mechanism}: {e}"));
+        let group = format!("sasl-{mechanism}");
+        consume_through(&config, "sasl", &group, 50).await;
+
+        let wrong = client_config(&proxy, Some((mechanism, "alice", "not-her-password")));
+        let why = failure_through(&wrong, "sasl").await;
+        assert!(why.contains("Authentication failed"), "{mechanism}: {why}");
+        // The password never shows in what the client reports.
+        assert!(!why.contains("not-her-password"), "{why}");
+    }
+}
+
+/// A client with a fixed OAUTHBEARER token (librdkafka asks its context for tokens).
+struct BearerContext {
+    token: String,
+    errors: Errors,
+}
+
+impl ClientContext for BearerContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.errors.error(error, reason);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        Ok(rdkafka::client::OAuthToken {
+            token: self.token.clone(),
+            principal_name: "app".into(),
+            lifetime_ms: (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis() as i64)
+                + 60_000,
+        })
+    }
+}
+
+async fn bearer_delivers(proxy: &KafkaProxy, token: String) -> Result<(), String> {
+    let errors = Errors::default();
+    let mut config = client_config(proxy, None);
+    config
+        .set("sasl.mechanism", "OAUTHBEARER")
+        .set("message.timeout.ms", "8000");
+    let producer: FutureProducer<BearerContext> = config
+        .create_with_context(BearerContext {
+            token,
+            errors: errors.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+    producer
+        .send(
+            FutureRecord::to("oauth").key("k").payload("v"),
+            Duration::from_secs(8),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|(e, _)| format!("{e}\n{}", errors.text()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauthbearer_accepts_tokens_of_its_issuer_only() {
+    let broker = DevBroker::try_start(1, &[("oauth", 1)]).expect("dev broker");
+    let issuer = spillway_tests::TokenIssuer::start("app", "app-secret", Duration::from_secs(300));
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::SaslSsl)
+            .with_mechanisms(&[])
+            .with_token_issuer(issuer.clone()),
+    )
+    .expect("proxy starts");
+    bearer_delivers(&proxy, issuer.issue(Some("kafka")))
+        .await
+        .expect("a token of the issuer is accepted");
+    let stranger =
+        spillway_tests::TokenIssuer::start("app", "app-secret", Duration::from_secs(300));
+    let why = bearer_delivers(&proxy, stranger.issue(None))
+        .await
+        .unwrap_err();
+    assert!(
+        why.contains("Authentication failed") || why.contains("signature"),
+        "{why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_listener_closes_connections_that_skip_authentication_as_kafka_does() {
+    use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest, RequestHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn frame<T: Encodable + HeaderVersion>(key: i16, version: i16, body: &T) -> Vec<u8> {
+        let mut header = RequestHeader::default();
+        header.request_api_key = key;
+        header.request_api_version = version;
+        header.correlation_id = 9;
+        let mut buf = bytes::BytesMut::new();
+        header.encode(&mut buf, T::header_version(version)).unwrap();
+        body.encode(&mut buf, version).unwrap();
+        let mut out = (buf.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&buf);
+        out
+    }
+
+    let broker = DevBroker::try_start(1, &[]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::SaslPlaintext).with_user("alice", "alice-secret"),
+    )
+    .expect("proxy starts");
+    let mut socket = tokio::net::TcpStream::connect(proxy.bootstrap())
+        .await
+        .unwrap();
+    // ApiVersions is answered before authentication, and advertises the SASL APIs.
+    socket
+        .write_all(&frame(18, 2, &ApiVersionsRequest::default()))
+        .await
+        .unwrap();
+    let mut len = [0u8; 4];
+    socket.read_exact(&mut len).await.unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    socket.read_exact(&mut body).await.unwrap();
+    let mut bytes = bytes::Bytes::from(body);
+    let _header = kafka_protocol::messages::ResponseHeader::decode(&mut bytes, 0).unwrap();
+    let versions = kafka_protocol::messages::ApiVersionsResponse::decode(&mut bytes, 2).unwrap();
+    let advertised = |key: i16| {
+        versions
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == key)
+            .map(|k| (k.min_version, k.max_version))
+    };
+    assert_eq!(advertised(17), Some((0, 1)));
+    assert_eq!(advertised(36), Some((0, 2)));
+    // Anything else before SaslHandshake: the connection closes without an answer.
+    socket
+        .write_all(&frame(METADATA, 4, &MetadataRequest::default()))
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut rest))
+        .await
+        .expect("the proxy closes the connection");
+    assert!(read.is_ok() && rest.is_empty(), "{read:?} {rest:?}");
+    assert_eq!(proxy.request_count(METADATA), 1);
+}
+
+/// Runs tools/kafka_roundtrip.py (the confluent-kafka wheel): produce `n`, read them back.
+fn python_round_trip(conf: serde_json::Value, topic: &str, n: usize) -> Result<String, String> {
+    let python = spillway_tests::python::venv_python().expect("python venv");
+    let script = spillway_tests::python::tools_dir().join("kafka_roundtrip.py");
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .arg(conf.to_string())
+        .arg(topic)
+        .arg(n.to_string())
+        .output()
+        .expect("python runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if output.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+#[test]
+fn python_confluent_kafka_round_trips_over_tls_with_ssl_ca_location() {
+    let broker = DevBroker::try_start(2, &[("py-tls", 2)]).expect("dev broker");
+    let proxy = KafkaProxy::start(&broker.bootstrap(), ProxyOptions::new(ProxySecurity::Ssl))
+        .expect("proxy starts");
+    let pki = proxy.pki().unwrap();
+    let conf = serde_json::json!({
+        "bootstrap.servers": proxy.bootstrap(),
+        "security.protocol": "SSL",
+        "ssl.ca.location": pki.ca_path.display().to_string(),
+    });
+    let out = python_round_trip(conf, "py-tls", 50).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("consumed 50"), "{out}");
+
+    let untrusted = serde_json::json!({
+        "bootstrap.servers": proxy.bootstrap(),
+        "security.protocol": "SSL",
+        "ssl.ca.location": pki.untrusted_ca_path.display().to_string(),
+        "message.timeout.ms": 5000,
+    });
+    let err = python_round_trip(untrusted, "py-tls", 1).unwrap_err();
+    assert!(err.contains("produce failed"), "{err}");
+}
