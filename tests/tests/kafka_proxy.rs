@@ -524,3 +524,332 @@ fn python_confluent_kafka_round_trips_over_tls_with_ssl_ca_location() {
     let err = python_round_trip(untrusted, "py-tls", 1).unwrap_err();
     assert!(err.contains("produce failed"), "{err}");
 }
+
+/// A bare Kafka protocol client, for fault tests that must see exactly what comes back.
+struct Raw {
+    socket: tokio::net::TcpStream,
+    correlation: i32,
+}
+
+impl Raw {
+    async fn connect(address: &str) -> Raw {
+        Raw {
+            socket: tokio::net::TcpStream::connect(address).await.unwrap(),
+            correlation: 0,
+        }
+    }
+
+    async fn send<T>(&mut self, api_key: i16, version: i16, body: &T) -> i32
+    where
+        T: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        use kafka_protocol::protocol::Encodable;
+        use tokio::io::AsyncWriteExt;
+        self.correlation += 1;
+        let mut header = kafka_protocol::messages::RequestHeader::default();
+        header.request_api_key = api_key;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(kafka_protocol::protocol::StrBytes::from_static_str("raw"));
+        let mut buf = bytes::BytesMut::new();
+        header.encode(&mut buf, T::header_version(version)).unwrap();
+        body.encode(&mut buf, version).unwrap();
+        let mut frame = (buf.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        self.socket.write_all(&frame).await.unwrap();
+        self.correlation
+    }
+
+    /// The next response as `T` with its correlation id, or `None` if none came `within`.
+    async fn recv<T>(&mut self, version: i16, within: Duration) -> Option<(i32, T)>
+    where
+        T: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        use kafka_protocol::protocol::Decodable;
+        use tokio::io::AsyncReadExt;
+        let read = async {
+            let mut len = [0u8; 4];
+            self.socket.read_exact(&mut len).await.ok()?;
+            let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+            self.socket.read_exact(&mut body).await.ok()?;
+            Some(bytes::Bytes::from(body))
+        };
+        let mut frame = tokio::time::timeout(within, read).await.ok()??;
+        let header = kafka_protocol::messages::ResponseHeader::decode(
+            &mut frame,
+            T::header_version(version),
+        )
+        .unwrap();
+        Some((
+            header.correlation_id,
+            T::decode(&mut frame, version).unwrap(),
+        ))
+    }
+}
+
+fn metadata_request() -> kafka_protocol::messages::MetadataRequest {
+    let mut r = kafka_protocol::messages::MetadataRequest::default();
+    r.topics = Some(Vec::new());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_and_delayed_responses_reach_the_client_as_a_timeout_and_a_wait() {
+    use kafka_protocol::messages::MetadataResponse;
+    let broker = DevBroker::try_start(1, &[]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext),
+    )
+    .expect("proxy starts");
+    let mut raw = Raw::connect(&proxy.bootstrap()).await;
+
+    proxy.faults().drop_responses(METADATA, 1);
+    let first = raw.send(METADATA, 9, &metadata_request()).await;
+    assert!(
+        raw.recv::<MetadataResponse>(9, Duration::from_secs(2))
+            .await
+            .is_none(),
+        "the response to request {first} was not dropped"
+    );
+    assert_eq!(proxy.faults().dropped(METADATA), 1);
+    let second = raw.send(METADATA, 9, &metadata_request()).await;
+    let (correlation, response) = raw
+        .recv::<MetadataResponse>(9, Duration::from_secs(10))
+        .await
+        .expect("only the next response is dropped");
+    assert_eq!(correlation, second);
+    assert_eq!(response.brokers.len(), 1);
+
+    proxy
+        .faults()
+        .delay_responses(METADATA, Duration::from_millis(1500));
+    let started = Instant::now();
+    raw.send(METADATA, 9, &metadata_request()).await;
+    raw.recv::<MetadataResponse>(9, Duration::from_secs(10))
+        .await
+        .expect("a delayed response still comes");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    proxy.faults().delay_responses(METADATA, Duration::ZERO);
+    let started = Instant::now();
+    raw.send(METADATA, 9, &metadata_request()).await;
+    raw.recv::<MetadataResponse>(9, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_top_level_errors_answer_the_next_requests_in_kafkas_shape() {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    const FIND_COORDINATOR: i16 = 10;
+    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    let broker = DevBroker::try_start(1, &[]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext),
+    )
+    .expect("proxy starts");
+    let mut raw = Raw::connect(&proxy.bootstrap()).await;
+    proxy
+        .faults()
+        .inject_error(FIND_COORDINATOR, COORDINATOR_NOT_AVAILABLE, 2)
+        .unwrap();
+
+    let mut v3 = FindCoordinatorRequest::default();
+    v3.key = StrBytes::from_static_str("g1");
+    raw.send(FIND_COORDINATOR, 3, &v3).await;
+    let (_, r) = raw
+        .recv::<FindCoordinatorResponse>(3, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, COORDINATOR_NOT_AVAILABLE);
+
+    let mut v4 = FindCoordinatorRequest::default();
+    v4.coordinator_keys = vec![
+        StrBytes::from_static_str("g1"),
+        StrBytes::from_static_str("g2"),
+    ];
+    raw.send(FIND_COORDINATOR, 4, &v4).await;
+    let (_, r) = raw
+        .recv::<FindCoordinatorResponse>(4, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.coordinators.len(), 2);
+    assert!(r
+        .coordinators
+        .iter()
+        .all(|c| c.error_code == COORDINATOR_NOT_AVAILABLE));
+    assert!(r.coordinators[0]
+        .error_message
+        .as_deref()
+        .unwrap()
+        .contains("test proxy"));
+
+    // The count is used up: the broker answers again (the mock knows v0-3), with the proxy's
+    // own port.
+    raw.send(FIND_COORDINATOR, 3, &v3).await;
+    let (_, r) = raw
+        .recv::<FindCoordinatorResponse>(3, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.port, proxy.listener(r.node_id.0).unwrap().port() as i32);
+
+    let refused = proxy
+        .faults()
+        .inject_error(3, 1, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("api_key=3"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_partition_errors_replace_only_that_partitions_answer() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    const FETCH: i16 = 1;
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    let broker = DevBroker::try_start(1, &[("faulty", 2)]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext),
+    )
+    .expect("proxy starts");
+    produce_through(&client_config(&proxy, None), "faulty", 10)
+        .await
+        .unwrap();
+    proxy
+        .faults()
+        .inject_partition_error(FETCH, "faulty", 1, NOT_LEADER_OR_FOLLOWER, 1)
+        .unwrap();
+    let mut request = FetchRequest::default();
+    request.replica_id = (-1).into();
+    request.max_wait_ms = 100;
+    request.max_bytes = 1 << 20;
+    let mut topic = FetchTopic::default();
+    topic.topic = TopicName(StrBytes::from_static_str("faulty"));
+    for p in 0..2 {
+        let mut part = FetchPartition::default();
+        part.partition = p;
+        part.partition_max_bytes = 1 << 20;
+        topic.partitions.push(part);
+    }
+    request.topics.push(topic);
+    let mut raw = Raw::connect(&proxy.bootstrap()).await;
+    let codes = |r: &FetchResponse| -> Vec<i16> {
+        r.responses[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect()
+    };
+    raw.send(FETCH, 12, &request).await;
+    let (_, r) = raw
+        .recv::<FetchResponse>(12, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), vec![0, NOT_LEADER_OR_FOLLOWER]);
+    assert!(r.responses[0].partitions[1].records.is_none());
+    raw.send(FETCH, 12, &request).await;
+    let (_, r) = raw
+        .recv::<FetchResponse>(12, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), vec![0, 0], "one response only");
+    let refused = proxy
+        .faults()
+        .inject_partition_error(3, "faulty", 0, 1, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("api_key=3"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_connections_hangs_up_on_every_client_now() {
+    use tokio::io::AsyncReadExt;
+    let broker = DevBroker::try_start(2, &[]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext),
+    )
+    .expect("proxy starts");
+    let addresses: Vec<String> = proxy.bootstrap().split(',').map(String::from).collect();
+    let mut clients = Vec::new();
+    for address in &addresses {
+        let mut raw = Raw::connect(address).await;
+        raw.send(METADATA, 9, &metadata_request()).await;
+        raw.recv::<kafka_protocol::messages::MetadataResponse>(9, Duration::from_secs(10))
+            .await
+            .expect("connected");
+        clients.push(raw);
+    }
+    assert_eq!(proxy.faults().close_connections(), 2);
+    for raw in &mut clients {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), raw.socket.read_to_end(&mut rest))
+            .await
+            .expect("closed at once");
+        assert!(rest.is_empty(), "{read:?}");
+    }
+    // New connections are served as before.
+    let mut again = Raw::connect(&addresses[0]).await;
+    again.send(METADATA, 9, &metadata_request()).await;
+    assert!(again
+        .recv::<kafka_protocol::messages::MetadataResponse>(9, Duration::from_secs(10))
+        .await
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_kafka42_mode_the_share_consumer_still_gets_its_assignment_and_every_record() {
+    let broker = DevBroker::try_start(1, &[("k42", 2)]).expect("dev broker");
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_heartbeat_interval(300);
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext).with_kafka42_coordinator(),
+    )
+    .expect("proxy starts");
+    produce_through(&client_config(&proxy, None), "k42", 100)
+        .await
+        .unwrap();
+    let mut config = ShareConsumerConfig::new(&proxy.bootstrap(), "k42-group");
+    config.request_timeout = Duration::from_secs(5);
+    let mut consumer = ShareConsumer::connect(config)
+        .await
+        .expect("share consumer");
+    consumer.subscribe(&["k42"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = BTreeSet::new();
+    while seen.len() < 100 && Instant::now() < deadline {
+        let records = consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll");
+        consumer
+            .acknowledge_all(&records, AcknowledgeType::Accept)
+            .expect("ack");
+        seen.extend(records.iter().map(|r| (r.partition, r.offset)));
+        consumer
+            .commit_sync(Duration::from_secs(5))
+            .await
+            .expect("commit");
+    }
+    assert_eq!(seen.len(), 100);
+    assert!(
+        proxy.request_count(76) >= 1,
+        "heartbeats went through the proxy"
+    );
+    assert_eq!(consumer.assigned_partitions(), 2);
+}
