@@ -853,3 +853,65 @@ async fn in_kafka42_mode_the_share_consumer_still_gets_its_assignment_and_every_
     );
     assert_eq!(consumer.assigned_partitions(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_handshake_v0_takes_bare_tokens_and_an_unknown_mechanism_is_refused_then_closed() {
+    use kafka_protocol::messages::{MetadataResponse, SaslHandshakeRequest, SaslHandshakeResponse};
+    use kafka_protocol::protocol::StrBytes;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SASL_HANDSHAKE: i16 = 17;
+    let broker = DevBroker::try_start(1, &[]).expect("dev broker");
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::SaslPlaintext)
+            .with_mechanisms(&[SaslMechanism::Plain])
+            .with_user("alice", "alice-secret"),
+    )
+    .expect("proxy starts");
+
+    // v0 handshake, then the PLAIN token without a Kafka header; the answer is a bare frame.
+    let mut raw = Raw::connect(&proxy.bootstrap()).await;
+    let mut handshake = SaslHandshakeRequest::default();
+    handshake.mechanism = StrBytes::from_static_str("PLAIN");
+    raw.send(SASL_HANDSHAKE, 0, &handshake).await;
+    let (_, r) = raw
+        .recv::<SaslHandshakeResponse>(0, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, 0);
+    let token = b"\0alice\0alice-secret";
+    let mut frame = (token.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(token);
+    raw.socket.write_all(&frame).await.unwrap();
+    let mut len = [0u8; 4];
+    raw.socket.read_exact(&mut len).await.unwrap();
+    assert_eq!(
+        u32::from_be_bytes(len),
+        0,
+        "PLAIN ends with an empty server token"
+    );
+    raw.send(METADATA, 9, &metadata_request()).await;
+    let (_, metadata) = raw
+        .recv::<MetadataResponse>(9, Duration::from_secs(10))
+        .await
+        .expect("authenticated: requests pass");
+    assert_eq!(metadata.brokers.len(), 1);
+
+    // A mechanism the listener does not enable: UNSUPPORTED_SASL_MECHANISM naming the enabled
+    // ones, then the connection closes.
+    let mut raw = Raw::connect(&proxy.bootstrap()).await;
+    handshake.mechanism = StrBytes::from_static_str("SCRAM-SHA-256");
+    raw.send(SASL_HANDSHAKE, 1, &handshake).await;
+    let (_, r) = raw
+        .recv::<SaslHandshakeResponse>(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(r.error_code, 33);
+    assert_eq!(r.mechanisms, vec![StrBytes::from_static_str("PLAIN")]);
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), raw.socket.read_to_end(&mut rest))
+        .await
+        .expect("closed")
+        .unwrap();
+    assert!(rest.is_empty());
+}
