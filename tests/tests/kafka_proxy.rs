@@ -915,3 +915,77 @@ async fn sasl_handshake_v0_takes_bare_tokens_and_an_unknown_mechanism_is_refused
         .unwrap();
     assert!(rest.is_empty());
 }
+
+/// Two heartbeats of one member (a full join, then a non-full one); returns whether each answer
+/// carried the assignment.
+async fn heartbeat_assignments(proxy: &KafkaProxy, group: &str) -> (bool, bool) {
+    use kafka_protocol::messages::{
+        GroupId, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    const SHARE_GROUP_HEARTBEAT: i16 = 76;
+    let mut raw = Raw::connect(&proxy.bootstrap()).await;
+    let member = StrBytes::from_string(uuid::Uuid::new_v4().to_string());
+    let mut request = ShareGroupHeartbeatRequest::default();
+    request.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    request.member_id = member.clone();
+    request.member_epoch = 0;
+    request.subscribed_topic_names = Some(vec![TopicName(StrBytes::from_static_str("k42raw"))]);
+    // The mock may answer the join before it has computed the assignment: repeat full
+    // requests until one carries it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (first, epoch) = loop {
+        raw.send(SHARE_GROUP_HEARTBEAT, 1, &request).await;
+        let (_, r) = raw
+            .recv::<ShareGroupHeartbeatResponse>(1, Duration::from_secs(10))
+            .await
+            .expect("heartbeat answer");
+        assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+        request.member_epoch = r.member_epoch;
+        if r.assignment
+            .as_ref()
+            .is_some_and(|a| !a.topic_partitions.is_empty())
+        {
+            break (true, r.member_epoch);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no assignment for a full heartbeat"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    request.member_epoch = epoch;
+    request.subscribed_topic_names = None;
+    raw.send(SHARE_GROUP_HEARTBEAT, 1, &request).await;
+    let (_, r) = raw
+        .recv::<ShareGroupHeartbeatResponse>(1, Duration::from_secs(10))
+        .await
+        .expect("heartbeat answer");
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    (first, r.assignment.is_some())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka42_mode_leaves_the_assignment_out_of_a_repeated_non_full_heartbeat() {
+    let broker = DevBroker::try_start(1, &[("k42raw", 2)]).expect("dev broker");
+    let mock = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext),
+    )
+    .expect("proxy starts");
+    assert_eq!(
+        heartbeat_assignments(&mock, "as-the-mock").await,
+        (true, true),
+        "the dev broker repeats the assignment every time"
+    );
+    let kafka42 = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext).with_kafka42_coordinator(),
+    )
+    .expect("proxy starts");
+    assert_eq!(
+        heartbeat_assignments(&kafka42, "as-kafka-4-2").await,
+        (true, false),
+        "Kafka 4.2 sends an unchanged assignment only to a full request"
+    );
+}
