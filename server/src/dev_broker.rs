@@ -1,5 +1,6 @@
 //! `spillway dev-broker`: the development cluster (librdkafka's mock brokers) for people, not
-//! tests. It prints the bootstrap list and runs until Ctrl-C.
+//! tests. It prints the bootstrap list and runs until SIGTERM or SIGINT
+//! (Ctrl-C), then stops its brokers.
 
 use anyhow::{bail, Context, Result};
 use spillway_tests::DevBroker;
@@ -42,6 +43,7 @@ pub async fn run(
     if brokers == 0 {
         bail!("--brokers must be at least 1");
     }
+    let mut signals = spillway::signals::StopSignals::listen()?;
     let specs: Vec<(&str, i32)> = topics
         .iter()
         .map(|t| (t.name.as_str(), t.partitions))
@@ -55,9 +57,8 @@ pub async fn run(
         "dev broker: {brokers} broker(s) at {}; share groups start at the {share_auto_offset_reset} offset. Ctrl-C stops it.",
         broker.bootstrap()
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    eprintln!("dev broker: stopping");
+    // SIGTERM as well as Ctrl-C: dying by the signal would leave the broker process behind.
+    let signal = signals.recv().await;
+    eprintln!("dev broker: {signal}; stopping");
     Ok(())
 }
