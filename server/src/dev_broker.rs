@@ -54,7 +54,7 @@ pub async fn run(
         .with_context(|| format!("setting the share groups' auto offset reset to '{share_auto_offset_reset}'"))?;
     println!("{}", broker.bootstrap());
     eprintln!(
-        "dev broker: {brokers} broker(s) at {}; share groups start at the {share_auto_offset_reset} offset. Ctrl-C stops it.",
+        "dev broker: {brokers} broker(s) at {}; share groups start at the {share_auto_offset_reset} offset. Ctrl-C or SIGTERM stops it.",
         broker.bootstrap()
     );
     // SIGTERM as well as Ctrl-C: dying by the signal would leave the broker process behind.
