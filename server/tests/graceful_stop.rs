@@ -24,12 +24,13 @@ const GRACEFUL_MS: u64 = 5_000;
 /// Beyond the graceful timeout, what a debug build on two shared cores may take to exit.
 const EXIT_MARGIN: Duration = Duration::from_secs(10);
 
-/// `spillway standalone`; SIGKILLed if dropped before it stopped.
-struct Standalone(Child);
+/// A `spillway` process; SIGKILLed if dropped before it stopped.
+struct Process(Child);
 
-impl Standalone {
-    fn start(worker: &Path, connector: &Path) -> Standalone {
-        Standalone(
+impl Process {
+    /// `spillway standalone` on the given files.
+    fn start(worker: &Path, connector: &Path) -> Process {
+        Process(
             Command::new(env!("CARGO_BIN_EXE_spillway"))
                 .arg("standalone")
                 .arg(worker)
@@ -57,14 +58,14 @@ impl Standalone {
             }
             assert!(
                 started.elapsed() < limit,
-                "spillway standalone did not exit within {limit:?} of SIGTERM"
+                "spillway did not exit within {limit:?} of SIGTERM"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
 
-impl Drop for Standalone {
+impl Drop for Process {
     fn drop(&mut self) {
         if self.0.try_wait().ok().flatten().is_none() {
             let _ = self.0.kill();
@@ -144,7 +145,7 @@ async fn bounce(name: &str, mode: &str) {
     let mut rng = rand::thread_rng();
     let mut mid_stream = 0;
     for bounce in 0..BOUNCES {
-        let mut process = Standalone::start(&worker, &connector);
+        let mut process = Process::start(&worker, &connector);
         let before = lines(&out).len();
         // Let it start and write for a while, then stop it wherever it is.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -173,7 +174,7 @@ async fn bounce(name: &str, mode: &str) {
         .iter()
         .map(|p| (p.topic.clone(), p.partition, p.offset))
         .collect();
-    let mut last = Standalone::start(&worker, &connector);
+    let mut last = Process::start(&worker, &connector);
     let deadline = Instant::now() + Duration::from_secs(240);
     while lines(&out).len() < RECORDS && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -207,4 +208,24 @@ async fn sigterm_bounces_in_classic_mode_deliver_every_record_exactly_once() {
         "consumer.override.session.timeout.ms=6000\nconsumer.override.heartbeat.interval.ms=1000\n",
     )
     .await;
+}
+
+#[test]
+fn the_dev_broker_stops_on_sigterm_and_exits_zero() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["dev-broker", "--topic", "t:1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spillway dev-broker starts");
+    // It prints the bootstrap list once its brokers listen.
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the bootstrap line");
+    assert!(line.contains("127.0.0.1:"), "{line}");
+    let mut process = Process(child);
+    let (status, took) = process.terminate();
+    assert!(status.success(), "exited with {status} after {took:?}");
 }
