@@ -4,11 +4,13 @@
 //! ```text
 //! Worker ─▶ Supervisor ─▶ ConnectorActor ─▶ per task, on its own thread:
 //!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ AckerActor
-//!        ▲                                                                            │
+//!        ▲  ▲                                                                         │
+//!        │  └─── Unsettled (a batch's BatchAck dropped on any path: release its records) ┤
 //!        └──────────────── Settled (credit + verdicts to acknowledge/commit) ─────────┘
 //! ```
 //! A batch is done once its acknowledgements (share) or offsets (classic) are committed; at
-//! most `task.inflight.batches` batches per task are between poll and commit.
+//! most `task.inflight.batches` batches per task are between poll and commit. A batch lost on
+//! the way (a panic, a failure, a stop) is released at once, never left to its lock.
 
 pub mod acker;
 pub mod connector;

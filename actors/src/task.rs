@@ -932,6 +932,24 @@ mod tests {
     }
 
     #[actix::test]
+    async fn in_classic_mode_a_panicked_batch_is_released_so_no_offset_is_committed_past_it() {
+        let (run, trace) = panicking_run(
+            "put",
+            Options {
+                share: false,
+                ..Options::default()
+            },
+        )
+        .await;
+        assert_panic_trace(&trace, "scripted panic in put");
+        let v = verdicts(&run);
+        // RELEASE is what makes a classic source read the records again (and commit nothing
+        // past them); an ACCEPT here would move the committed offset over unwritten records.
+        assert!(v.iter().any(|(o, _)| *o == 0), "{v:?}");
+        assert!(v.iter().all(|(_, d)| *d == Disposition::Release), "{v:?}");
+    }
+
+    #[actix::test]
     async fn a_panic_in_acknowledged_fails_the_task() {
         let (run, trace) = panicking_run("acknowledged", Options::default()).await;
         assert_panic_trace(&trace, "scripted panic in acknowledged");

@@ -332,14 +332,17 @@ impl Worker {
         self.configs().get(name).cloned()
     }
 
-    /// Stops every connector gracefully, then the worker.
+    /// Stops every connector gracefully, all at once (so a shutdown takes one
+    /// `task.shutdown.graceful.timeout.ms` at most, not one per connector), then the worker.
     pub async fn shutdown(mut self) {
         let names = self.supervisor.send(List).await.unwrap_or_default();
-        for name in names {
-            if let Err(e) = self.stop_connector(&name).await {
+        let worker = &self;
+        let stops = names.iter().map(|name| async move {
+            if let Err(e) = worker.stop_connector(name).await {
                 warn!(connector = %name, error = %e, "stopping the connector failed");
             }
-        }
+        });
+        futures::future::join_all(stops).await;
         self.system.stop();
         if let Some(thread) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;

@@ -1,7 +1,7 @@
 //! `spillway dev-broker`: the development cluster (librdkafka's mock brokers) for people, not
-//! tests. It prints the bootstrap list and runs until Ctrl-C. With `--security` other than
-//! PLAINTEXT the test-kit proxy stands in front of the brokers (TLS with a generated CA, SASL
-//! users), and the bootstrap list printed is the proxy's.
+//! tests. It prints the bootstrap list and runs until SIGTERM or SIGINT (Ctrl-C), then stops
+//! its brokers. With `--security` other than PLAINTEXT the test-kit proxy stands in front of the
+//! brokers (TLS with a generated CA, SASL users), and the bootstrap list printed is the proxy's.
 
 use anyhow::{bail, Context, Result};
 use spillway_tests::kafka_proxy::{KafkaProxy, ProxyOptions};
@@ -126,6 +126,7 @@ pub async fn run(
         bail!("--brokers must be at least 1");
     }
     let proxy_options = security.proxy_options()?;
+    let mut signals = spillway::signals::StopSignals::listen()?;
     let specs: Vec<(&str, i32)> = topics
         .iter()
         .map(|t| (t.name.as_str(), t.partitions))
@@ -149,13 +150,12 @@ pub async fn run(
         println!("ca={}", pki.ca_path.display());
     }
     eprintln!(
-        "dev broker: {brokers} broker(s) at {bootstrap} ({}); share groups start at the {share_auto_offset_reset} offset. Ctrl-C stops it.",
+        "dev broker: {brokers} broker(s) at {bootstrap} ({}); share groups start at the {share_auto_offset_reset} offset. Ctrl-C or SIGTERM stops it.",
         describe(&security)
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    eprintln!("dev broker: stopping");
+    // SIGTERM as well as Ctrl-C: dying by the signal would leave the broker process behind.
+    let signal = signals.recv().await;
+    eprintln!("dev broker: {signal}; stopping");
     drop(proxy);
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod log_levels;
 pub mod metrics;
 pub mod rest;
 pub mod secrets;
+pub mod signals;
 pub mod standalone;
 pub mod telemetry;
 pub mod tenants;

@@ -40,7 +40,8 @@ enum Command {
         #[arg(long, default_value_t = 120)]
         timeout_secs: u64,
     },
-    /// Run connectors in one process, Kafka Connect standalone style, until Ctrl-C.
+    /// Run connectors in one process, Kafka Connect standalone style, until SIGTERM or Ctrl-C
+    /// (then stop gracefully within task.shutdown.graceful.timeout.ms and exit 0).
     Standalone {
         /// The worker's configuration (.properties or JSON): bootstrap.servers, ...
         worker_properties: std::path::PathBuf,
@@ -53,7 +54,7 @@ enum Command {
         /// The worker's configuration (.properties or JSON): bootstrap.servers, rest.port, state.dir, ...
         worker_properties: std::path::PathBuf,
     },
-    /// Run the development Kafka cluster (librdkafka's mock brokers) until Ctrl-C.
+    /// Run the development Kafka cluster (librdkafka's mock brokers) until SIGTERM or Ctrl-C.
     DevBroker {
         /// Number of brokers (ids 1..=N).
         #[arg(long, default_value_t = 1)]

@@ -1,8 +1,9 @@
 //! `spillway standalone WORKER.properties CONNECTOR.properties...`: Kafka Connect's standalone
 //! mode. The worker file and each connector file are `.properties` (Connect's format) or JSON
-//! (`{"name": ..., "config": {...}}` or a flat object). Runs until Ctrl-C, then stops every
-//! connector gracefully: in-flight batches finish, acknowledgements are committed, groups are
-//! left.
+//! (`{"name": ..., "config": {...}}` or a flat object). Runs until SIGTERM or SIGINT (Ctrl-C),
+//! then stops every connector gracefully and exits 0: no more polls, in-flight batches finish
+//! (or are released once `task.shutdown.graceful.timeout.ms` has passed), acknowledgements and
+//! offsets are committed, groups are left.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +14,8 @@ use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{config_map_from_json, parse_properties};
 use spillway_core::ConfigMap;
 use tracing::info;
+
+use crate::signals::StopSignals;
 
 /// Reads a configuration file: JSON when its first non-blank character is `{`, otherwise
 /// `.properties`. Errors name the file (and the line, for properties).
@@ -28,12 +31,14 @@ pub fn read_config(path: &Path) -> Result<ConfigMap> {
 }
 
 /// Runs a worker configured by `worker_props` with the connectors of `connector_props` until
-/// Ctrl-C.
+/// SIGTERM or SIGINT.
 pub async fn run(worker_props: PathBuf, connector_props: Vec<PathBuf>) -> Result<()> {
-    run_until(worker_props, connector_props, async {
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot listen for Ctrl-C")
+    // Before anything else: a signal during start-up must stop gracefully too.
+    let mut signals = StopSignals::listen()?;
+    run_until(worker_props, connector_props, async move {
+        let signal = signals.recv().await;
+        info!(signal, "stop requested");
+        Ok(())
     })
     .await
 }

@@ -26,6 +26,7 @@ use tracing::{error, info, warn};
 use crate::herder::Herder;
 use crate::metrics::Telemetry;
 use crate::rest::{self, Api};
+use crate::signals::StopSignals;
 use crate::standalone::read_config;
 
 pub const REST_PORT: &str = "rest.port";
@@ -244,8 +245,10 @@ async fn kafka_cluster_id(bootstrap: String) -> Option<String> {
     .flatten()
 }
 
-/// Runs the worker of `worker_properties` until Ctrl-C or SIGTERM.
+/// Runs the worker of `worker_properties` until SIGTERM or SIGINT (Ctrl-C).
 pub async fn run(worker_properties: PathBuf) -> Result<()> {
+    // Before anything else: a signal during start-up must stop gracefully too.
+    let signals = StopSignals::listen()?;
     let config = read_config(&worker_properties)?;
     let worker = RunningWorker::start(config, ConnectorRegistry::builtin())
         .await
@@ -254,7 +257,7 @@ pub async fn run(worker_properties: PathBuf) -> Result<()> {
         println!("REST API listening on {}://{address}", scheme.as_str());
     }
     let _ = std::io::stdout().flush();
-    worker.run_until_signal().await
+    worker.run_until_signal(signals).await
 }
 
 /// A worker serving the REST API, its connectors restored.
@@ -384,14 +387,13 @@ impl RunningWorker {
         &self.listening
     }
 
-    /// Serves until Ctrl-C or SIGTERM (or until the server fails), then stops gracefully.
-    pub async fn run_until_signal(mut self) -> Result<()> {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .context("cannot listen for SIGTERM")?;
+    /// Serves until SIGTERM or SIGINT (or until the server fails), then stops gracefully.
+    pub async fn run_until_signal(mut self, mut signals: StopSignals) -> Result<()> {
         let outcome = tokio::select! {
-            signal = tokio::signal::ctrl_c() => signal.context("cannot listen for Ctrl-C"),
-            _ = terminate.recv() => Ok(()),
+            signal = signals.recv() => {
+                info!(signal, "stop requested");
+                Ok(())
+            }
             served = &mut self.serving => match served {
                 Ok(result) => result.context("the REST server stopped"),
                 Err(e) => Err(e).context("the REST server stopped"),
