@@ -16,7 +16,7 @@ use spillway_core::config::{
     resolve_group_protocol, sink_connector::TASKS_MAX, SinkConnectorConfig, TopicSelection,
 };
 use spillway_core::{ConfigError, ConfigMap};
-use spillway_kafka::classic::check_share_group_id;
+use spillway_kafka::classic::check_share_group_id_secured;
 use spillway_kafka::producer::IdempotentProducer;
 use tracing::warn;
 
@@ -315,9 +315,15 @@ impl Worker {
             for warning in &warnings {
                 warn!(connector = %name, "{warning}");
             }
-            let check = check_share_group_id(&bootstrap, &group_id, &topics, GROUP_CHECK_TIMEOUT)
-                .await
-                .map_err(|e| RuntimeError::Source(e.to_string()))?;
+            let check = check_share_group_id_secured(
+                &bootstrap,
+                &consumer.security_overrides(),
+                &group_id,
+                &topics,
+                GROUP_CHECK_TIMEOUT,
+            )
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
             for warning in &check.warnings {
                 warn!(connector = %name, group = %group_id, "{warning}");
             }
@@ -332,8 +338,14 @@ impl Worker {
         let dead_letters = match &parsed.errors.dead_letter_queue {
             None => None,
             Some(_) => {
-                let overrides =
-                    spillway_core::convert::strip_prefix(&parsed.originals, "producer.override.");
+                // The worker's `producer.*` keys, then the connector's overrides (as Connect
+                // configures a sink's dead letter queue producer).
+                let mut overrides = spillway_core::convert::strip_prefix(&self.config, "producer.");
+                overrides.retain(|k, _| !k.starts_with("override."));
+                overrides.extend(spillway_core::convert::strip_prefix(
+                    &parsed.originals,
+                    "producer.override.",
+                ));
                 let producer = IdempotentProducer::new(
                     &bootstrap,
                     overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())),
