@@ -9,6 +9,7 @@ mod runtime_support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use runtime_support::{config, share_broker, wait_until};
@@ -20,6 +21,55 @@ use spillway_tests::kafka_proxy::{
 use spillway_tests::{numbered_records, produce, DevBroker};
 
 const RECORDS: u64 = 300;
+
+/// Every log line of this test binary (all levels, librdkafka's included), to check that no
+/// secret is ever logged.
+fn captured_logs() -> &'static Mutex<Vec<u8>> {
+    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || Capture(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
+        logs
+    })
+}
+
+struct Capture(&'static Mutex<Vec<u8>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Asserts that neither the logs so far nor `shown` (a status) hold any of `secrets`, and
+/// that logging worked at all.
+fn no_secret_in(shown: &str, secrets: &[&str]) {
+    let logs = String::from_utf8_lossy(&captured_logs().lock().unwrap_or_else(|e| e.into_inner()))
+        .into_owned();
+    assert!(
+        !logs.is_empty(),
+        "nothing was logged: the capture is not working"
+    );
+    for secret in secrets {
+        assert!(!logs.contains(secret), "a secret is in the logs");
+        assert!(
+            !shown.contains(secret),
+            "a secret is in the status: {shown}"
+        );
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Mode {
@@ -43,6 +93,7 @@ struct Setup {
 }
 
 fn setup(options: ProxyOptions) -> Setup {
+    captured_logs();
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("secured", 2);
     let proxy = KafkaProxy::start(&broker.bootstrap(), options).expect("proxy starts");
@@ -259,6 +310,7 @@ async fn sasl_ssl_delivers(mode: Mode, mechanism: SaslMechanism) {
     ]);
     let file = s.start(&worker, "sasl", mode, &[]).await;
     delivers_all(&file, &worker, "sasl").await;
+    no_secret_in(&format!("{:?}", worker.status("sasl")), &["alice-secret"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -323,6 +375,10 @@ async fn oauthbearer_delivers(mode: Mode) {
         .await;
     delivers_all(&file, &worker, "oauth").await;
     assert!(issuer.tokens_issued() >= 1);
+    no_secret_in(
+        &format!("{:?}", worker.status("oauth")),
+        &["client-secret-value"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
