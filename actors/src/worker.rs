@@ -641,10 +641,10 @@ mod tests {
             .await
             .expect_err("share mode needs names");
         assert!(err.to_string().contains("topics.regex"), "{err}");
-        // Refused before the group check (which would need a broker): a share-mode connector
-        // meant for a secured cluster, and a consumer setting share groups do not take.
+        // Refused before the group check (which would need a broker): a security protocol
+        // that does not exist, and a consumer setting share groups do not take.
         for (key, value) in [
-            ("consumer.override.security.protocol", "SASL_SSL"),
+            ("consumer.override.security.protocol", "TLS"),
             ("consumer.override.auto.offset.reset", "earliest"),
             ("consumer.override.max.poll.records", "many"),
         ] {
