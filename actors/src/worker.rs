@@ -285,6 +285,12 @@ impl Worker {
         let settings = TaskSettings::resolve(config, &self.config).map_err(refused)?;
         let consumer = ConsumerSettings::collect(&self.config, &parsed.consumer_overrides);
         consumer.max_poll_records().map_err(refused)?;
+        // Security keys are checked (files read) now, in both modes, so a connector that
+        // cannot work is refused at creation naming the key.
+        consumer
+            .security()
+            .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+            .map_err(refused)?;
         let plugin = self
             .registry
             .create(&parsed.connector_class)
@@ -665,6 +671,25 @@ mod tests {
                 "{text}"
             );
         }
+        // In classic mode too, security keys are checked at creation: a CA file that is not
+        // there is named with the key as written.
+        let err = worker
+            .start_connector(config(&[
+                ("name", "c"),
+                ("connector.class", "file"),
+                ("topics", "t"),
+                ("file", "/dev/null"),
+                ("consumer.override.group.protocol", "classic"),
+                ("consumer.override.security.protocol", "SSL"),
+                ("consumer.override.ssl.ca.location", "/no/such/ca.pem"),
+            ]))
+            .await
+            .expect_err("no CA file");
+        let text = err.to_string();
+        assert!(
+            text.contains("consumer.override.ssl.ca.location") && text.contains("/no/such/ca.pem"),
+            "{text}"
+        );
         worker.shutdown().await;
     }
 
