@@ -64,6 +64,16 @@ enum Command {
         /// Where new share groups start reading: earliest or latest (Apache Kafka's default).
         #[arg(long, default_value = "earliest", value_parser = ["earliest", "latest"])]
         share_auto_offset_reset: String,
+        /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; anything but PLAINTEXT puts the test-kit
+        /// proxy (TLS with a generated CA, SASL) in front of the brokers.
+        #[arg(long, default_value = "PLAINTEXT")]
+        security: spillway_tests::ProxySecurity,
+        /// The one SASL mechanism to accept (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); default all three.
+        #[arg(long)]
+        sasl_mechanism: Option<spillway_tests::SaslMechanism>,
+        /// A SASL user, as NAME:PASSWORD; repeat for more.
+        #[arg(long = "user", value_name = "NAME:PASSWORD")]
+        users: Vec<dev_broker::UserSpec>,
     },
 }
 
@@ -113,6 +123,16 @@ async fn run(command: Command) -> Result<()> {
             brokers,
             topics,
             share_auto_offset_reset,
-        } => dev_broker::run(brokers, topics, &share_auto_offset_reset).await,
+            security,
+            sasl_mechanism,
+            users,
+        } => {
+            let security = dev_broker::Security {
+                protocol: security,
+                mechanism: sasl_mechanism,
+                users,
+            };
+            dev_broker::run(brokers, topics, &share_auto_offset_reset, security).await
+        }
     }
 }

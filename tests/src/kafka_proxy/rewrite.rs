@@ -339,6 +339,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn share_fetch_partition_faults_find_topics_by_the_ids_metadata_named() {
+        use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
+        use kafka_protocol::messages::share_fetch_response::{
+            PartitionData, ShareFetchableTopicResponse,
+        };
+        use kafka_protocol::messages::TopicName;
+        let rw = rewriter(false);
+        let id = Uuid::from_u128(42);
+        let mut metadata = MetadataResponse::default();
+        let mut topic = MetadataResponseTopic::default();
+        topic.name = Some(TopicName(StrBytes::from_static_str("orders")));
+        topic.topic_id = id;
+        metadata.topics.push(topic);
+        let frame = encode_response(&response_header(1), &metadata, 12).unwrap();
+        rw.response(&flight(METADATA, 12, None), frame).unwrap();
+
+        rw.faults
+            .inject_partition_error(SHARE_FETCH, "orders", 1, 15, 1)
+            .unwrap();
+        let mut fetch = ShareFetchResponse::default();
+        let mut topic = ShareFetchableTopicResponse::default();
+        topic.topic_id = id;
+        for p in 0..2 {
+            let mut part = PartitionData::default();
+            part.partition_index = p;
+            part.records = Some(Bytes::from_static(b"records"));
+            topic.partitions.push(part);
+        }
+        fetch.responses.push(topic);
+        let frame = encode_response(&response_header(2), &fetch, 1).unwrap();
+        let answer = |frame| {
+            let out = rw.response(&flight(SHARE_FETCH, 1, None), frame).unwrap();
+            decode_response::<ShareFetchResponse>(&out, 1).unwrap().1
+        };
+        let first = answer(frame.clone());
+        let parts = &first.responses[0].partitions;
+        assert_eq!((parts[0].error_code, parts[1].error_code), (0, 15));
+        assert!(parts[0].records.is_some() && parts[1].records.is_none());
+        let second = answer(frame);
+        assert_eq!(
+            second.responses[0].partitions[1].error_code, 0,
+            "one response only"
+        );
+    }
+
     fn heartbeat(partitions: &[i32]) -> Bytes {
         let mut r = ShareGroupHeartbeatResponse::default();
         r.member_id = Some(StrBytes::from_static_str("m1"));
