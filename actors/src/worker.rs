@@ -16,7 +16,7 @@ use spillway_core::config::{
     resolve_group_protocol, sink_connector::TASKS_MAX, SinkConnectorConfig, TopicSelection,
 };
 use spillway_core::{ConfigError, ConfigMap};
-use spillway_kafka::classic::check_share_group_id;
+use spillway_kafka::classic::check_share_group_id_secured;
 use spillway_kafka::producer::IdempotentProducer;
 use tracing::warn;
 
@@ -392,6 +392,12 @@ impl Worker {
         let settings = TaskSettings::resolve(config, &self.config).map_err(refused)?;
         let consumer = ConsumerSettings::collect(&self.config, &parsed.consumer_overrides);
         consumer.max_poll_records().map_err(refused)?;
+        // Security keys are checked (files read) now, in both modes, so a connector that
+        // cannot work is refused at creation naming the key.
+        consumer
+            .security()
+            .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+            .map_err(refused)?;
         let plugin = self
             .registry
             .create(&parsed.connector_class)
@@ -425,9 +431,15 @@ impl Worker {
             for warning in &warnings {
                 warn!(connector = %name, "{warning}");
             }
-            let check = check_share_group_id(&bootstrap, &group_id, &topics, GROUP_CHECK_TIMEOUT)
-                .await
-                .map_err(|e| RuntimeError::Source(e.to_string()))?;
+            let check = check_share_group_id_secured(
+                &bootstrap,
+                &consumer.security_overrides(),
+                &group_id,
+                &topics,
+                GROUP_CHECK_TIMEOUT,
+            )
+            .await
+            .map_err(|e| RuntimeError::Source(e.to_string()))?;
             for warning in &check.warnings {
                 warn!(connector = %name, group = %group_id, "{warning}");
             }
@@ -442,8 +454,14 @@ impl Worker {
         let dead_letters = match &parsed.errors.dead_letter_queue {
             None => None,
             Some(_) => {
-                let overrides =
-                    spillway_core::convert::strip_prefix(&parsed.originals, "producer.override.");
+                // The worker's `producer.*` keys, then the connector's overrides (as Connect
+                // configures a sink's dead letter queue producer).
+                let mut overrides = spillway_core::convert::strip_prefix(&self.config, "producer.");
+                overrides.retain(|k, _| !k.starts_with("override."));
+                overrides.extend(spillway_core::convert::strip_prefix(
+                    &parsed.originals,
+                    "producer.override.",
+                ));
                 let producer = IdempotentProducer::new(
                     &bootstrap,
                     overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -761,10 +779,10 @@ mod tests {
             .await
             .expect_err("share mode needs names");
         assert!(err.to_string().contains("topics.regex"), "{err}");
-        // Refused before the group check (which would need a broker): a share-mode connector
-        // meant for a secured cluster, and a consumer setting share groups do not take.
+        // Refused before the group check (which would need a broker): a security protocol
+        // that does not exist, and a consumer setting share groups do not take.
         for (key, value) in [
-            ("consumer.override.security.protocol", "SASL_SSL"),
+            ("consumer.override.security.protocol", "TLS"),
             ("consumer.override.auto.offset.reset", "earliest"),
             ("consumer.override.max.poll.records", "many"),
         ] {
@@ -785,6 +803,25 @@ mod tests {
                 "{text}"
             );
         }
+        // In classic mode too, security keys are checked at creation: a CA file that is not
+        // there is named with the key as written.
+        let err = worker
+            .start_connector(config(&[
+                ("name", "c"),
+                ("connector.class", "file"),
+                ("topics", "t"),
+                ("file", "/dev/null"),
+                ("consumer.override.group.protocol", "classic"),
+                ("consumer.override.security.protocol", "SSL"),
+                ("consumer.override.ssl.ca.location", "/no/such/ca.pem"),
+            ]))
+            .await
+            .expect_err("no CA file");
+        let text = err.to_string();
+        assert!(
+            text.contains("consumer.override.ssl.ca.location") && text.contains("/no/such/ca.pem"),
+            "{text}"
+        );
         worker.shutdown().await;
     }
 

@@ -20,6 +20,7 @@ use kafka_protocol::records::RecordBatchDecoder;
 use spillway_core::RecordCoordinates;
 use spillway_kafka::cluster::Cluster;
 use spillway_kafka::error_name;
+use spillway_kafka::security::ClientSecurity;
 
 use crate::ledger::{
     checkpoint_key, ledger_key, ledger_partition, parse_checkpoint_value, LogRecord, Marker,
@@ -79,15 +80,21 @@ impl LedgerReader {
         topic: &str,
         cache_dir: &Path,
         client_id: &str,
+        security: &ClientSecurity,
     ) -> Result<LedgerReader, LedgerError> {
         let read_error = |partition: i32, reason: String| LedgerError::Read {
             topic: topic.to_owned(),
             partition,
             reason,
         };
-        let cluster = Cluster::connect(bootstrap, client_id, Duration::from_secs(30))
-            .await
-            .map_err(|e| read_error(-1, e.to_string()))?;
+        let cluster = Cluster::connect_secured(
+            bootstrap,
+            client_id,
+            Duration::from_secs(30),
+            security.clone(),
+        )
+        .await
+        .map_err(|e| read_error(-1, e.to_string()))?;
         cluster
             .refresh_metadata(&[topic.to_owned()])
             .await

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use spillway_core::{RecordCoordinates, SinkError, TopicPartition};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{OutRecord, TransactionalProducer, TxnError, Written};
+use spillway_kafka::security::{ClientSecurity, SecuritySettings};
 
 use crate::ledger::{
     checkpoint_key, checkpoint_value, ledger_key, ledger_partition, WRITER_HEADER,
@@ -76,6 +77,8 @@ struct Classic {
 
 pub struct ExactlyOnceWriter {
     producer: TransactionalProducer,
+    /// The producer's security, for the native connection that reads the ledger.
+    security: ClientSecurity,
     mode: Mode,
     /// A transaction is open (begun by `write`, ended by `commit` or `abort`).
     open: bool,
@@ -143,8 +146,17 @@ impl ExactlyOnceWriter {
         )
         .await
         .map_err(|e| SinkError::fatal(e.to_string()))?;
+        let security = SecuritySettings::from_keys(
+            settings
+                .producer_overrides
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str(), k.as_str())),
+        )
+        .and_then(|s| s.client_security())
+        .map_err(|e| SinkError::fatal(e.to_string()))?;
         Ok(ExactlyOnceWriter {
             producer,
+            security,
             mode: Mode::Unknown,
             open: false,
             entries_in_txn: Vec::new(),
@@ -172,6 +184,7 @@ impl ExactlyOnceWriter {
             &ledger.topic,
             &ledger.cache_dir,
             &format!("{}-ledger", self.producer.transactional_id()),
+            &self.security,
         )
         .await
         .map_err(ledger_error)?;

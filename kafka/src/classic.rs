@@ -491,6 +491,7 @@ impl ClassicSource {
         let tracker = Arc::clone(&self.tracker);
         let max = self.config.max_poll_records;
         let group = self.config.group_id.clone();
+        let bootstrap = self.config.bootstrap_servers.clone();
         let paused = Arc::clone(&self.paused);
         tokio::task::spawn_blocking(move || {
             let to_resume = std::mem::take(&mut *paused.lock().unwrap_or_else(|e| e.into_inner()));
@@ -522,7 +523,11 @@ impl ClassicSource {
                             });
                         }
                         // Refused credentials or certificates: librdkafka would retry forever.
-                        if let Some(reason) = consumer.context().security.security_failure(&e) {
+                        let security = &consumer.context().security;
+                        if let Some(reason) = security
+                            .security_failure(&e)
+                            .or_else(|| security.diagnose(&bootstrap, &e))
+                        {
                             return Err(ClassicError::Fatal { group, reason });
                         }
                         // librdkafka retries transient errors itself; they are only news.
@@ -835,13 +840,17 @@ fn check_blocking(
             }
         }
         Err(e) => {
-            // Refused credentials or certificates: say so now instead of warning about each call.
+            // Refused credentials or certificates: the other calls would fail the same way,
+            // each after its timeout; the task's own consumer reports the failure.
             if let Some(reason) = consumer
                 .context()
                 .security_failure(&e)
                 .or_else(|| consumer.context().security_failure_logged())
             {
-                return Err(failed(reason));
+                check.warnings.push(format!(
+                    "cannot check whether '{group}' is already a consumer group: {reason}"
+                ));
+                return Ok(check);
             }
             check.warnings.push(format!(
                 "the broker could not list groups ({e}), so only committed offsets were checked for \

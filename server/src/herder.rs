@@ -999,8 +999,11 @@ impl Herder {
             });
         }
         let topics = parsed.topics.clone();
+        let security = self.client_security(&parsed);
         let (g, b) = (group.clone(), bootstrap.clone());
-        let read = tokio::task::spawn_blocking(move || committed_offsets(&b, &g, &topics)).await;
+        let read =
+            tokio::task::spawn_blocking(move || committed_offsets(&b, &g, &security, &topics))
+                .await;
         let offsets = match read {
             Ok(result) => result,
             Err(e) => Err(format!("the offset reader stopped: {e}")),
@@ -1403,15 +1406,19 @@ fn commit_offsets(
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
     let mut config = ClientConfig::new();
-    for (k, v) in security {
-        config.set(k, v);
-    }
-    let consumer: BaseConsumer = config
+    config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .create()
+        .set("enable.auto.offset.store", "false");
+    // Security keys in either spelling, translated for librdkafka (issue 13).
+    let context = spillway_kafka::security::rdkafka_config(
+        &mut config,
+        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())?;
+    let consumer: BaseConsumer<spillway_kafka::security::SecurityContext> = config
+        .create_with_context(context)
         .map_err(|e| e.to_string())?;
     let metadata = consumer
         .fetch_metadata(None, OFFSETS_TIMEOUT)
@@ -1479,16 +1486,24 @@ fn commit_offsets(
 fn committed_offsets(
     bootstrap: &str,
     group: &str,
+    security: &[(String, String)],
     topics: &TopicSelection,
 ) -> Result<Vec<PartitionOffset>, String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
+        .set("enable.auto.commit", "false");
+    let context = spillway_kafka::security::rdkafka_config(
+        &mut config,
+        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())?;
+    let consumer: BaseConsumer<spillway_kafka::security::SecurityContext> = config
+        .create_with_context(context)
         .map_err(|e| e.to_string())?;
     let metadata = consumer
         .fetch_metadata(None, OFFSETS_TIMEOUT)

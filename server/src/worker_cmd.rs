@@ -230,14 +230,20 @@ fn log_exposure(specs: &[ListenerSpec], auth: bool) {
     }
 }
 
-/// The Kafka cluster id, or `None` when the cluster does not answer in time.
-async fn kafka_cluster_id(bootstrap: String) -> Option<String> {
+/// The Kafka cluster id, or `None` when the cluster does not answer in time. The worker's
+/// own client: its top-level security keys apply (as for Connect's internal clients).
+async fn kafka_cluster_id(bootstrap: String, security: Vec<(String, String)>) -> Option<String> {
     tokio::task::spawn_blocking(move || {
         use rdkafka::consumer::{BaseConsumer, Consumer};
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .create()
-            .ok()?;
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", &bootstrap);
+        let context = spillway_kafka::security::rdkafka_config(
+            &mut config,
+            security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .ok()?;
+        let consumer: BaseConsumer<spillway_kafka::security::SecurityContext> =
+            config.create_with_context(context).ok()?;
         consumer.client().fetch_cluster_id(CLUSTER_ID_TIMEOUT)
     })
     .await
@@ -318,6 +324,11 @@ impl RunningWorker {
         );
 
         let bootstrap = config.get("bootstrap.servers").cloned().unwrap_or_default();
+        let security: Vec<(String, String)> = config
+            .iter()
+            .filter(|(k, _)| spillway_kafka::security::is_security_key(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let telemetry = Arc::new(Telemetry::from_env()?);
         let worker = Worker::start_with_meter(config, registry.clone(), &telemetry.meter())?;
         let herder = Arc::new(Herder::new(worker, Arc::new(store), registry, worker_id)?);
@@ -327,7 +338,7 @@ impl RunningWorker {
             Api {
                 herder: Arc::clone(&herder),
                 ready: Arc::clone(&ready),
-                kafka_cluster_id: kafka_cluster_id(bootstrap).await,
+                kafka_cluster_id: kafka_cluster_id(bootstrap, security).await,
                 max_body_bytes,
                 auth,
                 telemetry: Arc::clone(&telemetry),

@@ -440,6 +440,7 @@ async fn a_redelivered_record_in_the_ledger_is_accepted_without_writing_it_again
         "ledger",
         &cache.path().join("check"),
         "check",
+        &spillway_kafka::security::ClientSecurity::plaintext(),
     )
     .await
     .expect("ledger opens");

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rdkafka::client::OAuthToken as RdToken;
 use rdkafka::config::RDKafkaLogLevel;
@@ -16,6 +17,11 @@ use rdkafka::{ClientConfig, ClientContext};
 use tracing::{debug, info, warn};
 
 use super::{is_security_key, SecurityError, SecuritySettings, TokenFetcher};
+use crate::connection::Connection;
+
+/// How often [`SecurityContext::diagnose`] may open a connection of its own.
+const DIAGNOSE_EVERY: Duration = Duration::from_secs(30);
+const DIAGNOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Log lines of librdkafka that tell a security failure.
 const SECURITY_SIGNS: &[&str] = &[
@@ -34,6 +40,9 @@ pub struct SecurityContext {
     oauth: Option<TokenFetcher>,
     description: String,
     last_failure: Arc<Mutex<Option<String>>>,
+    settings: Arc<SecuritySettings>,
+    /// When [`SecurityContext::diagnose`] last opened a connection of its own.
+    diagnosed: Arc<Mutex<Option<Instant>>>,
 }
 
 impl SecurityContext {
@@ -42,6 +51,8 @@ impl SecurityContext {
             oauth: settings.token_fetcher(),
             description: settings.describe(),
             last_failure: Arc::default(),
+            settings: Arc::new(settings.clone()),
+            diagnosed: Arc::default(),
         }
     }
 
@@ -77,6 +88,46 @@ impl SecurityContext {
         ))
     }
 
+    /// librdkafka reports some listener mismatches (a plaintext client at a TLS listener)
+    /// only as "all brokers down", which a cluster that is down also gives. Open one
+    /// connection to the first bootstrap server with the native client and the same
+    /// settings: when it fails for a security reason, that is what to report. At most once
+    /// per [`DIAGNOSE_EVERY`]; call it from a thread that may block.
+    pub fn diagnose(&self, bootstrap: &str, e: &KafkaError) -> Option<String> {
+        if e.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
+            return None;
+        }
+        {
+            let mut last = self.diagnosed.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|at| at.elapsed() < DIAGNOSE_EVERY) {
+                return None;
+            }
+            *last = Some(Instant::now());
+        }
+        let security = self.settings.client_security().ok()?;
+        let addr = bootstrap
+            .split(',')
+            .map(str::trim)
+            .find(|a| !a.is_empty())?
+            .to_owned();
+        let probe = async move {
+            Connection::connect_secured(&addr, "spillway-diagnosis", DIAGNOSE_TIMEOUT, &security)
+                .await
+        };
+        let result = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(probe),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?
+                .block_on(probe),
+        };
+        match result {
+            Err(e) if e.is_security_error() => Some(format!("{} failed: {e}", self.description)),
+            _ => None,
+        }
+    }
+
     /// The security failure librdkafka logged, if any, with what to check.
     pub fn security_failure_logged(&self) -> Option<String> {
         let logged = self
@@ -108,7 +159,9 @@ fn what_to_check(detail: &str) -> &'static str {
     } else if detail.contains("SSL handshake failed") {
         "that the listener uses TLS, the CA in ssl.truststore.location / ssl.ca.location, and the client \
          certificate if the broker requires one"
-    } else if detail.contains("mechanism") {
+    } else if detail.contains("Unsupported SASL mechanism")
+        || detail.contains("SASL handshake failed")
+    {
         "sasl.mechanism against the mechanisms the listener enables"
     } else {
         "the user name and password (sasl.jaas.config or sasl.username / sasl.password) and that the user \
