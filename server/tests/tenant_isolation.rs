@@ -556,6 +556,7 @@ async fn two_tenants_exactly_once_sinks_of_one_name_both_copy_every_record() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("state");
     let (worker, anonymous) = start_worker_with(&broker, &state, &auth()).await;
+    // One after the other, as in the finding: the second starts while the first runs.
     let mut tenants = Vec::new();
     for name in ["acme", "globex"] {
         let client = tenant(&anonymous, json!({"name": name})).await;
@@ -565,13 +566,12 @@ async fn two_tenants_exactly_once_sinks_of_one_name_both_copy_every_record() {
                 json!({"name": "copy", "config": {"connector.class": "kafka", "topics": "src",
                     "topic.rename.format": format!("{name}-out.${{topic}}"),
                     "delivery.guarantee": "exactly_once",
-                    "consumer.override.group.protocol": "share"}}),
+                    // Classic mode: where a partition resumes is the checkpoint the ledger
+                    // holds under the connector's key, which is where the tenants met.
+                    "consumer.override.group.protocol": "classic"}}),
             )
             .await;
         assert_eq!(created.status, 201, "{}", created.text);
-        tenants.push((name, client));
-    }
-    for (name, client) in &tenants {
         let copied = committed_sources(&broker, &format!("{name}-out.src"), RECORDS).await;
         let status = client.get("/connectors/copy/status").await;
         assert_eq!(
@@ -579,6 +579,16 @@ async fn two_tenants_exactly_once_sinks_of_one_name_both_copy_every_record() {
             RECORDS,
             "tenant {name} copied {} of {RECORDS} records; status {}",
             copied.len(),
+            status.text
+        );
+        tenants.push((name, client));
+    }
+    // Neither fenced the other: both still run, their tasks never restarted.
+    for (name, client) in &tenants {
+        let status = client.get("/connectors/copy/status").await;
+        assert_eq!(
+            status.body["tasks"][0]["state"], "RUNNING",
+            "{name}: {}",
             status.text
         );
     }
