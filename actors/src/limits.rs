@@ -127,6 +127,13 @@ impl WorkerLimits {
         tasks_max.min(usize::try_from(self.tasks_per_connector).unwrap_or(usize::MAX))
     }
 
+    /// The tasks `config` counts for against `tasks.max.per.worker`: its `tasks.max`, but never
+    /// more than a connector may run, so that a stored configuration beyond the limit (FAILED
+    /// at restore) does not block every other connector.
+    pub fn counted_tasks(&self, config: &ConfigMap) -> u64 {
+        requested_tasks(config).min(self.tasks_per_connector)
+    }
+
     /// What in `config` is beyond the bounds: the name, key and value sizes, `tasks.max`.
     pub fn check_connector(&self, config: &ConfigMap) -> Vec<ConfigError> {
         let mut errors = Vec::new();
@@ -249,6 +256,11 @@ mod tests {
             ]))
             .is_empty());
         assert_eq!(limits.clamp_tasks(2_147_483_647), 64);
+        assert_eq!(
+            limits.counted_tasks(&config_map(&[("tasks.max", "2147483647")])),
+            64,
+            "a stored connector beyond the limit counts what it could run"
+        );
     }
 
     #[test]

@@ -661,7 +661,7 @@ impl Herder {
             .filter(|(k, r)| {
                 !(k.tenant == tenant && k.name == name) && r.target_state != TargetState::Stopped
             })
-            .map(|(_, r)| requested_tasks(&r.config))
+            .map(|(_, r)| self.worker.limits().counted_tasks(&r.config))
             .fold(0, u64::saturating_add);
         self.worker
             .limits()

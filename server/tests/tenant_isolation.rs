@@ -123,7 +123,8 @@ async fn stored_configs_that_cannot_start_become_failed_and_never_take_the_worke
                 .expect("stored");
         }
     }
-    let (worker, client) = start_on(&broker, &state, &[]).await;
+    // An explicit worker limit: the default follows the machine's open-file limit.
+    let (worker, client) = start_on(&broker, &state, &[("tasks.max.per.worker", "200")]).await;
 
     let all = client.get("/connectors?expand=status").await;
     assert_eq!(all.status, 200, "{}", &all.text[..all.text.len().min(500)]);
@@ -160,6 +161,10 @@ async fn stored_configs_that_cannot_start_become_failed_and_never_take_the_worke
         200
     );
     assert_eq!(client.get("/health").await.body["status"], "healthy");
+    // The FAILED ones count what they could run (64 each), not 2^31: others are still created.
+    let out = dir.path().join("new.txt").display().to_string();
+    let created = client.post("/connectors", file_sink("new", &out, 2)).await;
+    assert_eq!(created.status, 201, "{}", created.text);
     assert_eq!(client.delete("/connectors/huge").await.status, 204);
     worker.stop().await;
 }
