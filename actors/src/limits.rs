@@ -11,11 +11,42 @@ use spillway_core::{ConfigError, ConfigMap};
 pub const TASKS_MAX_PER_CONNECTOR: &str = "tasks.max.per.connector";
 /// Worker key: the most tasks all the worker's connectors may run together.
 pub const TASKS_MAX_PER_WORKER: &str = "tasks.max.per.worker";
-/// Each task is a thread with a Kafka client (librdkafka: a few threads and sockets each),
-/// so the defaults keep a full worker within a default limit of 1024 file descriptors and a
-/// few thousand threads (docs/tenants.md has the measurement).
 pub const DEFAULT_TASKS_PER_CONNECTOR: u64 = 64;
-pub const DEFAULT_TASKS_PER_WORKER: u64 = 128;
+/// File descriptors an idle task holds, with a margin: measured 13 for a classic-mode task
+/// (librdkafka: 7 threads, its sockets and wake-up pipes) and 6 for a share-mode task on one
+/// broker (`bench/src/bin/idle_tasks.rs`, docs/tenants.md).
+pub const FDS_PER_TASK: u64 = 16;
+/// Descriptors kept for everything but tasks: the REST server and its clients, the state
+/// store, logs, the dead letter queue producers.
+pub const FDS_RESERVED: u64 = 256;
+/// The default of `tasks.max.per.worker` is what the process's open-file limit holds at
+/// [`FDS_PER_TASK`] each after [`FDS_RESERVED`], within these bounds.
+pub const DEFAULT_TASKS_PER_WORKER_BOUNDS: (u64, u64) = (16, 1000);
+
+/// The default `tasks.max.per.worker`: as many tasks as the soft open-file limit holds (48 at
+/// the common 1024, 1000 from about 16,500), so a full worker does not run out of file
+/// descriptors; 128 when the limit cannot be read.
+pub fn default_tasks_per_worker() -> u64 {
+    let (low, high) = DEFAULT_TASKS_PER_WORKER_BOUNDS;
+    match open_files_limit() {
+        Some(limit) => (limit.saturating_sub(FDS_RESERVED) / FDS_PER_TASK).clamp(low, high),
+        None => 128,
+    }
+}
+
+/// The soft limit of open files of this process (`Max open files` in /proc/self/limits).
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?;
+    match soft {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    }
+}
 
 /// The longest connector name, in bytes. Every name derived from it stays valid for Kafka:
 /// the ledger topic `<tenant>.__spillway_eos_ledger.<name>` (a tenant name is at most 64) is
@@ -39,7 +70,7 @@ impl Default for WorkerLimits {
     fn default() -> Self {
         WorkerLimits {
             tasks_per_connector: DEFAULT_TASKS_PER_CONNECTOR,
-            tasks_per_worker: DEFAULT_TASKS_PER_WORKER,
+            tasks_per_worker: default_tasks_per_worker(),
         }
     }
 }
@@ -64,9 +95,11 @@ pub fn limits_config_def() -> ConfigDef {
                 ConfigType::Long,
                 Importance::Medium,
                 "The most tasks (tasks.max summed over every connector not STOPPED) the \
-                 worker runs; a change beyond it is refused (400).",
+                 worker runs; a change beyond it is refused (400). Default: what the open-file \
+                 limit holds at 16 descriptors a task after 256 for the rest (48 at a limit \
+                 of 1024), from 16 to 1000.",
             )
-            .default(DEFAULT_TASKS_PER_WORKER.to_string())
+            .default(default_tasks_per_worker().to_string())
             .validator(Validator::Between(1, 1_000_000)),
         )
 }
@@ -92,6 +125,13 @@ impl WorkerLimits {
     /// for one connector's task configurations.
     pub fn clamp_tasks(&self, tasks_max: usize) -> usize {
         tasks_max.min(usize::try_from(self.tasks_per_connector).unwrap_or(usize::MAX))
+    }
+
+    /// The tasks `config` counts for against `tasks.max.per.worker`: its `tasks.max`, but never
+    /// more than a connector may run, so that a stored configuration beyond the limit (FAILED
+    /// at restore) does not block every other connector.
+    pub fn counted_tasks(&self, config: &ConfigMap) -> u64 {
+        requested_tasks(config).min(self.tasks_per_connector)
     }
 
     /// What in `config` is beyond the bounds: the name, key and value sizes, `tasks.max`.
@@ -216,6 +256,24 @@ mod tests {
             ]))
             .is_empty());
         assert_eq!(limits.clamp_tasks(2_147_483_647), 64);
+        assert_eq!(
+            limits.counted_tasks(&config_map(&[("tasks.max", "2147483647")])),
+            64,
+            "a stored connector beyond the limit counts what it could run"
+        );
+    }
+
+    #[test]
+    fn the_default_worker_cap_follows_the_open_file_limit() {
+        let limit = open_files_limit().expect("linux has /proc/self/limits");
+        let tasks = default_tasks_per_worker();
+        assert!((16..=1000).contains(&tasks), "{tasks}");
+        if limit < 16_000 {
+            assert!(
+                FDS_RESERVED + tasks * FDS_PER_TASK <= limit.max(FDS_RESERVED + 16 * FDS_PER_TASK),
+                "{tasks} tasks fit in {limit} descriptors"
+            );
+        }
     }
 
     #[test]

@@ -146,10 +146,12 @@ impl Worker {
                 if let Err(e) = consumer.max_poll_records() {
                     errors.push(e);
                 }
-                let settings = consumer
-                    .classic_overrides()
-                    .into_iter()
-                    .filter(|(k, _)| !spillway_kafka::classic::OWNED_KEYS.contains(&k.as_str()));
+                // The connector's own settings, named as written; the worker's consumer.*
+                // settings are its admin's.
+                let settings = overrides
+                    .iter()
+                    .filter(|(k, _)| !spillway_kafka::classic::OWNED_KEYS.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()));
                 errors.extend(librdkafka_refusals("consumer.override.", settings));
             }
             // Reported by validate's own check of the protocol.
@@ -167,7 +169,7 @@ impl Worker {
         self.configs()
             .iter()
             .filter(|(name, _)| name.as_str() != key)
-            .map(|(_, c)| requested_tasks(c))
+            .map(|(_, c)| self.limits.counted_tasks(c))
             .fold(0, u64::saturating_add)
     }
 

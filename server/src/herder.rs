@@ -204,7 +204,8 @@ pub struct Herder {
 
 /// Worker key: the `tasks` quota of a tenant created without one; empty: unlimited.
 pub const TENANT_DEFAULT_QUOTA_TASKS: &str = "tenant.default.quota.tasks";
-/// Its default: a tenant alone cannot take more than a quarter of a default worker's tasks.
+/// Its default: half the tasks one connector may have, so a new tenant cannot fill a worker
+/// (whose default holds 48 tasks at an open-file limit of 1024) alone.
 pub const DEFAULT_TENANT_TASKS: u64 = 32;
 
 /// What a tenant's connectors take of its quotas.
@@ -669,7 +670,7 @@ impl Herder {
             .filter(|(k, r)| {
                 !(k.tenant == tenant && k.name == name) && r.target_state != TargetState::Stopped
             })
-            .map(|(_, r)| requested_tasks(&r.config))
+            .map(|(_, r)| self.worker.limits().counted_tasks(&r.config))
             .fold(0, u64::saturating_add);
         self.worker
             .limits()

@@ -123,7 +123,8 @@ async fn stored_configs_that_cannot_start_become_failed_and_never_take_the_worke
                 .expect("stored");
         }
     }
-    let (worker, client) = start_on(&broker, &state, &[]).await;
+    // An explicit worker limit: the default follows the machine's open-file limit.
+    let (worker, client) = start_on(&broker, &state, &[("tasks.max.per.worker", "200")]).await;
 
     let all = client.get("/connectors?expand=status").await;
     assert_eq!(all.status, 200, "{}", &all.text[..all.text.len().min(500)]);
@@ -160,6 +161,10 @@ async fn stored_configs_that_cannot_start_become_failed_and_never_take_the_worke
         200
     );
     assert_eq!(client.get("/health").await.body["status"], "healthy");
+    // The FAILED ones count what they could run (64 each), not 2^31: others are still created.
+    let out = dir.path().join("new.txt").display().to_string();
+    let created = client.post("/connectors", file_sink("new", &out, 2)).await;
+    assert_eq!(created.status, 201, "{}", created.text);
     assert_eq!(client.delete("/connectors/huge").await.status, 204);
     worker.stop().await;
 }
@@ -556,6 +561,7 @@ async fn two_tenants_exactly_once_sinks_of_one_name_both_copy_every_record() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("state");
     let (worker, anonymous) = start_worker_with(&broker, &state, &auth()).await;
+    // One after the other, as in the finding: the second starts while the first runs.
     let mut tenants = Vec::new();
     for name in ["acme", "globex"] {
         let client = tenant(&anonymous, json!({"name": name})).await;
@@ -565,13 +571,12 @@ async fn two_tenants_exactly_once_sinks_of_one_name_both_copy_every_record() {
                 json!({"name": "copy", "config": {"connector.class": "kafka", "topics": "src",
                     "topic.rename.format": format!("{name}-out.${{topic}}"),
                     "delivery.guarantee": "exactly_once",
-                    "consumer.override.group.protocol": "share"}}),
+                    // Classic mode: where a partition resumes is the checkpoint the ledger
+                    // holds under the connector's key, which is where the tenants met.
+                    "consumer.override.group.protocol": "classic"}}),
             )
             .await;
         assert_eq!(created.status, 201, "{}", created.text);
-        tenants.push((name, client));
-    }
-    for (name, client) in &tenants {
         let copied = committed_sources(&broker, &format!("{name}-out.src"), RECORDS).await;
         let status = client.get("/connectors/copy/status").await;
         assert_eq!(
@@ -579,6 +584,16 @@ async fn two_tenants_exactly_once_sinks_of_one_name_both_copy_every_record() {
             RECORDS,
             "tenant {name} copied {} of {RECORDS} records; status {}",
             copied.len(),
+            status.text
+        );
+        tenants.push((name, client));
+    }
+    // Neither fenced the other: both still run, their tasks never restarted.
+    for (name, client) in &tenants {
+        let status = client.get("/connectors/copy/status").await;
+        assert_eq!(
+            status.body["tasks"][0]["state"], "RUNNING",
+            "{name}: {}",
             status.text
         );
     }
