@@ -115,7 +115,10 @@ pub async fn guard_future<F: Future>(fut: F) -> Result<F::Output, Panicked> {
         let _inside = GuardDepth::enter();
         fut.as_mut().poll(cx)
     });
-    AssertUnwindSafe(guarded).catch_unwind().await.map_err(caught)
+    AssertUnwindSafe(guarded)
+        .catch_unwind()
+        .await
+        .map_err(caught)
 }
 
 #[cfg(test)]
@@ -136,7 +139,10 @@ mod tests {
         assert!(err.to_string().starts_with("panicked at "), "{err}");
         assert_eq!(guard(|| 5).expect("no panic"), 5);
         assert!(guard(inside_guard).expect("no panic"));
-        assert!(!inside_guard(), "the depth is restored after a caught panic");
+        assert!(
+            !inside_guard(),
+            "the depth is restored after a caught panic"
+        );
     }
 
     #[test]
