@@ -134,21 +134,7 @@ impl IdempotentProducer {
     /// Writes `records` (pipelined) and returns one result per record, in input order, once
     /// every record is confirmed or failed.
     pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
-        let mut results = send_all(&self.inner, records).await;
-        // A refused login or an untrusted certificate surfaces as timed-out deliveries; say
-        // what it was, and that retrying cannot help.
-        for result in &mut results {
-            if let Err(ProduceError::Delivery {
-                reason, retriable, ..
-            }) = result
-            {
-                if let Some(failure) = self.context.security_failure_logged() {
-                    *reason = format!("{reason} ({failure})");
-                    *retriable = false;
-                }
-            }
-        }
-        results
+        send_all(&self.inner, &self.context, records).await
     }
 
     /// Waits until everything sent so far is confirmed (blocking: call it off the async path).
@@ -162,8 +148,9 @@ impl IdempotentProducer {
 }
 
 /// Sends `records` pipelined on `producer`; one result per record, in input order.
-async fn send_all<C: rdkafka::ClientContext + 'static>(
-    producer: &FutureProducer<C>,
+async fn send_all(
+    producer: &FutureProducer<SecurityContext>,
+    context: &SecurityContext,
     records: &[OutRecord],
 ) -> Vec<Result<Written, ProduceError>> {
     let pending = records.iter().map(|record| {
@@ -203,11 +190,21 @@ async fn send_all<C: rdkafka::ClientContext + 'static>(
                     partition: delivery.partition,
                     offset: delivery.offset,
                 })
-                .map_err(|(e, _)| ProduceError::Delivery {
-                    topic: record.topic.clone(),
-                    partition: record.partition,
-                    retriable: !is_permanent(&e),
-                    reason: e.to_string(),
+                .map_err(|(e, _)| {
+                    let mut reason = e.to_string();
+                    let mut retriable = !is_permanent(&e);
+                    // A refused login or an untrusted certificate surfaces as timed-out
+                    // deliveries; say what it was, and that retrying cannot help.
+                    if let Some(failure) = context.security_failure_logged() {
+                        reason = format!("{reason} ({failure})");
+                        retriable = false;
+                    }
+                    ProduceError::Delivery {
+                        topic: record.topic.clone(),
+                        partition: record.partition,
+                        retriable,
+                        reason,
+                    }
                 })
         })
         .collect()
@@ -379,21 +376,7 @@ impl TransactionalProducer {
     /// Writes `records` in the open transaction and waits for every delivery report. A failed
     /// record leaves the transaction needing an abort.
     pub async fn send_all(&self, records: &[OutRecord]) -> Vec<Result<Written, ProduceError>> {
-        let mut results = send_all(&self.inner, records).await;
-        // A refused login or an untrusted certificate surfaces as timed-out deliveries; say
-        // what it was, and that retrying cannot help.
-        for result in &mut results {
-            if let Err(ProduceError::Delivery {
-                reason, retriable, ..
-            }) = result
-            {
-                if let Some(failure) = self.context.security_failure_logged() {
-                    *reason = format!("{reason} ({failure})");
-                    *retriable = false;
-                }
-            }
-        }
-        results
+        send_all(&self.inner, &self.context, records).await
     }
 
     /// Adds the consumer group's next offsets (`(topic, partition) → offset`) to the open

@@ -356,16 +356,32 @@ pub(crate) fn error_response(
     }
 }
 
-/// Applies per-partition faults to a Produce response (by topic name).
-pub(crate) fn produce_partition_faults(faults: &ProxyFaults, r: &mut ProduceResponse) -> bool {
+/// Where each partition of a response stands (topic index, partition index) and its fault key
+/// (topic name, partition), in response order.
+fn partition_places<T>(
+    topics: &[T],
+    topic_name: impl Fn(&T) -> String,
+    partitions: impl Fn(&T) -> Vec<i32>,
+) -> (Vec<(usize, usize)>, Vec<(String, i32)>) {
     let mut index = Vec::new();
     let mut keys = Vec::new();
-    for (t, topic) in r.responses.iter().enumerate() {
-        for (p, part) in topic.partition_responses.iter().enumerate() {
+    for (t, topic) in topics.iter().enumerate() {
+        let name = topic_name(topic);
+        for (p, partition) in partitions(topic).into_iter().enumerate() {
             index.push((t, p));
-            keys.push((topic.name.to_string(), part.index));
+            keys.push((name.clone(), partition));
         }
     }
+    (index, keys)
+}
+
+/// Applies per-partition faults to a Produce response (by topic name).
+pub(crate) fn produce_partition_faults(faults: &ProxyFaults, r: &mut ProduceResponse) -> bool {
+    let (index, keys) = partition_places(
+        &r.responses,
+        |topic| topic.name.to_string(),
+        |topic| topic.partition_responses.iter().map(|p| p.index).collect(),
+    );
     faults.apply_partition_faults(0, &keys, |i, code| {
         let (t, p) = index[i];
         let part = &mut r.responses[t].partition_responses[p];
@@ -381,19 +397,17 @@ pub(crate) fn fetch_partition_faults(
     r: &mut FetchResponse,
     names: &dyn Fn(&uuid::Uuid) -> Option<String>,
 ) -> bool {
-    let mut index = Vec::new();
-    let mut keys = Vec::new();
-    for (t, topic) in r.responses.iter().enumerate() {
-        let name = if topic.topic.is_empty() {
-            names(&topic.topic_id).unwrap_or_default()
-        } else {
-            topic.topic.to_string()
-        };
-        for (p, part) in topic.partitions.iter().enumerate() {
-            index.push((t, p));
-            keys.push((name.clone(), part.partition_index));
-        }
-    }
+    let (index, keys) = partition_places(
+        &r.responses,
+        |topic| {
+            if topic.topic.is_empty() {
+                names(&topic.topic_id).unwrap_or_default()
+            } else {
+                topic.topic.to_string()
+            }
+        },
+        |topic| topic.partitions.iter().map(|p| p.partition_index).collect(),
+    );
     faults.apply_partition_faults(1, &keys, |i, code| {
         let (t, p) = index[i];
         let part = &mut r.responses[t].partitions[p];
@@ -411,15 +425,11 @@ pub(crate) fn share_fetch_partition_faults(
     r: &mut ShareFetchResponse,
     names: &dyn Fn(&uuid::Uuid) -> Option<String>,
 ) -> bool {
-    let mut index = Vec::new();
-    let mut keys = Vec::new();
-    for (t, topic) in r.responses.iter().enumerate() {
-        let name = names(&topic.topic_id).unwrap_or_default();
-        for (p, part) in topic.partitions.iter().enumerate() {
-            index.push((t, p));
-            keys.push((name.clone(), part.partition_index));
-        }
-    }
+    let (index, keys) = partition_places(
+        &r.responses,
+        |topic| names(&topic.topic_id).unwrap_or_default(),
+        |topic| topic.partitions.iter().map(|p| p.partition_index).collect(),
+    );
     faults.apply_partition_faults(78, &keys, |i, code| {
         let (t, p) = index[i];
         let part = &mut r.responses[t].partitions[p];
@@ -436,15 +446,11 @@ pub(crate) fn share_ack_partition_faults(
     r: &mut ShareAcknowledgeResponse,
     names: &dyn Fn(&uuid::Uuid) -> Option<String>,
 ) -> bool {
-    let mut index = Vec::new();
-    let mut keys = Vec::new();
-    for (t, topic) in r.responses.iter().enumerate() {
-        let name = names(&topic.topic_id).unwrap_or_default();
-        for (p, part) in topic.partitions.iter().enumerate() {
-            index.push((t, p));
-            keys.push((name.clone(), part.partition_index));
-        }
-    }
+    let (index, keys) = partition_places(
+        &r.responses,
+        |topic| names(&topic.topic_id).unwrap_or_default(),
+        |topic| topic.partitions.iter().map(|p| p.partition_index).collect(),
+    );
     faults.apply_partition_faults(79, &keys, |i, code| {
         let (t, p) = index[i];
         let part = &mut r.responses[t].partitions[p];
