@@ -645,6 +645,29 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn a_runtime_whose_thread_has_stopped_is_reported_as_broken() {
+        let worker = worker();
+        assert_eq!(worker.runtime_failure(), None, "a fresh runtime is healthy");
+        // What an unguarded panic or an exhausted resource does to the runtime thread.
+        worker.system.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let failure = loop {
+            if let Some(failure) = worker.runtime_failure() {
+                break failure;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the stopped runtime was never reported"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            failure.contains("the connector runtime has stopped"),
+            "{failure}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn a_task_that_keeps_failing_is_restarted_then_failed_with_its_trace() {
         let worker = worker();
         worker
