@@ -151,8 +151,10 @@ pub async fn run(options: DemoOptions) -> Result<()> {
 
     let started = Instant::now();
     let mut last = (Instant::now(), 0u64, 0u64);
-    let done =
-        |s: &Option<ConnectorStatus>| s.as_ref().is_some_and(|s| s.totals().accepted >= records);
+    // Done when every record is in both files: `accepted` also counts records read again (a
+    // classic group's rebalance redelivers what was not committed), so it can pass the total
+    // while records are still missing.
+    let arrived = |file: &Path| numbers_in(file).len() as u64 >= records;
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let share = worker.status(SHARE);
@@ -171,7 +173,7 @@ pub async fn run(options: DemoOptions) -> Result<()> {
         }
         drop(out);
         last = (now, a_share, a_classic);
-        if done(&share) && done(&classic) {
+        if arrived(&share_file) && arrived(&classic_file) {
             break;
         }
         if started.elapsed() > timeout {
