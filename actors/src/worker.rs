@@ -497,11 +497,16 @@ fn librdkafka_refusals(
     settings: impl IntoIterator<Item = (String, String)>,
 ) -> Vec<ConfigError> {
     let mut errors = Vec::new();
+    // Security keys come in Java's spelling too: the security translation checks them (and
+    // turns them into librdkafka's names), so librdkafka's parser never sees them raw.
+    let settings = settings
+        .into_iter()
+        .filter(|(key, _)| !spillway_kafka::security::is_security_key(key));
     for (key, value) in settings {
         let mut one = rdkafka::ClientConfig::new();
         one.set(&key, &value);
         if let Err(e) = one.create_native_config() {
-            let secret = key.contains("password") || key.ends_with("jaas.config");
+            let secret = spillway_kafka::security::is_secret_key(&key);
             errors.push(ConfigError::InvalidValue {
                 key: format!("{prefix}{key}"),
                 value: if secret { "[hidden]".to_owned() } else { value },
