@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::share_acknowledge_request::{
     AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckReqBatch,
 };
@@ -35,6 +36,7 @@ use uuid::Uuid;
 use super::ack::{encode_batches, Acquire, Ledger, Owner, SentAcks, GAP};
 use super::session::{Plan, ShareSession, CLOSE_EPOCH};
 use super::{AckError, ShareError, ShareRecord, Tp};
+use crate::backoff::Backoff;
 use crate::cluster::Cluster;
 use crate::connection::ConnectionError;
 use crate::error_name;
@@ -126,7 +128,7 @@ pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle 
         last_fetch: None,
         flush_waiters: Vec::new(),
         closing: None,
-        retry: RETRY_MIN,
+        retry: Backoff::new(RETRY_MIN, RETRY_MAX),
         lock_timeout: DEFAULT_LOCK_TIMEOUT,
         forget_blocked_since: None,
     };
@@ -151,7 +153,7 @@ struct BrokerTask {
     last_fetch: Option<Instant>,
     flush_waiters: Vec<oneshot::Sender<()>>,
     closing: Option<oneshot::Sender<()>>,
-    retry: Duration,
+    retry: Backoff,
     /// The acquisition lock duration the broker reported last (`AcquisitionLockTimeoutMs`).
     lock_timeout: Duration,
     /// Since when a partition that left the assignment is kept in the session because the
@@ -293,8 +295,7 @@ impl BrokerTask {
     }
 
     async fn backoff(&mut self) {
-        let wait = self.retry;
-        self.retry = (self.retry * 2).min(RETRY_MAX);
+        let wait = self.retry.next_wait();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             cmd = self.commands.recv() => if let Some(cmd) = cmd { self.take_command(cmd) },
@@ -385,25 +386,33 @@ impl BrokerTask {
                 &sent,
                 format!("ShareFetch failed with error {code} ({})", error_name(code)),
             );
-            if code == 100 {
-                self.ctx.router.notify_one();
-            }
-            if code == 35 || code == 42 || code == 30 {
-                let _ = self
-                    .ctx
-                    .deliveries
-                    .send(Delivery::Error(ShareError::Partition {
-                        broker: self.broker,
-                        topic: "*".into(),
-                        partition: -1,
-                        code,
-                        name: error_name(code),
-                    }));
+            match classify(code) {
+                FetchFault::Retry => self.ctx.router.notify_one(),
+                FetchFault::NotAuthorized => {
+                    let _ =
+                        self.ctx
+                            .deliveries
+                            .send(Delivery::Error(self.not_authorized(
+                                wanted.iter().next().map_or("*", |tp| &*tp.topic),
+                                code,
+                            )));
+                }
+                FetchFault::Fatal => {
+                    let _ = self
+                        .ctx
+                        .deliveries
+                        .send(Delivery::Error(ShareError::Partition {
+                            broker: self.broker,
+                            topic: "*".into(),
+                            partition: -1,
+                            code,
+                            name: error_name(code),
+                        }));
+                }
             }
             self.backoff().await;
             return;
         }
-        self.retry = RETRY_MIN;
         self.session.succeeded(&plan);
         let received = Instant::now();
         if response.acquisition_lock_timeout_ms > 0 {
@@ -416,14 +425,39 @@ impl BrokerTask {
             broker: self.broker,
             generation: self.session.generation(),
         };
-        let (records, errors) =
+        let (records, errors, retriable) =
             self.absorb_fetch(&plan, &sent, &ids, response, owner, lock_deadline);
         for e in errors {
             let _ = self.ctx.deliveries.send(Delivery::Error(e));
         }
-        if !records.is_empty() {
+        let delivered = !records.is_empty();
+        if delivered {
             self.last_fetch = Some(received);
             let _ = self.ctx.deliveries.send(Delivery::Records(records));
+        }
+        if retriable && !delivered {
+            // Partitions in failover answer at once; asking again at once would spin.
+            self.backoff().await;
+        } else {
+            self.retry.reset();
+        }
+    }
+
+    /// The error for a refused authorization, naming the ACL the principal lacks.
+    fn not_authorized(&self, topic: &str, code: i16) -> ShareError {
+        let group = self.ctx.group_id.0.to_string();
+        let acl = if code == ResponseError::GroupAuthorizationFailed.code() {
+            format!("READ on Group:{group}")
+        } else {
+            format!("READ on Topic:{topic} (and READ on Group:{group})")
+        };
+        ShareError::NotAuthorized {
+            broker: self.broker,
+            group,
+            topic: topic.to_string(),
+            code,
+            name: error_name(code),
+            acl,
         }
     }
 
@@ -507,7 +541,7 @@ impl BrokerTask {
         response: ShareFetchResponse,
         owner: Owner,
         lock_deadline: Instant,
-    ) -> (Vec<ShareRecord>, Vec<ShareError>) {
+    ) -> (Vec<ShareRecord>, Vec<ShareError>, bool) {
         let broker = self.broker;
         let mut names: HashMap<Uuid, Arc<str>> =
             ids.iter().map(|(n, id)| (*id, Arc::clone(n))).collect();
@@ -543,6 +577,7 @@ impl BrokerTask {
         }
         let mut records = Vec::new();
         let mut errors = Vec::new();
+        let mut retriable = false;
         let endpoints: HashMap<i32, String> = response
             .node_endpoints
             .iter()
@@ -590,23 +625,30 @@ impl BrokerTask {
                         }
                         self.ctx.router.notify_one();
                     }
-                    // Unknown topic/partition, storage or leader-epoch trouble: the router's
-                    // metadata refresh or the next heartbeat sorts it out (§4.7).
-                    3 | 9 | 56 | 75 | 78 | 100 | 103 => {
-                        debug!(broker, %topic, partition = p.partition_index, code = p.error_code, "partition not fetchable now");
-                        self.ctx.router.notify_one();
-                    }
-                    code => errors.push(ShareError::Partition {
-                        broker,
-                        topic: topic.to_string(),
-                        partition: p.partition_index,
-                        code,
-                        name: error_name(code),
-                    }),
+                    code => match classify(code) {
+                        // Share-state loading, coordinator failover, unknown topic/partition,
+                        // storage or leader-epoch trouble: retried after a backoff and a
+                        // metadata refresh, as Kafka's clients do (brief, Share sessions).
+                        FetchFault::Retry => {
+                            debug!(broker, %topic, partition = p.partition_index, code, name = %error_name(code), "partition not fetchable now; retrying");
+                            retriable = true;
+                            self.ctx.router.notify_one();
+                        }
+                        FetchFault::NotAuthorized => {
+                            errors.push(self.not_authorized(&topic, code));
+                        }
+                        FetchFault::Fatal => errors.push(ShareError::Partition {
+                            broker,
+                            topic: topic.to_string(),
+                            partition: p.partition_index,
+                            code,
+                            name: error_name(code),
+                        }),
+                    },
                 }
             }
         }
-        (records, errors)
+        (records, errors, retriable)
     }
 
     /// ShareAcknowledge of everything pending, at `epoch` (-1 closes the session).
@@ -750,6 +792,27 @@ impl BrokerTask {
             }
         });
         self.session.reset();
+    }
+}
+
+/// What a ShareFetch error code asks of the fetch loop.
+#[derive(Debug, PartialEq, Eq)]
+enum FetchFault {
+    Retry,
+    NotAuthorized,
+    Fatal,
+}
+
+fn classify(code: i16) -> FetchFault {
+    use ResponseError::*;
+    match ResponseError::try_from_code(code) {
+        Some(TopicAuthorizationFailed | GroupAuthorizationFailed) => FetchFault::NotAuthorized,
+        // What a real broker answers while its share coordinator moves or the state persister
+        // loads (rolling restarts): not marked retriable in the protocol, retried by Kafka's
+        // share consumer all the same.
+        Some(GroupIdNotFound | UnknownServerError) => FetchFault::Retry,
+        Some(e) if e.is_retriable() => FetchFault::Retry,
+        _ => FetchFault::Fatal,
     }
 }
 

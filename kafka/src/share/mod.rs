@@ -118,6 +118,15 @@ pub enum ShareError {
         code: i16,
         name: String,
     },
+    #[error("share group '{group}' may not fetch {topic} from broker {broker}: error {code} ({name}); grant the consumer's principal the ACL {acl}")]
+    NotAuthorized {
+        broker: i32,
+        group: String,
+        topic: String,
+        code: i16,
+        name: String,
+        acl: String,
+    },
     #[error("record batch of {topic}-{partition} starting near offset {offset} cannot be decoded: {reason}; its acquired records {first}..={last} were rejected")]
     CorruptRecords {
         topic: String,
