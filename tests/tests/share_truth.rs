@@ -23,10 +23,11 @@ fn proxy(broker: &DevBroker, kafka42: bool) -> KafkaProxy {
     KafkaProxy::start(&broker.bootstrap(), options).expect("proxy starts")
 }
 
-/// Produces `n` records `{prefix}{i}` to partition `partition` of `topic` through the proxy.
-async fn produce(proxy: &KafkaProxy, topic: &str, partition: i32, prefix: &str, n: usize) {
+/// Produces `n` records `{prefix}{i}` to partition `partition` of `topic`, straight to the
+/// broker (so the proxy's request counts are the share consumer's alone).
+async fn produce(broker: &DevBroker, topic: &str, partition: i32, prefix: &str, n: usize) {
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", proxy.bootstrap())
+        .set("bootstrap.servers", broker.bootstrap())
         .set("message.timeout.ms", "20000")
         .set("linger.ms", "5")
         .create()
@@ -194,7 +195,7 @@ async fn share_fetch_partition_errors_of_a_coordinator_failover_are_retried_and_
             .faults()
             .inject_partition_error(SHARE_FETCH, "fo", 0, code.code(), 3)
             .expect("fault");
-        produce(&proxy, "fo", 0, &prefix, 10).await;
+        produce(&broker, "fo", 0, &prefix, 10).await;
         let want = (0..10).map(|n| format!("{prefix}{n}")).collect();
         drain(&mut c, &want, Duration::from_secs(40)).await;
         assert!(round < codes.len());
@@ -212,7 +213,7 @@ async fn a_topic_authorization_error_fails_the_consumer_naming_the_acl() {
         .faults()
         .inject_partition_error(SHARE_FETCH, "au", 0, 29, 1_000)
         .expect("fault");
-    produce(&proxy, "au", 0, "a", 5).await;
+    produce(&broker, "au", 0, "a", 5).await;
     let mut c = consumer(&proxy, "au-group", &["au"]).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let error = loop {
@@ -227,4 +228,108 @@ async fn a_topic_authorization_error_fails_the_consumer_naming_the_acl() {
         "{error}"
     );
     c.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_share_fetch_closes_its_connection_and_refreshes_metadata_at_once() {
+    const METADATA: i16 = 3;
+    let broker = DevBroker::try_start(1, &[("to", 1)]).expect("dev broker");
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_heartbeat_interval(300);
+    // Records of the lost answer must come back because the connection that opened the share
+    // session closed (Kafka releases them then), not because their lock ran out.
+    broker.set_share_record_lock_duration(30_000);
+    let proxy = proxy(&broker, false);
+    let mut config = ShareConsumerConfig::new(&proxy.bootstrap(), "to-group");
+    config.request_timeout = Duration::from_secs(2);
+    // No periodic refresh inside the test's window: only the timeout may cause one.
+    config.metadata_max_age = Duration::from_secs(120);
+    let mut c = ShareConsumer::connect(config)
+        .await
+        .expect("share consumer");
+    c.subscribe(&["to"]);
+    // Steady state first: joined, assigned, fetching.
+    produce(&broker, "to", 0, "a", 10).await;
+    let first = (0..10).map(|n| format!("a{n}")).collect();
+    drain(&mut c, &first, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let metadata_before = proxy.request_count(METADATA);
+    proxy.faults().drop_responses(SHARE_FETCH, 1);
+    produce(&broker, "to", 0, "b", 10).await;
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.faults().dropped(SHARE_FETCH) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no ShareFetch answer was dropped"
+        );
+        let records = c.poll(Duration::from_millis(20)).await.expect("poll");
+        c.acknowledge_all(&records, AcknowledgeType::Accept)
+            .expect("acknowledge");
+        seen.extend(records.iter().map(|r| r.offset));
+    }
+    let dropped_at = Instant::now();
+    // request timeout 2 s + fetch max wait 0.5 s, then a refresh at once.
+    wait_until(
+        "a metadata refresh after the ShareFetch timeout",
+        Duration::from_secs(6),
+        || proxy.request_count(METADATA) > metadata_before,
+    )
+    .await;
+    let want: BTreeSet<String> = (0..10)
+        .map(|n| format!("b{n}"))
+        .filter(|v| !seen.contains(&(10 + v[1..].parse::<i64>().unwrap_or(0))))
+        .collect();
+    drain(&mut c, &want, Duration::from_secs(15)).await;
+    assert!(
+        dropped_at.elapsed() < Duration::from_secs(25),
+        "records came back only after their lock ran out"
+    );
+    c.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dialling_a_broker_that_never_answers_gives_up_in_seconds_not_the_request_timeout() {
+    use spillway_kafka::security::SecuritySettings;
+    use spillway_tests::kafka_proxy::TestPki;
+    // A listener that accepts and then says nothing: the TLS handshake never completes, as
+    // with a hung broker or a black-holing load balancer.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let pki = TestPki::generate().expect("test pki");
+    let keys = [
+        ("security.protocol".to_string(), "SSL".to_string()),
+        (
+            "ssl.ca.location".to_string(),
+            pki.ca_path.display().to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let mut config = ShareConsumerConfig::new(&addr, "dial-group");
+    config.security = SecuritySettings::from_config(&keys)
+        .expect("settings")
+        .client_security()
+        .expect("security");
+    // request.timeout.ms stays at its 30 s default; the dial has its own, shorter limit.
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(20), ShareConsumer::connect(config))
+        .await
+        .expect("connect gave up within 20 s");
+    let error = result.err().expect("nothing answers there").to_string();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}: {error}",
+        started.elapsed()
+    );
+    assert!(error.contains(&addr), "{error}");
+    silent.abort();
 }

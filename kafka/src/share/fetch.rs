@@ -372,6 +372,9 @@ impl BrokerTask {
             Ok(r) => r,
             Err(reason) => {
                 debug!(broker = self.broker, %reason, "ShareFetch failed");
+                // The broker may be gone or no longer lead: look again at once (Java requests a
+                // metadata update on every disconnect).
+                self.ctx.router.notify_one();
                 self.lose_session(&sent, format!("ShareFetch failed: {reason}"));
                 self.backoff().await;
                 return;
@@ -720,6 +723,7 @@ impl BrokerTask {
                 return;
             }
             Err(reason) => {
+                self.ctx.router.notify_one();
                 self.lose_session(&sent, format!("ShareAcknowledge failed: {reason}"));
                 return;
             }
