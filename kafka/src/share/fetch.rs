@@ -30,7 +30,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 use uuid::Uuid;
 
 use super::ack::{encode_batches, Acquire, Ledger, Owner, SentAcks, GAP};
@@ -54,6 +54,7 @@ const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const FENCED_LEADER_EPOCH: i16 = 74;
+const RELEASE: i8 = 2;
 const REJECT: i8 = 3;
 /// librdkafka's answer for a partition we sent acks for that the response leaves out (§4.6).
 const INVALID_RECORD_STATE: i16 = 121;
@@ -840,8 +841,9 @@ fn ack_result(broker: i32, topic: &str, partition: i32, code: i16) -> Result<(),
 /// - A record inside a range is delivered, unless we already hold it (mock re-send) or it is a
 ///   control record (then GAP).
 /// - An acquired offset that no record covers is acknowledged as GAP.
-/// - An undecodable batch is skipped; its acquired offsets are REJECTed (as Java and librdkafka
-///   do for CRC failures) and the error is returned, naming the partition and offsets.
+/// - An undecodable batch is skipped and the error returned, naming the partition and offsets:
+///   on a CRC failure its acquired offsets are REJECTed (as Java does); otherwise (old magic,
+///   unknown codec, odd header) RELEASEd, never archived silently.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn absorb_partition(
     ledger: &mut Ledger,
@@ -873,14 +875,15 @@ pub(crate) fn absorb_partition(
         let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
         let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or([0; 4]));
         if len < 0 {
-            corrupt.get_or_insert(corrupt_error(
-                topic,
+            corrupt.get_or_insert(ShareError::CorruptRecords {
+                topic: topic.to_string(),
                 partition,
-                base,
-                base,
-                i64::MAX,
-                format!("negative batch length {len}"),
-            ));
+                offset: base,
+                first: base,
+                last: i64::MAX,
+                reason: format!("negative batch length {len}"),
+                outcome: "left to their lock timeout",
+            });
             break;
         }
         let total = 12usize.saturating_add(len as usize);
@@ -889,6 +892,7 @@ pub(crate) fn absorb_partition(
             break;
         }
         let mut batch = bytes.split_to(total);
+        let raw = batch.clone();
         let control_batch = is_control_batch(&batch);
         let last_delta = if total >= 27 {
             i32::from_be_bytes(batch[23..27].try_into().unwrap_or([0; 4])) as i64
@@ -952,27 +956,38 @@ pub(crate) fn absorb_partition(
                 }
             }
             Err(e) => {
+                // Only a failed checksum proves the bytes bad for everyone: REJECT (archive)
+                // then, as Java does. A batch we merely cannot decode (old magic, unknown
+                // codec, odd header) may be fine for another client: RELEASE it, loudly.
+                let crc_failed = crc_mismatch(&raw);
+                let (ack, outcome) = if crc_failed {
+                    (REJECT, "rejected (CRC check failed)")
+                } else {
+                    (RELEASE, "released for redelivery")
+                };
                 let last = base.saturating_add(last_delta.max(0));
-                let mut first_rejected = None;
-                let mut last_rejected = None;
+                let mut first_hit = None;
+                let mut last_hit = None;
                 for &(f, l, dc) in &ranges {
                     let (lo, hi) = (f.max(base), l.min(last));
                     for offset in lo..=hi {
                         covered.push(offset);
-                        ledger.auto_ack(topic, partition, owner, offset, dc, REJECT);
-                        first_rejected.get_or_insert(offset);
-                        last_rejected = Some(offset);
+                        ledger.auto_ack(topic, partition, owner, offset, dc, ack);
+                        first_hit.get_or_insert(offset);
+                        last_hit = Some(offset);
                     }
                 }
-                if let (Some(first), Some(last)) = (first_rejected, last_rejected) {
-                    corrupt.get_or_insert(corrupt_error(
-                        topic,
+                if let (Some(first), Some(last)) = (first_hit, last_hit) {
+                    error!(%topic, partition, first, last, reason = %e, outcome, "undecodable record batch");
+                    corrupt.get_or_insert(ShareError::CorruptRecords {
+                        topic: topic.to_string(),
                         partition,
-                        base,
+                        offset: base,
                         first,
                         last,
-                        e.to_string(),
-                    ));
+                        reason: e.to_string(),
+                        outcome,
+                    });
                 }
             }
         }
@@ -1005,22 +1020,15 @@ fn is_control_batch(batch: &[u8]) -> bool {
         .is_some_and(|a| u16::from_be_bytes([a[0], a[1]]) & CONTROL != 0)
 }
 
-fn corrupt_error(
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    first: i64,
-    last: i64,
-    reason: String,
-) -> ShareError {
-    ShareError::CorruptRecords {
-        topic: topic.to_string(),
-        partition,
-        offset,
-        first,
-        last,
-        reason,
+/// Whether a v2 record batch's CRC-32C (over attributes..end, stored at bytes 17..21) is wrong.
+/// Older magics carry another checksum layout: never counted as a CRC failure here.
+fn crc_mismatch(batch: &[u8]) -> bool {
+    const MAGIC: usize = 16;
+    if batch.len() < 21 || batch[MAGIC] != 2 {
+        return false;
     }
+    let stored = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
+    crc32c::crc32c(&batch[21..]) != stored
 }
 
 #[cfg(test)]
@@ -1200,10 +1208,30 @@ mod tests {
         assert_eq!(offsets, vec![0, 1]);
         let msg = r.unwrap_err().to_string();
         assert!(
-            msg.contains("t-0") && msg.contains("2..=2") && msg.contains("Cyclic redundancy"),
+            msg.contains("t-0")
+                && msg.contains("2..=2")
+                && msg.contains("Cyclic redundancy")
+                && msg.contains("rejected (CRC check failed)"),
             "{msg}"
         );
         assert_eq!(pending(&mut ledger), [(2, REJECT)].into_iter().collect());
+    }
+
+    #[test]
+    fn an_undecodable_batch_with_a_good_crc_is_released_loudly_not_rejected() {
+        let mut ledger = Ledger::default();
+        let mut bytes = BytesMut::from(&batch(&[0], Compression::None)[..]);
+        // An unknown codec (7), with the CRC made right again: readable by nobody here, but
+        // not corrupt.
+        bytes[22] |= 0x07;
+        let crc = crc32c::crc32c(&bytes[21..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(!crc_mismatch(&bytes));
+        let (out, r) = absorb(&mut ledger, &[acquired(0, 0, 1)], bytes.freeze());
+        assert!(out.is_empty());
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("t-0") && msg.contains("released"), "{msg}");
+        assert_eq!(pending(&mut ledger), [(0, RELEASE)].into_iter().collect());
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub enum ShareError {
         name: String,
         acl: String,
     },
-    #[error("record batch of {topic}-{partition} starting near offset {offset} cannot be decoded: {reason}; its acquired records {first}..={last} were rejected")]
+    #[error("record batch of {topic}-{partition} starting near offset {offset} cannot be decoded: {reason}; its acquired records {first}..={last} were {outcome}")]
     CorruptRecords {
         topic: String,
         partition: i32,
@@ -135,6 +135,8 @@ pub enum ShareError {
         first: i64,
         last: i64,
         reason: String,
+        /// What became of them: rejected on a CRC failure, released otherwise.
+        outcome: &'static str,
     },
     #[error(
         "record {topic}-{partition}@{offset} cannot be acknowledged in a transaction: {reason}"
