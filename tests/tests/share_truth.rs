@@ -333,3 +333,39 @@ async fn dialling_a_broker_that_never_answers_gives_up_in_seconds_not_the_reques
     assert!(error.contains(&addr), "{error}");
     silent.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retriable_share_acknowledge_errors_are_retried_within_the_commit_deadline() {
+    const SHARE_ACKNOWLEDGE: i16 = 79;
+    let broker = DevBroker::try_start(1, &[("ak", 1)]).expect("dev broker");
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_heartbeat_interval(300);
+    let proxy = proxy(&broker, false);
+    produce(&broker, "ak", 0, "k", 5).await;
+    let mut c = consumer(&proxy, "ak-group", &["ak"]).await;
+    let mut records = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while records.len() < 5 {
+        assert!(Instant::now() < deadline, "got {} of 5", records.len());
+        records.extend(c.poll(Duration::from_millis(200)).await.expect("poll"));
+    }
+    // The broker refuses (and does not apply) the next two acknowledgements of ak-0, as Kafka
+    // does while its share coordinator moves.
+    broker.push_partition_request_errors("ak", 0, SHARE_ACKNOWLEDGE, &[15, 15]);
+    c.acknowledge_all(&records, AcknowledgeType::Accept)
+        .expect("acknowledge");
+    let result = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert_eq!(
+        result.get(&("ak".to_string(), 0)),
+        Some(&Ok(())),
+        "{result:?}"
+    );
+    assert!(proxy.request_count(SHARE_ACKNOWLEDGE) >= 3);
+    // Applied: nothing comes back.
+    let later = c.poll(Duration::from_secs(2)).await.expect("poll");
+    assert!(later.is_empty(), "{later:?}");
+    c.close().await.expect("close");
+}

@@ -132,6 +132,7 @@ pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle 
         retry: Backoff::new(RETRY_MIN, RETRY_MAX),
         lock_timeout: DEFAULT_LOCK_TIMEOUT,
         forget_blocked_since: None,
+        ack_retry_at: None,
     };
     BrokerHandle {
         commands,
@@ -160,6 +161,8 @@ struct BrokerTask {
     /// Since when a partition that left the assignment is kept in the session because the
     /// application still holds unsettled records of it (see [`BrokerTask::must_defer_forget`]).
     forget_blocked_since: Option<Instant>,
+    /// Acks were refused with a retriable error: the ack tick resends them from then on.
+    ack_retry_at: Option<Instant>,
 }
 
 /// Why the loop woke up while waiting.
@@ -185,6 +188,13 @@ impl BrokerTask {
             }
             if !self.flush_waiters.is_empty() {
                 self.send_acks(self.session.epoch()).await;
+                // Retriable refusals go out again while a commit_sync still waits (its
+                // deadline drops the waiter); then the ack tick takes over.
+                self.flush_waiters.retain(|w| !w.is_closed());
+                if self.ack_retry_at.is_some() && !self.flush_waiters.is_empty() {
+                    self.backoff().await;
+                    continue;
+                }
                 for w in self.flush_waiters.drain(..) {
                     let _ = w.send(());
                 }
@@ -206,7 +216,8 @@ impl BrokerTask {
                 Wake::AckTick => {
                     let pending = lock_ledger(&self.ctx.ledger)
                         .has_pending(self.broker, self.session.generation());
-                    if pending && self.session.is_open() {
+                    let due = self.ack_retry_at.is_none_or(|at| Instant::now() >= at);
+                    if pending && due && self.session.is_open() {
                         self.send_acks(self.session.epoch()).await;
                     }
                 }
@@ -745,6 +756,7 @@ impl BrokerTask {
             .map(|e| (e.node_id.0, format!("{}:{}", e.host.as_str(), e.port)))
             .collect();
         let mut moved = Vec::new();
+        let mut retry_acks = false;
         {
             let mut ledger = lock_ledger(&self.ctx.ledger);
             for (topic, partition, acks) in &sent {
@@ -752,6 +764,14 @@ impl BrokerTask {
                     .get(topic)
                     .and_then(|id| codes.get(&(*id, *partition)).copied())
                     .unwrap_or((INVALID_RECORD_STATE, -1));
+                if ack_retriable(code) && epoch != CLOSE_EPOCH {
+                    // Retried (flush: until commit_sync's deadline; else on the ack tick after
+                    // a backoff), as Java's share consumer does.
+                    debug!(broker, %topic, partition, code, name = %error_name(code), "acknowledgement not applied; retrying");
+                    ledger.requeue(topic, *partition, acks);
+                    retry_acks = true;
+                    continue;
+                }
                 ledger.complete(
                     topic,
                     *partition,
@@ -778,6 +798,12 @@ impl BrokerTask {
             self.session.reset();
         } else {
             self.session.acked();
+        }
+        if retry_acks {
+            self.ack_retry_at = Some(Instant::now() + self.retry.next_wait());
+        } else {
+            self.ack_retry_at = None;
+            self.retry.reset();
         }
     }
 
@@ -818,6 +844,16 @@ fn classify(code: i16) -> FetchFault {
         Some(GroupIdNotFound | UnknownServerError) => FetchFault::Retry,
         Some(e) if e.is_retriable() => FetchFault::Retry,
         _ => FetchFault::Fatal,
+    }
+}
+
+/// Per-partition ShareAcknowledge errors after which the same acks may go out again: the
+/// broker applied none of them (leader moves are handled apart: the records are gone).
+fn ack_retriable(code: i16) -> bool {
+    use ResponseError::*;
+    match ResponseError::try_from_code(code) {
+        Some(NotLeaderOrFollower | FencedLeaderEpoch) | None => false,
+        Some(e) => e.is_retriable(),
     }
 }
 
