@@ -185,6 +185,9 @@ impl ConsumerSettings {
                 "fetch.min.bytes" => bytes(s).map(|n| config.fetch_min_bytes = n),
                 "fetch.max.bytes" => bytes(s).map(|n| config.fetch_max_bytes = n),
                 "request.timeout.ms" => millis(s, 1).map(|d| config.request_timeout = d),
+                "socket.connection.setup.timeout.ms" => {
+                    millis(s, 1).map(|d| config.connect_timeout = d)
+                }
                 "metadata.max.age.ms" => millis(s, 0).map(|d| config.metadata_max_age = d),
                 "share.acknowledgement.mode" => s.must_be(
                     "explicit",

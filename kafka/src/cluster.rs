@@ -28,6 +28,9 @@ const FIND_COORDINATOR_KEY: i16 = 10;
 const METADATA_VERSIONS: (i16, i16) = (10, 13);
 const FIND_COORDINATOR_VERSIONS: (i16, i16) = (0, 6);
 /// First and longest wait between attempts to reach a broker that failed.
+/// Dial limit unless the client sets one: seconds, not the request timeout, so a dead broker
+/// is given up on quickly (Kafka's `socket.connection.setup.timeout.ms` is 10 s).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
@@ -117,6 +120,8 @@ pub struct Cluster {
     /// How every connection is opened (TLS, SASL).
     security: ClientSecurity,
     request_timeout: Duration,
+    /// Limit for dialling a broker (TCP and TLS handshake).
+    connect_timeout: Duration,
     meta: Mutex<Meta>,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
 }
@@ -162,6 +167,25 @@ impl Cluster {
         request_timeout: Duration,
         security: ClientSecurity,
     ) -> Result<Arc<Cluster>, ClusterError> {
+        Cluster::connect_with(
+            bootstrap,
+            client_id,
+            request_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+            security,
+        )
+        .await
+    }
+
+    /// [`Cluster::connect_secured`] with the limit for dialling a broker (TCP connect and TLS
+    /// handshake), Kafka's `socket.connection.setup.timeout.ms`.
+    pub async fn connect_with(
+        bootstrap: &str,
+        client_id: &str,
+        request_timeout: Duration,
+        connect_timeout: Duration,
+        security: ClientSecurity,
+    ) -> Result<Arc<Cluster>, ClusterError> {
         let servers: Vec<String> = bootstrap
             .split(',')
             .map(|s| s.trim().to_string())
@@ -182,6 +206,7 @@ impl Cluster {
             client_id: client_id.to_string(),
             security,
             request_timeout,
+            connect_timeout,
             meta: Mutex::new(Meta::default()),
             slots: Mutex::new(HashMap::new()),
         });
@@ -217,9 +242,10 @@ impl Cluster {
                 });
             }
         }
-        match Connection::connect_secured(
+        match Connection::dial(
             addr,
             &self.client_id,
+            self.connect_timeout,
             self.request_timeout,
             &self.security,
         )

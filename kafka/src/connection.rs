@@ -231,22 +231,35 @@ impl Connection {
         timeout: Duration,
         security: &ClientSecurity,
     ) -> Result<Connection, ConnectionError> {
-        let stream = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(source)) => {
-                return Err(ConnectionError::Connect {
-                    addr: addr.to_string(),
-                    source,
-                })
-            }
-            Err(_) => {
-                return Err(ConnectionError::ConnectTimeout {
-                    addr: addr.to_string(),
-                    after: timeout,
-                })
-            }
-        };
+        Connection::dial(addr, client_id, timeout, timeout, security).await
+    }
+
+    /// [`Connection::connect_secured`] with its own limit for the dial (TCP connect and TLS
+    /// handshake; Kafka's `socket.connection.setup.timeout.ms`): an unreachable broker is
+    /// given up on in seconds, while ApiVersions and SASL get the request timeout.
+    pub async fn dial(
+        addr: &str,
+        client_id: &str,
+        dial_timeout: Duration,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Connection, ConnectionError> {
+        let stream =
+            match tokio::time::timeout(dial_timeout, tokio::net::TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(source)) => {
+                    return Err(ConnectionError::Connect {
+                        addr: addr.to_string(),
+                        source,
+                    })
+                }
+                Err(_) => {
+                    return Err(ConnectionError::ConnectTimeout {
+                        addr: addr.to_string(),
+                        after: dial_timeout,
+                    })
+                }
+            };
         // Requests are small and latency matters more than packet count.
         let _ = stream.set_nodelay(true);
         let mut conn = match security.tls() {
@@ -254,7 +267,7 @@ impl Connection {
             Some(tls) => {
                 let host = host_of(addr);
                 let tls_stream =
-                    match tokio::time::timeout(timeout, tls.connect(host, stream)).await {
+                    match tokio::time::timeout(dial_timeout, tls.connect(host, stream)).await {
                         Ok(Ok(s)) => s,
                         Ok(Err(reason)) => {
                             return Err(ConnectionError::Tls {
@@ -266,10 +279,10 @@ impl Connection {
                             return Err(ConnectionError::Tls {
                                 addr: addr.to_string(),
                                 reason: format!(
-                                    "no TLS handshake within {timeout:?}; is this a TLS listener? \
+                            "no TLS handshake within {dial_timeout:?}; is this a TLS listener? \
                                  security.protocol={} needs one",
-                                    security.protocol().name()
-                                ),
+                            security.protocol().name()
+                        ),
                             })
                         }
                     };
@@ -505,9 +518,16 @@ impl Connection {
                 addr: self.addr.clone(),
             })),
             Err(_) => {
-                if let State::Open(pending) = &mut *lock(&self.state) {
-                    pending.remove(&correlation_id);
-                }
+                // A broker serves one request per connection at a time, so later requests
+                // would queue behind the stuck one: close the connection, as Kafka's Java
+                // client and librdkafka do; the next request dials anew.
+                lock(&self.state).poison(ConnectionError::Timeout {
+                    addr: self.addr.clone(),
+                    api_key,
+                    after: timeout,
+                });
+                self.reader.abort();
+                self.writer.abort();
                 return Err(ConnectionError::Timeout {
                     addr: self.addr.clone(),
                     api_key,
@@ -856,6 +876,27 @@ mod tests {
             .await
             .unwrap_err();
         assert!(later.to_string().contains("unusable"), "{later}");
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_request_closes_the_connection() {
+        let (client, mut broker) = duplex(4096);
+        let conn = Connection::from_stream(client, "fake:9", "test");
+        let pending = tokio::spawn(async move {
+            let r = conn
+                .request(&MetadataRequest::default(), 12, Duration::from_millis(200))
+                .await;
+            (r, conn)
+        });
+        read_request(&mut broker).await;
+        let (result, conn) = pending.await.unwrap();
+        let msg = result.unwrap_err().to_string();
+        assert!(msg.contains("fake:9"), "{msg}");
+        assert!(conn.is_poisoned(), "a timed-out connection stays in use");
+        // The socket is closed: the broker side reads end of stream.
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(T, broker.read_to_end(&mut rest)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
     }
 
     #[tokio::test]

@@ -617,6 +617,25 @@ impl Ledger {
         self.record(topic, partition, result);
     }
 
+    /// Acks the broker answered with a retriable error (it applied none of them: Kafka's
+    /// acknowledgement is all-or-nothing per partition): send them again. Nothing is settled or
+    /// reported yet. Acks of a partition that changed hands meanwhile are dropped; the
+    /// invalidation that took it reported them.
+    pub fn requeue(&mut self, topic: &Arc<str>, partition: i32, acks: &BTreeMap<i64, i8>) {
+        if let Some(part) = self
+            .parts
+            .get_mut(&**topic)
+            .and_then(|m| m.get_mut(&partition))
+        {
+            if part.owner.is_none() {
+                return;
+            }
+            for (offset, kind) in acks {
+                part.pending.entry(*offset).or_insert(*kind);
+            }
+        }
+    }
+
     /// Drop everything held through `broker` (optionally only for one partition): the session
     /// or the leadership is gone, so the broker has released (or will release) those records.
     /// Unsent acks fail with `error(topic, partition)`.

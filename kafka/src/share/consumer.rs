@@ -65,8 +65,11 @@ pub struct ShareConsumerConfig {
     pub fetch_min_bytes: i32,
     /// `fetch.max.bytes`
     pub fetch_max_bytes: i32,
-    /// `request.timeout.ms`
+    /// `request.timeout.ms`. A request that times out closes its connection (as Kafka's
+    /// clients do) and triggers a metadata refresh.
     pub request_timeout: Duration,
+    /// `socket.connection.setup.timeout.ms`: limit for dialling a broker (TCP and TLS).
+    pub connect_timeout: Duration,
     /// `metadata.max.age.ms`: how often metadata is refreshed to see new partitions and leaders.
     pub metadata_max_age: Duration,
     /// How many fetches' worth of records (MaxRecords each) a broker may have given us that
@@ -94,6 +97,7 @@ impl ShareConsumerConfig {
             fetch_min_bytes: 1,
             fetch_max_bytes: 52_428_800,
             request_timeout: Duration::from_secs(30),
+            connect_timeout: crate::cluster::DEFAULT_CONNECT_TIMEOUT,
             metadata_max_age: Duration::from_secs(30),
             fetch_buffer_batches: 1,
             security: ClientSecurity::plaintext(),
@@ -172,10 +176,11 @@ impl ShareConsumer {
     /// [`ShareConsumer::subscribe`].
     pub async fn connect(config: ShareConsumerConfig) -> Result<ShareConsumer, ShareError> {
         config.validate()?;
-        let cluster = Cluster::connect_secured(
+        let cluster = Cluster::connect_with(
             &config.bootstrap_servers,
             &config.client_id,
             config.request_timeout,
+            config.connect_timeout,
             config.security.clone(),
         )
         .await?;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::share_acknowledge_request::{
     AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckReqBatch,
 };
@@ -29,12 +30,13 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 use uuid::Uuid;
 
 use super::ack::{encode_batches, Acquire, Ledger, Owner, SentAcks, GAP};
 use super::session::{Plan, ShareSession, CLOSE_EPOCH};
 use super::{AckError, ShareError, ShareRecord, Tp};
+use crate::backoff::Backoff;
 use crate::cluster::Cluster;
 use crate::connection::ConnectionError;
 use crate::error_name;
@@ -52,6 +54,7 @@ const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 const FENCED_LEADER_EPOCH: i16 = 74;
+const RELEASE: i8 = 2;
 const REJECT: i8 = 3;
 /// librdkafka's answer for a partition we sent acks for that the response leaves out (§4.6).
 const INVALID_RECORD_STATE: i16 = 121;
@@ -126,9 +129,10 @@ pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle 
         last_fetch: None,
         flush_waiters: Vec::new(),
         closing: None,
-        retry: RETRY_MIN,
+        retry: Backoff::new(RETRY_MIN, RETRY_MAX),
         lock_timeout: DEFAULT_LOCK_TIMEOUT,
         forget_blocked_since: None,
+        ack_retry_at: None,
     };
     BrokerHandle {
         commands,
@@ -151,12 +155,14 @@ struct BrokerTask {
     last_fetch: Option<Instant>,
     flush_waiters: Vec<oneshot::Sender<()>>,
     closing: Option<oneshot::Sender<()>>,
-    retry: Duration,
+    retry: Backoff,
     /// The acquisition lock duration the broker reported last (`AcquisitionLockTimeoutMs`).
     lock_timeout: Duration,
     /// Since when a partition that left the assignment is kept in the session because the
     /// application still holds unsettled records of it (see [`BrokerTask::must_defer_forget`]).
     forget_blocked_since: Option<Instant>,
+    /// Acks were refused with a retriable error: the ack tick resends them from then on.
+    ack_retry_at: Option<Instant>,
 }
 
 /// Why the loop woke up while waiting.
@@ -182,6 +188,13 @@ impl BrokerTask {
             }
             if !self.flush_waiters.is_empty() {
                 self.send_acks(self.session.epoch()).await;
+                // Retriable refusals go out again while a commit_sync still waits (its
+                // deadline drops the waiter); then the ack tick takes over.
+                self.flush_waiters.retain(|w| !w.is_closed());
+                if self.ack_retry_at.is_some() && !self.flush_waiters.is_empty() {
+                    self.backoff().await;
+                    continue;
+                }
                 for w in self.flush_waiters.drain(..) {
                     let _ = w.send(());
                 }
@@ -203,7 +216,8 @@ impl BrokerTask {
                 Wake::AckTick => {
                     let pending = lock_ledger(&self.ctx.ledger)
                         .has_pending(self.broker, self.session.generation());
-                    if pending && self.session.is_open() {
+                    let due = self.ack_retry_at.is_none_or(|at| Instant::now() >= at);
+                    if pending && due && self.session.is_open() {
                         self.send_acks(self.session.epoch()).await;
                     }
                 }
@@ -293,8 +307,7 @@ impl BrokerTask {
     }
 
     async fn backoff(&mut self) {
-        let wait = self.retry;
-        self.retry = (self.retry * 2).min(RETRY_MAX);
+        let wait = self.retry.next_wait();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             cmd = self.commands.recv() => if let Some(cmd) = cmd { self.take_command(cmd) },
@@ -371,6 +384,9 @@ impl BrokerTask {
             Ok(r) => r,
             Err(reason) => {
                 debug!(broker = self.broker, %reason, "ShareFetch failed");
+                // The broker may be gone or no longer lead: look again at once (Java requests a
+                // metadata update on every disconnect).
+                self.ctx.router.notify_one();
                 self.lose_session(&sent, format!("ShareFetch failed: {reason}"));
                 self.backoff().await;
                 return;
@@ -385,25 +401,33 @@ impl BrokerTask {
                 &sent,
                 format!("ShareFetch failed with error {code} ({})", error_name(code)),
             );
-            if code == 100 {
-                self.ctx.router.notify_one();
-            }
-            if code == 35 || code == 42 || code == 30 {
-                let _ = self
-                    .ctx
-                    .deliveries
-                    .send(Delivery::Error(ShareError::Partition {
-                        broker: self.broker,
-                        topic: "*".into(),
-                        partition: -1,
-                        code,
-                        name: error_name(code),
-                    }));
+            match classify(code) {
+                FetchFault::Retry => self.ctx.router.notify_one(),
+                FetchFault::NotAuthorized => {
+                    let _ =
+                        self.ctx
+                            .deliveries
+                            .send(Delivery::Error(self.not_authorized(
+                                wanted.iter().next().map_or("*", |tp| &*tp.topic),
+                                code,
+                            )));
+                }
+                FetchFault::Fatal => {
+                    let _ = self
+                        .ctx
+                        .deliveries
+                        .send(Delivery::Error(ShareError::Partition {
+                            broker: self.broker,
+                            topic: "*".into(),
+                            partition: -1,
+                            code,
+                            name: error_name(code),
+                        }));
+                }
             }
             self.backoff().await;
             return;
         }
-        self.retry = RETRY_MIN;
         self.session.succeeded(&plan);
         let received = Instant::now();
         if response.acquisition_lock_timeout_ms > 0 {
@@ -416,14 +440,39 @@ impl BrokerTask {
             broker: self.broker,
             generation: self.session.generation(),
         };
-        let (records, errors) =
+        let (records, errors, retriable) =
             self.absorb_fetch(&plan, &sent, &ids, response, owner, lock_deadline);
         for e in errors {
             let _ = self.ctx.deliveries.send(Delivery::Error(e));
         }
-        if !records.is_empty() {
+        let delivered = !records.is_empty();
+        if delivered {
             self.last_fetch = Some(received);
             let _ = self.ctx.deliveries.send(Delivery::Records(records));
+        }
+        if retriable && !delivered {
+            // Partitions in failover answer at once; asking again at once would spin.
+            self.backoff().await;
+        } else {
+            self.retry.reset();
+        }
+    }
+
+    /// The error for a refused authorization, naming the ACL the principal lacks.
+    fn not_authorized(&self, topic: &str, code: i16) -> ShareError {
+        let group = self.ctx.group_id.0.to_string();
+        let acl = if code == ResponseError::GroupAuthorizationFailed.code() {
+            format!("READ on Group:{group}")
+        } else {
+            format!("READ on Topic:{topic} (and READ on Group:{group})")
+        };
+        ShareError::NotAuthorized {
+            broker: self.broker,
+            group,
+            topic: topic.to_string(),
+            code,
+            name: error_name(code),
+            acl,
         }
     }
 
@@ -507,7 +556,7 @@ impl BrokerTask {
         response: ShareFetchResponse,
         owner: Owner,
         lock_deadline: Instant,
-    ) -> (Vec<ShareRecord>, Vec<ShareError>) {
+    ) -> (Vec<ShareRecord>, Vec<ShareError>, bool) {
         let broker = self.broker;
         let mut names: HashMap<Uuid, Arc<str>> =
             ids.iter().map(|(n, id)| (*id, Arc::clone(n))).collect();
@@ -543,6 +592,7 @@ impl BrokerTask {
         }
         let mut records = Vec::new();
         let mut errors = Vec::new();
+        let mut retriable = false;
         let endpoints: HashMap<i32, String> = response
             .node_endpoints
             .iter()
@@ -590,23 +640,30 @@ impl BrokerTask {
                         }
                         self.ctx.router.notify_one();
                     }
-                    // Unknown topic/partition, storage or leader-epoch trouble: the router's
-                    // metadata refresh or the next heartbeat sorts it out (§4.7).
-                    3 | 9 | 56 | 75 | 78 | 100 | 103 => {
-                        debug!(broker, %topic, partition = p.partition_index, code = p.error_code, "partition not fetchable now");
-                        self.ctx.router.notify_one();
-                    }
-                    code => errors.push(ShareError::Partition {
-                        broker,
-                        topic: topic.to_string(),
-                        partition: p.partition_index,
-                        code,
-                        name: error_name(code),
-                    }),
+                    code => match classify(code) {
+                        // Share-state loading, coordinator failover, unknown topic/partition,
+                        // storage or leader-epoch trouble: retried after a backoff and a
+                        // metadata refresh, as Kafka's clients do (brief, Share sessions).
+                        FetchFault::Retry => {
+                            debug!(broker, %topic, partition = p.partition_index, code, name = %error_name(code), "partition not fetchable now; retrying");
+                            retriable = true;
+                            self.ctx.router.notify_one();
+                        }
+                        FetchFault::NotAuthorized => {
+                            errors.push(self.not_authorized(&topic, code));
+                        }
+                        FetchFault::Fatal => errors.push(ShareError::Partition {
+                            broker,
+                            topic: topic.to_string(),
+                            partition: p.partition_index,
+                            code,
+                            name: error_name(code),
+                        }),
+                    },
                 }
             }
         }
-        (records, errors)
+        (records, errors, retriable)
     }
 
     /// ShareAcknowledge of everything pending, at `epoch` (-1 closes the session).
@@ -678,6 +735,7 @@ impl BrokerTask {
                 return;
             }
             Err(reason) => {
+                self.ctx.router.notify_one();
                 self.lose_session(&sent, format!("ShareAcknowledge failed: {reason}"));
                 return;
             }
@@ -698,6 +756,7 @@ impl BrokerTask {
             .map(|e| (e.node_id.0, format!("{}:{}", e.host.as_str(), e.port)))
             .collect();
         let mut moved = Vec::new();
+        let mut retry_acks = false;
         {
             let mut ledger = lock_ledger(&self.ctx.ledger);
             for (topic, partition, acks) in &sent {
@@ -705,6 +764,14 @@ impl BrokerTask {
                     .get(topic)
                     .and_then(|id| codes.get(&(*id, *partition)).copied())
                     .unwrap_or((INVALID_RECORD_STATE, -1));
+                if ack_retriable(code) && epoch != CLOSE_EPOCH {
+                    // Retried (flush: until commit_sync's deadline; else on the ack tick after
+                    // a backoff), as Java's share consumer does.
+                    debug!(broker, %topic, partition, code, name = %error_name(code), "acknowledgement not applied; retrying");
+                    ledger.requeue(topic, *partition, acks);
+                    retry_acks = true;
+                    continue;
+                }
                 ledger.complete(
                     topic,
                     *partition,
@@ -732,6 +799,12 @@ impl BrokerTask {
         } else {
             self.session.acked();
         }
+        if retry_acks {
+            self.ack_retry_at = Some(Instant::now() + self.retry.next_wait());
+        } else {
+            self.ack_retry_at = None;
+            self.retry.reset();
+        }
     }
 
     /// Flush acks and close the session (epoch -1); the broker releases what we still hold.
@@ -750,6 +823,37 @@ impl BrokerTask {
             }
         });
         self.session.reset();
+    }
+}
+
+/// What a ShareFetch error code asks of the fetch loop.
+#[derive(Debug, PartialEq, Eq)]
+enum FetchFault {
+    Retry,
+    NotAuthorized,
+    Fatal,
+}
+
+fn classify(code: i16) -> FetchFault {
+    use ResponseError::*;
+    match ResponseError::try_from_code(code) {
+        Some(TopicAuthorizationFailed | GroupAuthorizationFailed) => FetchFault::NotAuthorized,
+        // What a real broker answers while its share coordinator moves or the state persister
+        // loads (rolling restarts): not marked retriable in the protocol, retried by Kafka's
+        // share consumer all the same.
+        Some(GroupIdNotFound | UnknownServerError) => FetchFault::Retry,
+        Some(e) if e.is_retriable() => FetchFault::Retry,
+        _ => FetchFault::Fatal,
+    }
+}
+
+/// Per-partition ShareAcknowledge errors after which the same acks may go out again: the
+/// broker applied none of them (leader moves are handled apart: the records are gone).
+fn ack_retriable(code: i16) -> bool {
+    use ResponseError::*;
+    match ResponseError::try_from_code(code) {
+        Some(NotLeaderOrFollower | FencedLeaderEpoch) | None => false,
+        Some(e) => e.is_retriable(),
     }
 }
 
@@ -773,8 +877,9 @@ fn ack_result(broker: i32, topic: &str, partition: i32, code: i16) -> Result<(),
 /// - A record inside a range is delivered, unless we already hold it (mock re-send) or it is a
 ///   control record (then GAP).
 /// - An acquired offset that no record covers is acknowledged as GAP.
-/// - An undecodable batch is skipped; its acquired offsets are REJECTed (as Java and librdkafka
-///   do for CRC failures) and the error is returned, naming the partition and offsets.
+/// - An undecodable batch is skipped and the error returned, naming the partition and offsets:
+///   on a CRC failure its acquired offsets are REJECTed (as Java does); otherwise (old magic,
+///   unknown codec, odd header) RELEASEd, never archived silently.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn absorb_partition(
     ledger: &mut Ledger,
@@ -806,14 +911,15 @@ pub(crate) fn absorb_partition(
         let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
         let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or([0; 4]));
         if len < 0 {
-            corrupt.get_or_insert(corrupt_error(
-                topic,
+            corrupt.get_or_insert(ShareError::CorruptRecords {
+                topic: topic.to_string(),
                 partition,
-                base,
-                base,
-                i64::MAX,
-                format!("negative batch length {len}"),
-            ));
+                offset: base,
+                first: base,
+                last: i64::MAX,
+                reason: format!("negative batch length {len}"),
+                outcome: "left to their lock timeout",
+            });
             break;
         }
         let total = 12usize.saturating_add(len as usize);
@@ -822,6 +928,7 @@ pub(crate) fn absorb_partition(
             break;
         }
         let mut batch = bytes.split_to(total);
+        let raw = batch.clone();
         let control_batch = is_control_batch(&batch);
         let last_delta = if total >= 27 {
             i32::from_be_bytes(batch[23..27].try_into().unwrap_or([0; 4])) as i64
@@ -885,27 +992,38 @@ pub(crate) fn absorb_partition(
                 }
             }
             Err(e) => {
+                // Only a failed checksum proves the bytes bad for everyone: REJECT (archive)
+                // then, as Java does. A batch we merely cannot decode (old magic, unknown
+                // codec, odd header) may be fine for another client: RELEASE it, loudly.
+                let crc_failed = crc_mismatch(&raw);
+                let (ack, outcome) = if crc_failed {
+                    (REJECT, "rejected (CRC check failed)")
+                } else {
+                    (RELEASE, "released for redelivery")
+                };
                 let last = base.saturating_add(last_delta.max(0));
-                let mut first_rejected = None;
-                let mut last_rejected = None;
+                let mut first_hit = None;
+                let mut last_hit = None;
                 for &(f, l, dc) in &ranges {
                     let (lo, hi) = (f.max(base), l.min(last));
                     for offset in lo..=hi {
                         covered.push(offset);
-                        ledger.auto_ack(topic, partition, owner, offset, dc, REJECT);
-                        first_rejected.get_or_insert(offset);
-                        last_rejected = Some(offset);
+                        ledger.auto_ack(topic, partition, owner, offset, dc, ack);
+                        first_hit.get_or_insert(offset);
+                        last_hit = Some(offset);
                     }
                 }
-                if let (Some(first), Some(last)) = (first_rejected, last_rejected) {
-                    corrupt.get_or_insert(corrupt_error(
-                        topic,
+                if let (Some(first), Some(last)) = (first_hit, last_hit) {
+                    error!(%topic, partition, first, last, reason = %e, outcome, "undecodable record batch");
+                    corrupt.get_or_insert(ShareError::CorruptRecords {
+                        topic: topic.to_string(),
                         partition,
-                        base,
+                        offset: base,
                         first,
                         last,
-                        e.to_string(),
-                    ));
+                        reason: e.to_string(),
+                        outcome,
+                    });
                 }
             }
         }
@@ -938,22 +1056,15 @@ fn is_control_batch(batch: &[u8]) -> bool {
         .is_some_and(|a| u16::from_be_bytes([a[0], a[1]]) & CONTROL != 0)
 }
 
-fn corrupt_error(
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    first: i64,
-    last: i64,
-    reason: String,
-) -> ShareError {
-    ShareError::CorruptRecords {
-        topic: topic.to_string(),
-        partition,
-        offset,
-        first,
-        last,
-        reason,
+/// Whether a v2 record batch's CRC-32C (over attributes..end, stored at bytes 17..21) is wrong.
+/// Older magics carry another checksum layout: never counted as a CRC failure here.
+fn crc_mismatch(batch: &[u8]) -> bool {
+    const MAGIC: usize = 16;
+    if batch.len() < 21 || batch[MAGIC] != 2 {
+        return false;
     }
+    let stored = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
+    crc32c::crc32c(&batch[21..]) != stored
 }
 
 #[cfg(test)]
@@ -1133,10 +1244,30 @@ mod tests {
         assert_eq!(offsets, vec![0, 1]);
         let msg = r.unwrap_err().to_string();
         assert!(
-            msg.contains("t-0") && msg.contains("2..=2") && msg.contains("Cyclic redundancy"),
+            msg.contains("t-0")
+                && msg.contains("2..=2")
+                && msg.contains("Cyclic redundancy")
+                && msg.contains("rejected (CRC check failed)"),
             "{msg}"
         );
         assert_eq!(pending(&mut ledger), [(2, REJECT)].into_iter().collect());
+    }
+
+    #[test]
+    fn an_undecodable_batch_with_a_good_crc_is_released_loudly_not_rejected() {
+        let mut ledger = Ledger::default();
+        let mut bytes = BytesMut::from(&batch(&[0], Compression::None)[..]);
+        // An unknown codec (7), with the CRC made right again: readable by nobody here, but
+        // not corrupt.
+        bytes[22] |= 0x07;
+        let crc = crc32c::crc32c(&bytes[21..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(!crc_mismatch(&bytes));
+        let (out, r) = absorb(&mut ledger, &[acquired(0, 0, 1)], bytes.freeze());
+        assert!(out.is_empty());
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("t-0") && msg.contains("released"), "{msg}");
+        assert_eq!(pending(&mut ledger), [(0, RELEASE)].into_iter().collect());
     }
 
     #[test]

@@ -2,13 +2,20 @@
 //!
 //! [`MemberState`] is the pure state machine (what to send, what a response means);
 //! [`run`] drives it against the coordinator: one heartbeat in flight at a time, at the
-//! interval the coordinator asks for (sooner while nothing is assigned), re-finding the
-//! coordinator after coordinator errors or transport failures, and leaving with epoch -1.
+//! interval the coordinator asks for (assigned or not, as Kafka's clients do), re-finding the
+//! coordinator after coordinator errors or transport failures, and leaving with epoch -1 when
+//! the subscription becomes empty or the consumer closes.
+//!
+//! Kafka's coordinator sends the assignment only on a join, a full request or a change
+//! (brief, Heartbeat). So after any failed, timed-out or error response the next heartbeat is
+//! full again (Java resets its sent fields, librdkafka sets "send full request"): a lost
+//! response that carried a new assignment cannot leave the member on the old one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     GroupId, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
@@ -19,14 +26,12 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::ShareError;
+use crate::backoff::Backoff;
 use crate::cluster::Cluster;
 use crate::error_name;
 
 const HEARTBEAT_KEY: i16 = 76;
 const HEARTBEAT_VERSION: i16 = 1;
-/// While unassigned, heartbeat at least this often: a real coordinator may answer a join with
-/// an empty assignment and fill it in shortly after (brief §3.3).
-const UNASSIGNED_INTERVAL: Duration = Duration::from_millis(500);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -62,7 +67,8 @@ pub struct MemberState {
     pub member_id: String,
     pub epoch: i32,
     pub subscription: Vec<String>,
-    /// Whether the coordinator has seen the current subscription.
+    /// Whether the coordinator has seen the current subscription. Cleared by a failed or error
+    /// response, so the next request is full.
     subscription_sent: bool,
     pub interval: Duration,
 }
@@ -86,7 +92,7 @@ impl MemberState {
     }
 
     /// The next heartbeat. A join (epoch 0) always carries the full subscription; otherwise it
-    /// is sent only when it changed.
+    /// is sent when it changed or the last heartbeat failed.
     pub fn request(&self, group: &GroupId) -> ShareGroupHeartbeatRequest {
         let mut r = ShareGroupHeartbeatRequest::default();
         r.group_id = group.clone();
@@ -112,48 +118,75 @@ impl MemberState {
         r
     }
 
+    /// The heartbeat got no answer (transport error, timeout, coordinator lookup failed): the
+    /// answer may have carried an assignment, so the next request is full.
+    pub fn on_failure(&mut self) {
+        self.subscription_sent = false;
+    }
+
+    /// We left the group (epoch -1): a later subscription joins afresh at epoch 0.
+    pub fn on_left(&mut self) {
+        self.epoch = 0;
+        self.subscription_sent = false;
+    }
+
     /// Apply a response to the request built by [`MemberState::request`] (brief §3.4).
     pub fn on_response(
         &mut self,
         sent_subscription: bool,
         r: &ShareGroupHeartbeatResponse,
     ) -> Outcome {
-        match r.error_code {
-            0 => {
-                self.epoch = r.member_epoch;
-                if sent_subscription {
-                    self.subscription_sent = true;
-                }
-                if r.heartbeat_interval_ms > 0 {
-                    self.interval = Duration::from_millis(r.heartbeat_interval_ms as u64);
-                }
-                Outcome::Ok(r.assignment.as_ref().map(|a| {
-                    a.topic_partitions
-                        .iter()
-                        .map(|tp| (tp.topic_id, tp.partitions.clone()))
-                        .collect()
-                }))
-            }
-            25 | 110 => {
+        if r.error_code != 0 {
+            // Whatever the error, the coordinator's view of us is uncertain: resend everything.
+            self.subscription_sent = false;
+        }
+        if r.error_code == 0 {
+            return self.on_success(sent_subscription, r);
+        }
+        use ResponseError::*;
+        let Some(error) = ResponseError::try_from_code(r.error_code) else {
+            return Outcome::Retry;
+        };
+        match error {
+            FencedMemberEpoch | UnknownMemberId => {
                 self.epoch = 0;
-                self.subscription_sent = false;
                 Outcome::Rejoin
             }
-            15 | 16 => Outcome::FindCoordinator,
-            14 => Outcome::Retry,
-            code @ (69 | 42 | 81 | 35 | 30) => Outcome::Fatal(
-                code,
+            CoordinatorNotAvailable | NotCoordinator => Outcome::FindCoordinator,
+            CoordinatorLoadInProgress => Outcome::Retry,
+            GroupIdNotFound
+            | InvalidRequest
+            | GroupMaxSizeReached
+            | UnsupportedVersion
+            | GroupAuthorizationFailed => Outcome::Fatal(
+                r.error_code,
                 r.error_message
                     .as_ref()
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
             ),
-            29 => {
+            TopicAuthorizationFailed => {
                 warn!(member = %self.member_id, "heartbeat: not authorised for a subscribed topic");
                 Outcome::Retry
             }
             _ => Outcome::Retry,
         }
+    }
+
+    fn on_success(&mut self, sent_subscription: bool, r: &ShareGroupHeartbeatResponse) -> Outcome {
+        self.epoch = r.member_epoch;
+        if sent_subscription {
+            self.subscription_sent = true;
+        }
+        if r.heartbeat_interval_ms > 0 {
+            self.interval = Duration::from_millis(r.heartbeat_interval_ms as u64);
+        }
+        Outcome::Ok(r.assignment.as_ref().map(|a| {
+            a.topic_partitions
+                .iter()
+                .map(|tp| (tp.topic_id, tp.partitions.clone()))
+                .collect()
+        }))
     }
 }
 
@@ -173,21 +206,28 @@ pub(crate) struct MembershipLink {
 pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
     let group_id = Cluster::group_id(&link.group);
     let mut coordinator: Option<i32> = None;
-    let mut retry = RETRY_MIN;
-    let mut unassigned = true;
+    let mut retry = Backoff::new(RETRY_MIN, RETRY_MAX);
     loop {
         {
             let subs = link.subscription.borrow_and_update().clone();
             state.subscribe(subs);
         }
         let mut wait = state.interval;
-        if !state.subscription.is_empty() {
+        if state.subscription.is_empty() {
+            if state.epoch > 0 {
+                // Unsubscribing leaves the group (epoch -1), as Kafka's clients do; staying a
+                // member would keep partitions assigned to us that nobody fetches.
+                leave(&state, coordinator, &link, &group_id).await;
+                state.on_left();
+                *link.epoch.lock().unwrap_or_else(|e| e.into_inner()) = state.epoch;
+                let _ = link.assignment.send(Some(Arc::new(Vec::new())));
+            }
+        } else {
             match beat(&mut state, &mut coordinator, &link, &group_id).await {
                 Ok(Outcome::Ok(assignment)) => {
-                    retry = RETRY_MIN;
+                    retry.reset();
                     *link.epoch.lock().unwrap_or_else(|e| e.into_inner()) = state.epoch;
                     if let Some(a) = assignment {
-                        unassigned = a.iter().all(|(_, ps)| ps.is_empty());
                         let changed = link
                             .assignment
                             .borrow()
@@ -205,18 +245,13 @@ pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
                     // fetching the old set until then is harmless, and it spares the sessions
                     // (the dev broker fences spuriously on every membership change, §8.5).
                     info!(member = %state.member_id, "fenced or unknown member; rejoining");
-                    unassigned = true;
                     wait = Duration::ZERO;
                 }
                 Ok(Outcome::FindCoordinator) => {
                     coordinator = None;
-                    wait = retry;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    wait = retry.next_wait();
                 }
-                Ok(Outcome::Retry) => {
-                    wait = retry;
-                    retry = (retry * 2).min(RETRY_MAX);
-                }
+                Ok(Outcome::Retry) => wait = retry.next_wait(),
                 Ok(Outcome::Fatal(code, message)) => {
                     let err = ShareError::Fatal {
                         group: link.group.clone(),
@@ -238,13 +273,10 @@ pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
                 }
                 Err(reason) => {
                     debug!(%reason, "heartbeat failed; finding the coordinator again");
+                    state.on_failure();
                     coordinator = None;
-                    wait = retry;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    wait = retry.next_wait();
                 }
-            }
-            if unassigned {
-                wait = wait.min(UNASSIGNED_INTERVAL);
             }
         }
         tokio::select! {
@@ -452,6 +484,40 @@ mod tests {
         assert!(s.request(&group()).subscribed_topic_names.is_some());
         s.on_response(true, &response(0, 3, None));
         assert!(s.request(&group()).subscribed_topic_names.is_none());
+    }
+
+    #[test]
+    fn after_a_lost_or_error_response_the_next_heartbeat_is_full() {
+        let mut s = MemberState::new("m".into());
+        s.subscribe(vec!["a".into()]);
+        s.on_response(true, &response(0, 2, None));
+        assert!(s.request(&group()).subscribed_topic_names.is_none());
+        s.on_failure();
+        let r = s.request(&group());
+        assert_eq!(r.member_epoch, 2, "a retry keeps the epoch");
+        assert!(r.subscribed_topic_names.is_some());
+        s.on_response(true, &response(0, 2, None));
+        assert!(s.request(&group()).subscribed_topic_names.is_none());
+        for code in [14, 15, 16, 29, -1, 7] {
+            s.on_response(false, &response(code, 0, None));
+            assert!(
+                s.request(&group()).subscribed_topic_names.is_some(),
+                "after error {code}"
+            );
+            s.on_response(true, &response(0, 2, None));
+        }
+    }
+
+    #[test]
+    fn after_leaving_a_new_subscription_joins_at_epoch_zero() {
+        let mut s = MemberState::new("m".into());
+        s.subscribe(vec!["a".into()]);
+        s.on_response(true, &response(0, 4, None));
+        s.on_left();
+        s.subscribe(vec!["b".into()]);
+        let r = s.request(&group());
+        assert_eq!(r.member_epoch, 0);
+        assert!(r.subscribed_topic_names.is_some());
     }
 
     #[test]

@@ -118,7 +118,16 @@ pub enum ShareError {
         code: i16,
         name: String,
     },
-    #[error("record batch of {topic}-{partition} starting near offset {offset} cannot be decoded: {reason}; its acquired records {first}..={last} were rejected")]
+    #[error("share group '{group}' may not fetch {topic} from broker {broker}: error {code} ({name}); grant the consumer's principal the ACL {acl}")]
+    NotAuthorized {
+        broker: i32,
+        group: String,
+        topic: String,
+        code: i16,
+        name: String,
+        acl: String,
+    },
+    #[error("record batch of {topic}-{partition} starting near offset {offset} cannot be decoded: {reason}; its acquired records {first}..={last} were {outcome}")]
     CorruptRecords {
         topic: String,
         partition: i32,
@@ -126,6 +135,8 @@ pub enum ShareError {
         first: i64,
         last: i64,
         reason: String,
+        /// What became of them: rejected on a CRC failure, released otherwise.
+        outcome: &'static str,
     },
     #[error(
         "record {topic}-{partition}@{offset} cannot be acknowledged in a transaction: {reason}"
