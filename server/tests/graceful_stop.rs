@@ -198,7 +198,12 @@ async fn bounce(name: &str, tasks: u32, mode: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_bounces_in_share_mode_deliver_every_record_exactly_once() {
-    bounce("bounce-share", 2, "consumer.override.group.protocol=share\n").await;
+    bounce(
+        "bounce-share",
+        2,
+        "consumer.override.group.protocol=share\n",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
