@@ -356,13 +356,17 @@ pub(crate) fn error_response(
     }
 }
 
-/// Where each partition of a response stands (topic index, partition index) and its fault key
-/// (topic name, partition), in response order.
+/// Where each partition of a response stands: (topic index, partition index).
+type Places = Vec<(usize, usize)>;
+/// Each partition's fault key: (topic name, partition).
+type FaultKeys = Vec<(String, i32)>;
+
+/// Where each partition of a response stands and its fault key, in response order.
 fn partition_places<T>(
     topics: &[T],
     topic_name: impl Fn(&T) -> String,
     partitions: impl Fn(&T) -> Vec<i32>,
-) -> (Vec<(usize, usize)>, Vec<(String, i32)>) {
+) -> (Places, FaultKeys) {
     let mut index = Vec::new();
     let mut keys = Vec::new();
     for (t, topic) in topics.iter().enumerate() {
