@@ -289,7 +289,7 @@ impl Cluster {
 
     /// Some live connection: a known broker first (re-using its connection), else a bootstrap
     /// server.
-    async fn any_connection(&self) -> Result<Arc<Connection>, ClusterError> {
+    pub(crate) async fn any_connection(&self) -> Result<Arc<Connection>, ClusterError> {
         let mut candidates: Vec<String> = {
             let meta = locked(&self.meta);
             let mut ids: Vec<_> = meta.brokers.iter().collect();
@@ -383,6 +383,13 @@ impl Cluster {
             );
         }
         Ok(())
+    }
+
+    /// The ids of the brokers the latest metadata named, lowest first.
+    pub fn broker_ids(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = locked(&self.meta).brokers.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The topic's name for an id, if metadata has seen it.

@@ -4,6 +4,7 @@
 //! (brokers, topics, leaders, one persistent connection per broker) → [`share`] (the KIP-932
 //! share-group consumer: membership, sessions, fetch, acknowledgements).
 
+pub mod admin;
 pub mod backoff;
 pub mod classic;
 pub mod cluster;
