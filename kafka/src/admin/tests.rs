@@ -23,6 +23,9 @@ use crate::security::SecuritySettings;
 
 const T: Duration = Duration::from_secs(5);
 
+/// A created topic: name, partitions, replication factor, configs.
+type Created = (String, i32, i16, Vec<(String, String)>);
+
 #[derive(Default)]
 struct Fake {
     /// Admin APIs the broker offers (ApiVersions, Metadata and FindCoordinator always).
@@ -31,7 +34,7 @@ struct Fake {
     denied: BTreeSet<i16>,
     group_configs: BTreeMap<String, BTreeMap<String, String>>,
     topics: BTreeSet<String>,
-    created: Vec<(String, i32, i16, Vec<(String, String)>)>,
+    created: Vec<Created>,
     share_offsets: BTreeMap<(String, String, i32), i64>,
     /// Groups with members (offsets cannot change).
     active_groups: BTreeSet<String>,
