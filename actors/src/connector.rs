@@ -15,6 +15,7 @@ use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
 use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
 use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
+use spillway_kafka::admin::AdminClients;
 use spillway_kafka::share::ShareConsumer;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
@@ -27,6 +28,7 @@ use crate::messages::{Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
 use crate::panic_guard::guard;
 use crate::settings::TaskSettings;
+use crate::share_group::Preparation;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
 use crate::task::{spawn_task, RunningTask, TaskSpec};
@@ -55,6 +57,10 @@ pub struct ConnectorPlan {
     pub consumer: ConsumerSettings,
     pub dead_letters: Option<Arc<dyn DeadLetterWriter>>,
     pub registry: ConnectorRegistry,
+    /// What to set up in Kafka before the tasks run (share-group configs, the DLQ topic).
+    pub preparation: Preparation,
+    /// The worker's admin clients.
+    pub admin: Arc<AdminClients>,
 }
 
 struct Slot {
@@ -77,6 +83,8 @@ pub struct ConnectorActor {
     slots: BTreeMap<u32, Slot>,
     stopping: bool,
     stop_waiters: Vec<oneshot::Sender<()>>,
+    /// Setting up the group and topics: tasks start when it is done.
+    preparing: bool,
 }
 
 /// Change the number of tasks.
@@ -121,6 +129,7 @@ impl ConnectorActor {
             slots: BTreeMap::new(),
             stopping: false,
             stop_waiters: Vec::new(),
+            preparing: false,
         }
     }
 
@@ -295,6 +304,13 @@ impl ConnectorActor {
         }
     }
 
+    fn start_tasks(&mut self, ctx: &mut Context<Self>) {
+        info!(connector = %self.plan.key, protocol = %self.plan.protocol_text, group = %self.plan.group_id, tasks = self.task_configs.len(), "starting tasks");
+        for id in 0..self.task_configs.len() as u32 {
+            self.spawn(id, ctx);
+        }
+    }
+
     fn finish_stop_if_done(&mut self) {
         if self.stopping && self.slots.values().all(|s| s.running.is_none()) {
             for waiter in self.stop_waiters.drain(..) {
@@ -383,10 +399,46 @@ impl Actor for ConnectorActor {
             self.board.set_connector(&name, State::Failed, Some(e));
             return;
         }
-        info!(connector = %name, protocol = %self.plan.protocol_text, group = %self.plan.group_id, tasks = self.task_configs.len(), "starting tasks");
-        for id in 0..self.task_configs.len() as u32 {
-            self.spawn(id, ctx);
+        let preparation = &self.plan.preparation;
+        if preparation.share.is_none() && preparation.dead_letter_queue.is_none() {
+            self.start_tasks(ctx);
+            return;
         }
+        self.preparing = true;
+        let preparation = preparation.clone();
+        let admin = Arc::clone(&self.plan.admin);
+        let prepare = async move { preparation.run(&admin, &name).await };
+        ctx.spawn(prepare.into_actor(self).map(|result, act, ctx| {
+            act.preparing = false;
+            if act.stopping {
+                act.finish_stop_if_done();
+                return;
+            }
+            let name = act.name().to_owned();
+            match result {
+                Ok(prepared) => {
+                    if let Some(report) = prepared.report {
+                        if let Some(limit) = report.delivery_count_limit {
+                            // The brokers' value is the truth; the setting is a fallback.
+                            if limit != act.plan.settings.delivery_attempt_limit {
+                                info!(connector = %name, brokers = limit, setting = act.plan.settings.delivery_attempt_limit, "using the brokers' group.share.delivery.count.limit");
+                            }
+                            act.plan.settings.delivery_attempt_limit = limit;
+                        }
+                        act.board.set_group_settings(&name, report);
+                    }
+                    act.start_tasks(ctx);
+                }
+                Err(reason) => {
+                    error!(connector = %name, %reason, "the connector's tasks cannot run");
+                    for id in 0..act.task_configs.len() as u32 {
+                        act.board.task_counters(&name, id);
+                        act.board
+                            .set_task(&name, id, State::Failed, Some(reason.clone()));
+                    }
+                }
+            }
+        }));
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
@@ -507,6 +559,10 @@ impl Handler<SetTaskCount> for ConnectorActor {
         self.split(wanted).map_err(RuntimeError::Task)?;
         let wanted = self.task_configs.len() as u32;
         self.plan.config.tasks_max = wanted as usize;
+        if self.preparing {
+            // The tasks start, this many, once the group and topics are set up.
+            return Ok(());
+        }
         for (id, slot) in self.slots.iter_mut() {
             if *id >= wanted && !slot.retiring {
                 slot.retiring = true;
@@ -576,6 +632,11 @@ impl Handler<RestartTask> for ConnectorActor {
         if self.stopping {
             return Err(RuntimeError::Task(format!(
                 "connector {name} is stopping; its tasks cannot be restarted"
+            )));
+        }
+        if self.preparing {
+            return Err(RuntimeError::Task(format!(
+                "connector {name} is setting up its share group and topics; its tasks start after that"
             )));
         }
         let slot = self.slots.get_mut(&id).ok_or_else(unknown)?;

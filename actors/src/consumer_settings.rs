@@ -26,17 +26,36 @@ pub const DEFAULT_MAX_POLL_RECORDS: usize = 500;
 /// Keys the runtime sets itself, whatever the configs say.
 const SET_BY_THE_RUNTIME: [&str; 3] = ["group.protocol", "group.id", "bootstrap.servers"];
 
+/// Consumer keys that become the share group's own configs in share mode: the runtime sets
+/// them on the group with IncrementalAlterConfigs when the connector starts
+/// ([`crate::share_group`]). Each is `(consumer key, group config)`: the consumer key of
+/// classic mode (`auto.offset.reset`, `isolation.level`) or the group config's own name.
+pub const GROUP_CONFIG_KEYS: [(&str, &str); 5] = [
+    ("auto.offset.reset", SHARE_AUTO_OFFSET_RESET),
+    (SHARE_AUTO_OFFSET_RESET, SHARE_AUTO_OFFSET_RESET),
+    ("isolation.level", SHARE_ISOLATION_LEVEL),
+    (SHARE_ISOLATION_LEVEL, SHARE_ISOLATION_LEVEL),
+    (SHARE_RECORD_LOCK_DURATION_MS, SHARE_RECORD_LOCK_DURATION_MS),
+];
+pub const SHARE_AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
+pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
+pub const SHARE_RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
+
+/// A share-group config a connector's consumer settings ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfigWish {
+    /// The group config, e.g. `share.auto.offset.reset`.
+    pub config: &'static str,
+    pub value: String,
+    /// The key as written, e.g. `consumer.override.auto.offset.reset`.
+    pub key: String,
+    /// Set by the connector (not the worker's `consumer.*`).
+    pub from_connector: bool,
+}
+
 /// Consumer keys that a share group does not take from its consumers (as Kafka's
 /// `KafkaShareConsumer`, which refuses them), with where the setting lives instead.
-const NOT_FOR_SHARE_GROUPS: [(&str, &str); 9] = [
-    (
-        "auto.offset.reset",
-        "a share group starts where the group config share.auto.offset.reset says (kafka-configs --entity-type groups)",
-    ),
-    (
-        "isolation.level",
-        "a share group reads at the group config share.isolation.level (kafka-configs --entity-type groups)",
-    ),
+const NOT_FOR_SHARE_GROUPS: [(&str, &str); 7] = [
     (
         "enable.auto.commit",
         "a share-mode task acknowledges every record itself after put",
@@ -145,6 +164,51 @@ impl ConsumerSettings {
         .map_err(|e| e.into_config_error())
     }
 
+    /// The share-group configs these settings ask for, checked; a connector's value wins over
+    /// the worker's, and two keys of one group config must agree.
+    pub fn group_configs(&self) -> Result<Vec<GroupConfigWish>, ConfigError> {
+        let mut wishes: Vec<GroupConfigWish> = Vec::new();
+        let mut errors = Vec::new();
+        for (name, config) in GROUP_CONFIG_KEYS {
+            let Some(s) = self.settings.get(name) else {
+                continue;
+            };
+            let value = match check_group_config(config, &s.value) {
+                Ok(value) => value,
+                Err(reason) => {
+                    errors.push(s.refused(&reason));
+                    continue;
+                }
+            };
+            let wish = GroupConfigWish {
+                config,
+                value,
+                key: s.key.clone(),
+                from_connector: s.from_connector,
+            };
+            match wishes.iter_mut().find(|w| w.config == config) {
+                None => wishes.push(wish),
+                Some(other) if other.from_connector == wish.from_connector => {
+                    if other.value != wish.value {
+                        errors.push(s.refused(&format!(
+                            "{} says {}; both set the share group's {config}: keep one",
+                            other.key, other.value
+                        )));
+                    }
+                }
+                Some(other) => {
+                    if wish.from_connector {
+                        *other = wish;
+                    }
+                }
+            }
+        }
+        match ConfigError::from_list(errors) {
+            Some(error) => Err(error),
+            None => Ok(wishes),
+        }
+    }
+
     /// The share consumer's config with every setting it knows applied; the warnings name the
     /// worker settings it leaves out.
     pub fn share_config(
@@ -189,6 +253,7 @@ impl ConsumerSettings {
                     millis(s, 1).map(|d| config.connect_timeout = d)
                 }
                 "metadata.max.age.ms" => millis(s, 0).map(|d| config.metadata_max_age = d),
+                _ if GROUP_CONFIG_KEYS.iter().any(|(key, _)| key == name) => Ok(()),
                 "share.acknowledgement.mode" => s.must_be(
                     "explicit",
                     "a share-mode task acknowledges every record itself, after put",
@@ -218,11 +283,70 @@ impl ConsumerSettings {
                 errors.push(e);
             }
         }
+        if let Err(e) = self.group_configs() {
+            errors.extend(e.flatten().into_iter().cloned());
+        }
         match ConfigError::from_list(errors) {
             Some(error) => Err(error),
             None => Ok((config, warnings)),
         }
     }
+}
+
+/// The value of share-group config `config` in Kafka's spelling, or why it is refused.
+fn check_group_config(config: &str, value: &str) -> Result<String, String> {
+    let lower = value.trim().to_ascii_lowercase();
+    match config {
+        SHARE_AUTO_OFFSET_RESET => match lower.as_str() {
+            "earliest" | "latest" => Ok(lower),
+            _ => match lower.strip_prefix("by_duration:") {
+                // Kafka reads the rest with java.time.Duration.parse: ISO-8601, not negative.
+                Some(duration) if is_iso_duration(duration) => {
+                    Ok(format!("by_duration:{}", value.trim()["by_duration:".len()..].trim()))
+                }
+                _ => Err("expected earliest, latest or by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H), which the share group's share.auto.offset.reset takes".to_owned()),
+            },
+        },
+        SHARE_ISOLATION_LEVEL => match lower.as_str() {
+            "read_committed" | "read_uncommitted" => Ok(lower),
+            _ => Err("expected read_committed or read_uncommitted, which the share group's share.isolation.level takes".to_owned()),
+        },
+        _ => match lower.parse::<u64>() {
+            // Kafka's bounds for share.record.lock.duration.ms (the brokers may narrow them).
+            Ok(ms) if (1000..=3_600_000).contains(&ms) => Ok(ms.to_string()),
+            _ => Err("expected milliseconds from 1000 to 3600000 for the share group's share.record.lock.duration.ms".to_owned()),
+        },
+    }
+}
+
+/// `PT1H`, `P1DT2H30M`, `PT0.5S`: the shape of an ISO-8601 duration (lower case accepted).
+fn is_iso_duration(text: &str) -> bool {
+    let text = text.trim().to_ascii_uppercase();
+    let Some(rest) = text.strip_prefix('P') else {
+        return false;
+    };
+    let (days, time) = match rest.split_once('T') {
+        Some((d, t)) => (d, Some(t)),
+        None => (rest, None),
+    };
+    let units = |part: &str, allowed: &[char]| -> bool {
+        let mut number = String::new();
+        let mut any = false;
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                number.push(c);
+            } else if allowed.contains(&c) && !number.is_empty() && number.parse::<f64>().is_ok() {
+                number.clear();
+                any = true;
+            } else {
+                return false;
+            }
+        }
+        number.is_empty() && (any || part.is_empty())
+    };
+    let days_ok = units(days, &['D']);
+    let time_ok = time.is_none_or(|t| !t.is_empty() && units(t, &['H', 'M', 'S']));
+    days_ok && time_ok && rest != "T" && !rest.is_empty()
 }
 
 impl Setting {
@@ -393,24 +517,16 @@ mod tests {
     #[test]
     fn consumer_group_settings_are_refused_on_the_connector_and_only_warned_about_from_the_worker()
     {
-        let err = share(
-            &[],
-            &[
-                ("auto.offset.reset", "earliest"),
-                ("isolation.level", "read_committed"),
-            ],
-        )
-        .expect_err("not for share groups");
+        let err = share(&[], &[("session.timeout.ms", "45000")]).expect_err("not for share groups");
         let text = err.to_string();
         assert!(
-            text.contains("consumer.override.auto.offset.reset")
-                && text.contains("share.auto.offset.reset"),
+            text.contains("consumer.override.session.timeout.ms")
+                && text.contains("group.share.session.timeout.ms"),
             "{text}"
         );
-        assert!(text.contains("consumer.override.isolation.level"), "{text}");
         let (_, warnings) = share(
             &[
-                ("consumer.auto.offset.reset", "earliest"),
+                ("consumer.session.timeout.ms", "45000"),
                 ("consumer.receive.buffer.bytes", "65536"),
             ],
             &[],
@@ -418,13 +534,55 @@ mod tests {
         .expect("worker settings serve classic connectors too");
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
-            warnings[0].contains("consumer.auto.offset.reset"),
+            warnings[0].contains("consumer.receive.buffer.bytes"),
             "{warnings:?}"
         );
         assert!(
-            warnings[1].contains("consumer.receive.buffer.bytes"),
+            warnings[1].contains("consumer.session.timeout.ms"),
             "{warnings:?}"
         );
+    }
+
+    #[test]
+    fn group_config_keys_become_share_group_configs_checked_and_the_connector_wins() {
+        let settings = |worker: &[(&str, &str)], connector: &[(&str, &str)]| {
+            ConsumerSettings::collect(&config(worker), &config(connector))
+        };
+        let wishes = settings(
+            &[("consumer.auto.offset.reset", "latest"), ("consumer.isolation.level", "read_committed")],
+            &[
+                ("auto.offset.reset", "By_Duration:PT1H"),
+                ("share.record.lock.duration.ms", "15000"),
+            ],
+        )
+        .group_configs()
+        .expect("valid");
+        let find = |config: &str| wishes.iter().find(|w| w.config == config).cloned().expect(config);
+        let reset = find(SHARE_AUTO_OFFSET_RESET);
+        assert_eq!(reset.value, "by_duration:PT1H");
+        assert_eq!(reset.key, "consumer.override.auto.offset.reset");
+        assert!(reset.from_connector);
+        let isolation = find(SHARE_ISOLATION_LEVEL);
+        assert_eq!(isolation.key, "consumer.isolation.level");
+        assert!(!isolation.from_connector);
+        assert_eq!(find(SHARE_RECORD_LOCK_DURATION_MS).value, "15000");
+        // Accepted by the share consumer's checks too (not refused as consumer-only keys).
+        share(&[], &[("auto.offset.reset", "earliest"), ("isolation.level", "read_committed")])
+            .expect("mapped to group configs");
+        for (key, value) in [
+            ("auto.offset.reset", "none"),
+            ("auto.offset.reset", "by_duration:1h"),
+            ("isolation.level", "committed"),
+            ("share.record.lock.duration.ms", "10"),
+        ] {
+            let err = share(&[], &[(key, value)]).expect_err(value);
+            assert!(err.to_string().contains(&format!("consumer.override.{key}")), "{err}");
+        }
+        let err = settings(&[], &[("auto.offset.reset", "earliest"), ("share.auto.offset.reset", "latest")])
+            .group_configs()
+            .expect_err("two values for one group config");
+        assert!(err.to_string().contains("keep one"), "{err}");
+        assert!(is_iso_duration("P1DT2H30M") && is_iso_duration("PT0.5S") && !is_iso_duration("P") && !is_iso_duration("PT"));
     }
 
     #[test]

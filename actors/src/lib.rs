@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod panic_guard;
 pub mod panics;
 pub mod settings;
+pub mod share_group;
 pub mod sink;
 pub mod source;
 pub mod status;

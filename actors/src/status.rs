@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use serde::Serialize;
 
 use crate::metrics::{ConnectorLabels, TaskMetrics, WorkerTelemetry};
+use crate::share_group::GroupSettingsReport;
 
 /// Connect's states, as the REST API spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -129,6 +130,9 @@ pub struct ConnectorStatus {
     /// `share`, `classic` or `consumer`, and where that came from.
     pub group_protocol: String,
     pub group_id: String,
+    /// In share mode: the share group's configs in force and where each came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_settings: Option<GroupSettingsReport>,
     pub tasks: Vec<TaskStatus>,
 }
 
@@ -157,6 +161,7 @@ struct ConnectorEntry {
     trace: Option<String>,
     group_protocol: String,
     group_id: String,
+    group_settings: Option<GroupSettingsReport>,
     tasks: BTreeMap<u32, TaskEntry>,
     /// How the connector's metrics are labelled; set once its plugin is known.
     labels: Option<Arc<ConnectorLabels>>,
@@ -206,6 +211,7 @@ impl StatusBoard {
                 trace: None,
                 group_protocol,
                 group_id,
+                group_settings: None,
                 tasks: BTreeMap::new(),
                 labels: None,
             },
@@ -253,6 +259,13 @@ impl StatusBoard {
         if let Some(c) = self.lock().get_mut(name) {
             c.state = state;
             c.trace = trace;
+        }
+    }
+
+    /// The share group's settings in force, once the connector has set them up.
+    pub fn set_group_settings(&self, name: &str, report: GroupSettingsReport) {
+        if let Some(c) = self.lock().get_mut(name) {
+            c.group_settings = Some(report);
         }
     }
 
@@ -322,6 +335,7 @@ fn snapshot(name: &str, c: &ConnectorEntry) -> ConnectorStatus {
         trace: c.trace.clone(),
         group_protocol: c.group_protocol.clone(),
         group_id: c.group_id.clone(),
+        group_settings: c.group_settings.clone(),
         tasks: c
             .tasks
             .iter()

@@ -16,6 +16,7 @@ use spillway_core::config::{
     resolve_group_protocol, sink_connector::TASKS_MAX, SinkConnectorConfig, TopicSelection,
 };
 use spillway_core::{ConfigError, ConfigMap};
+use spillway_kafka::admin::AdminClients;
 use spillway_kafka::classic::check_share_group_id_secured;
 use spillway_kafka::producer::IdempotentProducer;
 use tracing::warn;
@@ -26,9 +27,13 @@ use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::limits::{requested_tasks, WorkerLimits};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
+use crate::share_group::{Preparation, ShareGroupWish};
 use crate::status::{ConnectorStatus, StatusBoard};
 use crate::supervisor::{Kill, List, Resize, RestartOne, Start, Stop, Supervisor};
 use crate::tenancy::{OverridePolicy, TenantScope, OVERRIDE_POLICY};
+
+/// How long one admin request may take (group configs, topic creation).
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the share-group id check may take.
 const GROUP_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -49,6 +54,9 @@ pub struct Worker {
     limits: WorkerLimits,
     /// The first panic on the runtime thread (an actor died with it).
     panic: crate::panics::PanicSlot,
+    /// Kafka admin clients, one per cluster and security setting, shared by every connector
+    /// and kept for the worker's life.
+    admin: Arc<AdminClients>,
 }
 
 impl Worker {
@@ -113,7 +121,13 @@ impl Worker {
             policy,
             limits,
             panic,
+            admin: Arc::default(),
         })
+    }
+
+    /// The worker's Kafka admin clients (one per cluster and security setting).
+    pub fn admin_clients(&self) -> Arc<AdminClients> {
+        Arc::clone(&self.admin)
     }
 
     /// The worker's task limits.
@@ -472,6 +486,20 @@ impl Worker {
                 Some(ProducerDeadLetters::shared(producer))
             }
         };
+        let preparation = Preparation {
+            bootstrap: bootstrap.clone(),
+            security: consumer.security().map_err(refused)?,
+            timeout: ADMIN_TIMEOUT,
+            share: match resolved.protocol.is_share() {
+                true => Some(ShareGroupWish {
+                    group: group_id.clone(),
+                    topics: topics.clone(),
+                    configs: consumer.group_configs().map_err(refused)?,
+                }),
+                false => None,
+            },
+            dead_letter_queue: parsed.errors.dead_letter_queue.clone(),
+        };
         Ok(ConnectorPlan {
             key,
             scope,
@@ -486,6 +514,8 @@ impl Worker {
             consumer,
             dead_letters: dead_letters.map(|d| d as Arc<_>),
             registry: self.registry.clone(),
+            preparation,
+            admin: Arc::clone(&self.admin),
         })
     }
 }
@@ -813,7 +843,8 @@ mod tests {
         // that does not exist, and a consumer setting share groups do not take.
         for (key, value) in [
             ("consumer.override.security.protocol", "TLS"),
-            ("consumer.override.auto.offset.reset", "earliest"),
+            ("consumer.override.session.timeout.ms", "45000"),
+            ("consumer.override.auto.offset.reset", "none"),
             ("consumer.override.max.poll.records", "many"),
         ] {
             let err = worker

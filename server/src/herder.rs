@@ -29,6 +29,7 @@ use spillway_core::{ConfigError, ConfigMap};
 use spillway_storage::{
     ConnectorKey, ConnectorRecord, StateStore, StorageError, TargetState, TaskRecord,
 };
+use spillway_actors::share_group::GroupSettingsReport;
 use tracing::{info, warn};
 
 use crate::secrets;
@@ -110,6 +111,10 @@ pub struct StateInfo {
     pub worker_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// Spillway's addition, in share mode: the share group's configs in force and where each
+    /// came from (docs/runtime.md, "Share-group settings").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_settings: Option<GroupSettingsReport>,
 }
 
 /// One task in Connect's status answer.
@@ -452,6 +457,7 @@ impl Herder {
             state,
             worker_id: self.worker_id.clone(),
             trace,
+            group_settings: None,
         };
         let task = |id: u32, state: String, trace: Option<String>| TaskState {
             id,
@@ -473,10 +479,13 @@ impl Herder {
                 match (failure, self.worker.status(&runtime)) {
                     (Some(trace), _) => (state("FAILED".into(), Some(trace)), Vec::new()),
                     (None, Some(status)) => (
-                        state(
-                            to_state_name(status.state),
-                            status.trace.map(|t| self.redact(&record.config, &t)),
-                        ),
+                        StateInfo {
+                            group_settings: status.group_settings,
+                            ..state(
+                                to_state_name(status.state),
+                                status.trace.map(|t| self.redact(&record.config, &t)),
+                            )
+                        },
                         status
                             .tasks
                             .into_iter()

@@ -1,0 +1,489 @@
+//! What a connector sets up in Kafka before its tasks run (docs/runtime.md, "Share-group
+//! settings" and "Topics the worker creates"):
+//!
+//! - in share mode, the share group's configs `share.auto.offset.reset`,
+//!   `share.isolation.level` and `share.record.lock.duration.ms`, read with DescribeConfigs and
+//!   set with IncrementalAlterConfigs, and the brokers' `group.share.delivery.count.limit`;
+//! - the dead letter queue topic, created with CreateTopics when it is missing.
+//!
+//! The rule for group configs: Spillway sets a value when the connector asks for it
+//! explicitly, or (for `share.auto.offset.reset` only, Spillway's default `earliest`) when the
+//! group has no value of its own. A value set on the group is never replaced silently: kept
+//! when the connector does not ask for another, replaced with a WARN naming it when it does.
+//! What is in force and where it came from goes to the log and to the connector's status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use spillway_core::config::DeadLetterQueue;
+use spillway_kafka::admin::{
+    codes, AdminClient, AdminClients, AdminError, AlterOp, ConfigResource, ConfigSource, NewTopic,
+    TopicCreation,
+};
+use spillway_kafka::security::SecuritySettings;
+use tracing::{info, warn};
+
+use crate::consumer_settings::{
+    GroupConfigWish, SHARE_AUTO_OFFSET_RESET, SHARE_ISOLATION_LEVEL, SHARE_RECORD_LOCK_DURATION_MS,
+};
+
+/// Spillway's `share.auto.offset.reset` for a group that has none: a sink reads the backlog
+/// (Connect's sinks start at earliest; Kafka's share-group default, latest, would skip it).
+pub const DEFAULT_AUTO_OFFSET_RESET: &str = "earliest";
+/// Kafka's broker setting: deliveries of a record before the group archives it.
+pub const DELIVERY_COUNT_LIMIT: &str = "group.share.delivery.count.limit";
+/// Kafka's defaults, for the report when the cluster does not say.
+const KAFKA_DEFAULTS: [(&str, &str); 3] = [
+    (SHARE_AUTO_OFFSET_RESET, "latest"),
+    (SHARE_ISOLATION_LEVEL, "read_uncommitted"),
+    (SHARE_RECORD_LOCK_DURATION_MS, "30000"),
+];
+/// Dead letter queue topics have one partition, as Kafka Connect creates them.
+const DLQ_PARTITIONS: i32 = 1;
+
+/// One group config as it is in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SettingInForce {
+    pub name: String,
+    /// `None` when the cluster would not say.
+    pub value: Option<String>,
+    /// Where the value comes from, in words.
+    pub source: String,
+}
+
+/// The share group's settings as the connector's status shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GroupSettingsReport {
+    pub group: String,
+    pub settings: Vec<SettingInForce>,
+    /// The brokers' `group.share.delivery.count.limit`, when they told.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_count_limit: Option<u16>,
+    /// What could not be done (refusals, a broker without the admin APIs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// What the connector asks of Kafka before its tasks run.
+#[derive(Debug, Clone)]
+pub struct Preparation {
+    pub bootstrap: String,
+    pub security: SecuritySettings,
+    pub timeout: Duration,
+    /// In share mode: the group, its topics and the configs the connector asks for.
+    pub share: Option<ShareGroupWish>,
+    pub dead_letter_queue: Option<DeadLetterQueue>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ShareGroupWish {
+    pub group: String,
+    pub topics: Vec<String>,
+    pub configs: Vec<GroupConfigWish>,
+}
+
+/// What preparing found.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    pub report: Option<GroupSettingsReport>,
+}
+
+impl Preparation {
+    /// Set up the group and topics. An `Err` is why the tasks cannot run.
+    pub async fn run(&self, clients: &AdminClients, connector: &str) -> Result<Prepared, String> {
+        let admin = match clients
+            .get(&self.bootstrap, &self.security, self.timeout)
+            .await
+        {
+            Ok(admin) => Some(admin),
+            Err(e) => {
+                warn!(connector, error = %e, "no admin client for the cluster");
+                None
+            }
+        };
+        let mut prepared = Prepared::default();
+        if let Some(wish) = &self.share {
+            let report = match &admin {
+                Some(admin) => apply_group_configs(admin, wish, connector).await?,
+                None => unreachable_cluster_report(wish),
+            };
+            prepared.report = Some(report);
+        }
+        if let Some(dlq) = &self.dead_letter_queue {
+            match &admin {
+                Some(admin) => create_dead_letter_topic(admin, dlq, connector).await?,
+                None => warn!(connector, topic = %dlq.topic, "the dead letter queue topic is not checked: the cluster was not reachable for admin requests; the first record sent there may create it (auto.create.topics.enable)"),
+            }
+        }
+        Ok(prepared)
+    }
+}
+
+fn unreachable_cluster_report(wish: &ShareGroupWish) -> GroupSettingsReport {
+    let warning = "the cluster was not reachable for admin requests: the group's configs are what the group or the brokers have (Kafka's default for share.auto.offset.reset is latest)".to_owned();
+    GroupSettingsReport {
+        group: wish.group.clone(),
+        settings: unknown_settings(wish),
+        delivery_count_limit: None,
+        warnings: vec![warning],
+    }
+}
+
+fn unknown_settings(wish: &ShareGroupWish) -> Vec<SettingInForce> {
+    KAFKA_DEFAULTS
+        .iter()
+        .map(|(name, default)| SettingInForce {
+            name: (*name).to_owned(),
+            value: None,
+            source: format!(
+                "unknown: the cluster did not say{}",
+                if wish.configs.iter().any(|w| w.config == *name) {
+                    ", and the connector's value could not be set"
+                } else {
+                    ""
+                }
+            ) + &format!(" (Kafka's default: {default})"),
+        })
+        .collect()
+}
+
+/// What the connector wants for one config: its explicit value, the worker's, or Spillway's
+/// default (only for `share.auto.offset.reset`).
+struct Wanted {
+    config: &'static str,
+    value: String,
+    /// Where the wish comes from, in words.
+    origin: String,
+    /// Set on the connector: it replaces a value someone else set on the group.
+    explicit: bool,
+}
+
+fn wanted(wish: &ShareGroupWish) -> Vec<Wanted> {
+    let mut wanted: Vec<Wanted> = wish
+        .configs
+        .iter()
+        .map(|w| Wanted {
+            config: w.config,
+            value: w.value.clone(),
+            origin: format!("set by Spillway from {}", w.key),
+            explicit: w.from_connector,
+        })
+        .collect();
+    if !wanted.iter().any(|w| w.config == SHARE_AUTO_OFFSET_RESET) {
+        wanted.push(Wanted {
+            config: SHARE_AUTO_OFFSET_RESET,
+            value: DEFAULT_AUTO_OFFSET_RESET.to_owned(),
+            origin: "set by Spillway (its default for a share connector; consumer.override.auto.offset.reset chooses another)".to_owned(),
+            explicit: false,
+        });
+    }
+    wanted
+}
+
+/// Read the group's configs, set the ones the connector decides, report what is in force.
+async fn apply_group_configs(
+    admin: &Arc<AdminClient>,
+    wish: &ShareGroupWish,
+    connector: &str,
+) -> Result<GroupSettingsReport, String> {
+    let group = &wish.group;
+    let resource = ConfigResource::Group(group.clone());
+    let names: Vec<&str> = KAFKA_DEFAULTS.iter().map(|(n, _)| *n).collect();
+    let wanted = wanted(wish);
+    let mut report = GroupSettingsReport {
+        group: group.clone(),
+        ..GroupSettingsReport::default()
+    };
+    let current = admin.describe_configs(&resource, &names).await;
+    // What to set: everything wanted when the group's values are known and differ; only the
+    // connector's explicit values when they are not known (never a default over a value that
+    // may have been set by someone else).
+    let mut to_set: Vec<&Wanted> = Vec::new();
+    let mut kept: Vec<(&Wanted, String)> = Vec::new();
+    match &current {
+        Ok(configs) => {
+            for w in &wanted {
+                let entry = configs.get(w.config);
+                let on_group = entry.filter(|e| e.source == ConfigSource::Group);
+                match on_group.and_then(|e| e.value.clone()) {
+                    Some(value) if value.eq_ignore_ascii_case(&w.value) => {}
+                    Some(value) if !w.explicit => kept.push((w, value)),
+                    Some(value) => {
+                        warn!(connector, %group, config = w.config, old = %value, new = %w.value, "replacing the value set on the share group with the connector's ({})", w.origin);
+                        report.warnings.push(format!(
+                            "{} was {value} on the group; replaced with {} ({})",
+                            w.config, w.value, w.origin
+                        ));
+                        to_set.push(w);
+                    }
+                    None => to_set.push(w),
+                }
+            }
+        }
+        Err(e) => {
+            let what = if e.is_unsupported() {
+                "the cluster cannot describe group configs (a broker before Kafka 4.0, or one without the admin APIs)"
+            } else {
+                "the group's configs could not be read"
+            };
+            warn!(connector, %group, error = %e, "{what}");
+            report.warnings.push(format!("{what}: {e}"));
+            if !e.is_unsupported() {
+                to_set.extend(wanted.iter().filter(|w| w.explicit));
+            }
+        }
+    }
+    let set_result = if to_set.is_empty() {
+        Ok(())
+    } else {
+        let changes: Vec<(&str, AlterOp)> = to_set
+            .iter()
+            .map(|w| (w.config, AlterOp::Set(w.value.clone())))
+            .collect();
+        admin.incremental_alter_configs(&resource, &changes).await
+    };
+    if let Err(e) = &set_result {
+        let values = to_set
+            .iter()
+            .map(|w| format!("{}={}", w.config, w.value))
+            .collect::<Vec<_>>()
+            .join(", ");
+        warn!(connector, %group, error = %e, "the share group's configs could not be set ({values})");
+        report
+            .warnings
+            .push(format!("could not set {values} on the group: {e}"));
+    }
+    // What is in force now.
+    for (name, default) in KAFKA_DEFAULTS {
+        let set_now = set_result.is_ok() && to_set.iter().find(|w| w.config == name).is_some();
+        let setting = if set_now {
+            let w = to_set.iter().find(|w| w.config == name).expect("checked");
+            SettingInForce {
+                name: name.to_owned(),
+                value: Some(w.value.clone()),
+                source: w.origin.clone(),
+            }
+        } else if let Some((w, value)) = kept.iter().find(|(w, _)| w.config == name) {
+            info!(connector, %group, config = name, value = %value, wanted = %w.value, "keeping the value set on the share group");
+            SettingInForce {
+                name: name.to_owned(),
+                value: Some(value.clone()),
+                source: format!(
+                    "set on the group (by someone else; kept: Spillway would set {} only over no value, or when the connector sets {})",
+                    w.value,
+                    explicit_keys(name)
+                ),
+            }
+        } else {
+            match current.as_ref().ok().and_then(|c| c.get(name)) {
+                Some(entry) => SettingInForce {
+                    name: name.to_owned(),
+                    value: entry.value.clone(),
+                    source: match entry.source {
+                        ConfigSource::Group => "set on the group".to_owned(),
+                        other => format!("{} (not set on the group)", other.describe()),
+                    },
+                },
+                None => SettingInForce {
+                    name: name.to_owned(),
+                    value: None,
+                    source: format!("unknown: the cluster did not say (Kafka's default: {default})"),
+                },
+            }
+        };
+        report.settings.push(setting);
+    }
+    for s in &report.settings {
+        info!(connector, %group, config = %s.name, value = s.value.as_deref().unwrap_or("unknown"), source = %s.source, "share group setting in force");
+    }
+    if !report.warnings.is_empty() {
+        let effective = report
+            .settings
+            .iter()
+            .map(|s| format!("{}={}", s.name, s.value.as_deref().unwrap_or("unknown")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        warn!(connector, %group, "running with the share group's effective settings: {effective}");
+    }
+    check_needed_start(admin, wish, &wanted, &report).await?;
+    report.delivery_count_limit = delivery_count_limit(admin, connector, &mut report.warnings).await;
+    Ok(report)
+}
+
+fn explicit_keys(config: &str) -> String {
+    match config {
+        SHARE_AUTO_OFFSET_RESET => "consumer.override.auto.offset.reset".to_owned(),
+        SHARE_ISOLATION_LEVEL => "consumer.override.isolation.level".to_owned(),
+        other => format!("consumer.override.{other}"),
+    }
+}
+
+/// A connector that explicitly asks for `earliest` needs it for a new group: without it the
+/// group would start at the end and skip the backlog. Fails when it is not in force and the
+/// group has no start offsets yet (or they cannot be read).
+async fn check_needed_start(
+    admin: &AdminClient,
+    wish: &ShareGroupWish,
+    wanted: &[Wanted],
+    report: &GroupSettingsReport,
+) -> Result<(), String> {
+    let Some(w) = wanted
+        .iter()
+        .find(|w| w.config == SHARE_AUTO_OFFSET_RESET && w.explicit && w.value == "earliest")
+    else {
+        return Ok(());
+    };
+    let in_force = report
+        .settings
+        .iter()
+        .find(|s| s.name == SHARE_AUTO_OFFSET_RESET)
+        .and_then(|s| s.value.as_deref());
+    if in_force == Some("earliest") {
+        return Ok(());
+    }
+    let group_has_offsets = match admin.describe_share_offsets(&wish.group, &wish.topics).await {
+        Ok(offsets) => offsets.partitions.iter().any(|p| p.start_offset.is_some()),
+        Err(_) => false,
+    };
+    if group_has_offsets {
+        return Ok(());
+    }
+    Err(format!(
+        "share group '{}' is new and must start at the earliest offsets ({} asks for {}), but \
+         share.auto.offset.reset is {} on the cluster and could not be set: {}. Set it on the group \
+         (kafka-configs.sh --alter --entity-type groups --entity-name {} --add-config \
+         share.auto.offset.reset=earliest), grant ALTER_CONFIGS on the group to the worker's \
+         principal, or remove {} to run with the group's value",
+        wish.group,
+        origin_key(w),
+        w.value,
+        in_force.unwrap_or("unknown"),
+        report.warnings.join("; "),
+        wish.group,
+        origin_key(w),
+    ))
+}
+
+fn origin_key(w: &Wanted) -> &str {
+    w.origin.strip_prefix("set by Spillway from ").unwrap_or(&w.origin)
+}
+
+/// The brokers' `group.share.delivery.count.limit`, when one broker tells it.
+async fn delivery_count_limit(
+    admin: &AdminClient,
+    connector: &str,
+    warnings: &mut Vec<String>,
+) -> Option<u16> {
+    let broker = *admin.broker_ids().first()?;
+    match admin
+        .describe_configs(&ConfigResource::Broker(Some(broker)), &[DELIVERY_COUNT_LIMIT])
+        .await
+    {
+        Ok(configs) => configs
+            .get(DELIVERY_COUNT_LIMIT)
+            .and_then(|e| e.value.as_deref())
+            .and_then(|v| v.parse().ok()),
+        Err(e) => {
+            info!(connector, error = %e, "the brokers' {DELIVERY_COUNT_LIMIT} could not be read; the connector's setting is used");
+            if !e.is_unsupported() {
+                warnings.push(format!("{DELIVERY_COUNT_LIMIT} could not be read: {e}"));
+            }
+            None
+        }
+    }
+}
+
+/// Create the dead letter queue topic when it is missing, as Kafka Connect does (one
+/// partition, `errors.deadletterqueue.topic.replication.factor`).
+async fn create_dead_letter_topic(
+    admin: &AdminClient,
+    dlq: &DeadLetterQueue,
+    connector: &str,
+) -> Result<(), String> {
+    let topic = NewTopic {
+        name: dlq.topic.clone(),
+        partitions: DLQ_PARTITIONS,
+        replication_factor: dlq.replication_factor,
+        configs: Vec::new(),
+    };
+    match admin.create_topic(&topic).await {
+        Ok(TopicCreation::Created) => {
+            info!(connector, topic = %dlq.topic, replication_factor = dlq.replication_factor, "created the dead letter queue topic");
+            Ok(())
+        }
+        Ok(TopicCreation::AlreadyExists) => Ok(()),
+        Err(e) if e.is_unsupported() => {
+            warn!(connector, topic = %dlq.topic, error = %e, "the dead letter queue topic is not created: the broker has no CreateTopics; the first record sent there may create it (auto.create.topics.enable)");
+            Ok(())
+        }
+        Err(e) => Err(dead_letter_error(&e, dlq)),
+    }
+}
+
+fn dead_letter_error(e: &AdminError, dlq: &DeadLetterQueue) -> String {
+    let hint = match e.code() {
+        Some(codes::INVALID_REPLICATION_FACTOR) => format!(
+            "; set errors.deadletterqueue.topic.replication.factor to at most the number of brokers \
+             (it is {}; -1 takes the brokers' default.replication.factor), or create the topic yourself",
+            dlq.replication_factor
+        ),
+        _ if e.is_authorization() => "; grant CREATE on the topic (or the cluster) to the worker's principal, or create the topic yourself".to_owned(),
+        _ => String::new(),
+    };
+    format!(
+        "cannot create the dead letter queue topic '{}' (errors.deadletterqueue.topic.name): {e}{hint}",
+        dlq.topic
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spillway_defaults_to_earliest_unless_the_connector_chooses() {
+        let wish = |configs: Vec<GroupConfigWish>| ShareGroupWish {
+            group: "g".into(),
+            topics: vec!["t".into()],
+            configs,
+        };
+        let w = wanted(&wish(Vec::new()));
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].value, "earliest");
+        assert!(!w[0].explicit);
+        let w = wanted(&wish(vec![GroupConfigWish {
+            config: SHARE_AUTO_OFFSET_RESET,
+            value: "by_duration:PT1H".into(),
+            key: "consumer.override.auto.offset.reset".into(),
+            from_connector: true,
+        }]));
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].value, "by_duration:PT1H");
+        assert!(w[0].explicit);
+        assert_eq!(origin_key(&w[0]), "consumer.override.auto.offset.reset");
+    }
+
+    #[test]
+    fn a_replication_factor_beyond_the_cluster_names_the_key_to_change() {
+        let e = AdminError::Resource {
+            operation: "creating topic 'dlq'".into(),
+            resource: "topic 'dlq'".into(),
+            code: codes::INVALID_REPLICATION_FACTOR,
+            code_name: "InvalidReplicationFactor".into(),
+            message: ": only 1 broker(s) are registered".into(),
+        };
+        let dlq = DeadLetterQueue {
+            topic: "dlq".into(),
+            replication_factor: 3,
+            context_headers: false,
+        };
+        let text = dead_letter_error(&e, &dlq);
+        assert!(
+            text.contains("'dlq'")
+                && text.contains("errors.deadletterqueue.topic.replication.factor")
+                && text.contains("it is 3"),
+            "{text}"
+        );
+    }
+}
