@@ -178,6 +178,14 @@ pub struct OffsetChange {
     pub offset: Option<i64>,
 }
 
+/// The topics of a share-mode connector (share mode takes topic names only).
+fn share_topics(parsed: &SinkConnectorConfig) -> Vec<String> {
+    match &parsed.topics {
+        TopicSelection::Names(names) => names.clone(),
+        TopicSelection::Pattern(_) => Vec::new(),
+    }
+}
+
 /// Connect's answers to a successful offsets change.
 pub const OFFSETS_ALTERED: &str = "The offsets for this connector have been altered successfully";
 pub const OFFSETS_RESET: &str = "The offsets for this connector have been reset successfully";
@@ -999,12 +1007,37 @@ impl Herder {
         let record = self.record(tenant, name)?;
         let (parsed, share, group, bootstrap) = self.group_of(tenant, name, &record)?;
         if share {
+            let admin = self.share_admin(&parsed, &group, &bootstrap, "read").await?;
+            let topics = share_topics(&parsed);
+            let offsets = admin
+                .describe_share_offsets(&group, &topics)
+                .await
+                .map_err(|e| HerderError::Offsets {
+                    action: "read",
+                    group: group.clone(),
+                    bootstrap: bootstrap.clone(),
+                    reason: e.to_string(),
+                })?;
             return Ok(Offsets {
-                offsets: Vec::new(),
+                offsets: offsets
+                    .partitions
+                    .into_iter()
+                    .filter_map(|p| {
+                        let offset = p.start_offset?;
+                        Some(PartitionOffset {
+                            partition: serde_json::json!({
+                                "kafka_topic": p.topic,
+                                "kafka_partition": p.partition,
+                            }),
+                            offset: serde_json::json!({ "kafka_offset": offset }),
+                        })
+                    })
+                    .collect(),
                 message: Some(format!(
-                    "connector {name} reads through share group '{group}'. A share group \
-                     acknowledges records one by one instead of committing an offset per partition, so \
-                     there are no sink offsets to show; records not yet acknowledged are delivered again"
+                    "connector {name} reads through share group '{group}': each offset is the \
+                     share-partition's start offset, the first record not yet acknowledged (records \
+                     after it may be acknowledged already). A partition the group has no state for \
+                     is not listed: it starts where share.auto.offset.reset says"
                 )),
             });
         }
@@ -1051,15 +1084,25 @@ impl Herder {
             )));
         }
         let (parsed, share, group, bootstrap) = self.group_of(tenant, name, &record)?;
+        if let Some(changes) = &changes {
+            for change in changes {
+                if !parsed.topics.includes(&change.topic) {
+                    return Err(HerderError::BadRequest(format!(
+                        "topic '{}' in the offsets is not one connector {name} reads; it reads {}",
+                        change.topic,
+                        match &parsed.topics {
+                            TopicSelection::Names(names) => names.join(", "),
+                            TopicSelection::Pattern(regex) =>
+                                format!("topics matching {}", regex.as_str()),
+                        }
+                    )));
+                }
+            }
+        }
         if share {
-            return Err(HerderError::BadRequest(format!(
-                "connector {name} reads through share group '{group}', which has no committed offset per \
-                 partition to alter or reset: a share group keeps one start offset per share-partition, \
-                 moved only by Kafka's Admin alterShareGroupOffsets / deleteShareGroupOffsets (KIP-932; \
-                 kafka-share-groups.sh --reset-offsets while the group is empty). This worker does not \
-                 call those APIs, which the development broker lacks too. Records not yet acknowledged \
-                 are delivered again on resume"
-            )));
+            return self
+                .alter_share_offsets(name, &parsed, &group, &bootstrap, changes)
+                .await;
         }
         if let Some(changes) = &changes {
             for change in changes {
@@ -1113,6 +1156,89 @@ impl Herder {
         } else {
             OFFSETS_ALTERED
         })
+    }
+
+    /// The worker's admin client for a share-mode connector's cluster, reached with its
+    /// consumer's security settings.
+    async fn share_admin(
+        &self,
+        parsed: &SinkConnectorConfig,
+        group: &str,
+        bootstrap: &str,
+        action: &'static str,
+    ) -> Result<Arc<spillway_kafka::admin::AdminClient>, HerderError> {
+        let failed = |reason: String| HerderError::Offsets {
+            action,
+            group: group.to_owned(),
+            bootstrap: bootstrap.to_owned(),
+            reason,
+        };
+        let security = ConsumerSettings::collect(&self.worker_config, &parsed.consumer_overrides)
+            .security()
+            .map_err(|e| failed(e.to_string()))?;
+        self.worker
+            .admin_clients()
+            .get(bootstrap, &security, OFFSETS_TIMEOUT)
+            .await
+            .map_err(|e| failed(e.to_string()))
+    }
+
+    /// KIP-875's PATCH and DELETE for a STOPPED share-mode connector: AlterShareGroupOffsets
+    /// sets start offsets; DeleteShareGroupOffsets removes the group's state for the
+    /// connector's topics, so it starts again where `share.auto.offset.reset` says.
+    async fn alter_share_offsets(
+        &self,
+        name: &str,
+        parsed: &SinkConnectorConfig,
+        group: &str,
+        bootstrap: &str,
+        changes: Option<Vec<OffsetChange>>,
+    ) -> Result<&'static str, HerderError> {
+        let reset = changes.is_none();
+        let action = if reset { "reset" } else { "alter" };
+        let admin = self.share_admin(parsed, group, bootstrap, action).await?;
+        let failed = |e: spillway_kafka::admin::AdminError| match e.code() {
+            Some(spillway_kafka::admin::codes::GROUP_NOT_EMPTY) => HerderError::Conflict(format!(
+                "share group '{group}' of connector {name} still has members (its tasks may take a \
+                 moment to leave after the stop, or another client uses the group); try again \
+                 when it is empty: {e}"
+            )),
+            _ => HerderError::Offsets {
+                action,
+                group: group.to_owned(),
+                bootstrap: bootstrap.to_owned(),
+                reason: e.to_string(),
+            },
+        };
+        match changes {
+            None => {
+                admin
+                    .delete_share_offsets(group, &share_topics(parsed))
+                    .await
+                    .map_err(failed)?;
+            }
+            Some(changes) => {
+                let mut offsets = Vec::new();
+                for change in changes {
+                    let Some(offset) = change.offset else {
+                        return Err(HerderError::BadRequest(format!(
+                            "connector {name} reads through share group '{group}', whose state can be \
+                             removed only for whole topics: give an offset for {}-{} (a share \
+                             group's start offset), or reset all its offsets with DELETE \
+                             /connectors/{name}/offsets",
+                            change.topic, change.partition
+                        )));
+                    };
+                    offsets.push((change.topic, change.partition, offset));
+                }
+                admin
+                    .alter_share_offsets(group, &offsets)
+                    .await
+                    .map_err(failed)?;
+            }
+        }
+        info!(connector = %name, %group, reset, "share group offsets changed");
+        Ok(if reset { OFFSETS_RESET } else { OFFSETS_ALTERED })
     }
 
     /// The security settings of the connector's consumer (worker `consumer.*`, then its
