@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use spillway_core::RecordCoordinates;
+use spillway_kafka::admin::{AdminClient, NewTopic, TopicCreation};
 use spillway_kafka::cluster::Cluster;
 use spillway_kafka::error_name;
 use spillway_kafka::security::ClientSecurity;
@@ -27,6 +28,7 @@ use crate::ledger::{
     PartitionReplay, WRITER_HEADER,
 };
 use crate::ledger_cache::{CacheError, LedgerCache};
+use tracing::{info, warn};
 
 /// Fetch v4–v12 name topics (v13+ use topic ids).
 const FETCH_VERSIONS: (i16, i16) = (4, 12);
@@ -40,6 +42,12 @@ const PARTITION_MAX_BYTES: i32 = 4 << 20;
 pub enum LedgerError {
     #[error("the exactly-once ledger topic '{topic}' does not exist on the target cluster {bootstrap}; create it before starting the connector (cleanup.policy=compact, no time retention, as many partitions as the largest source topic has, or fewer), or name another with delivery.ledger.topic")]
     MissingTopic { topic: String, bootstrap: String },
+    #[error("the exactly-once ledger topic '{topic}' does not exist on the target cluster {bootstrap} and cannot be created: {reason}; create it yourself (cleanup.policy=compact, no time retention), or name another with delivery.ledger.topic")]
+    CannotCreate {
+        topic: String,
+        bootstrap: String,
+        reason: String,
+    },
     #[error(
         "reading the exactly-once ledger topic '{topic}' partition {partition} failed: {reason}"
     )]
@@ -61,6 +69,43 @@ impl LedgerError {
     /// Whether trying again later may succeed.
     pub fn is_retriable(&self) -> bool {
         matches!(self, LedgerError::Read { .. } | LedgerError::Pending { .. })
+    }
+}
+
+/// Create the missing ledger topic with CreateTopics on the reader's own connections:
+/// compacted (one key per record or source partition; the latest value is all that counts), the
+/// brokers' default partitions and replication factor. A broker without CreateTopics leaves the
+/// topic missing, as before (auto-creation by a produce would not make it compacted).
+async fn create_ledger_topic(
+    cluster: &Arc<Cluster>,
+    bootstrap: &str,
+    topic: &str,
+) -> Result<(), LedgerError> {
+    let admin = AdminClient::from_cluster(Arc::clone(cluster));
+    let new = NewTopic {
+        name: topic.to_owned(),
+        partitions: -1,
+        replication_factor: -1,
+        configs: vec![("cleanup.policy".to_owned(), "compact".to_owned())],
+    };
+    match admin.create_topic(&new).await {
+        Ok(TopicCreation::Created) => {
+            info!(topic, bootstrap, "created the exactly-once ledger topic (cleanup.policy=compact)");
+            Ok(())
+        }
+        Ok(TopicCreation::AlreadyExists) => Ok(()),
+        Err(e) if e.is_unsupported() => {
+            warn!(topic, bootstrap, error = %e, "the ledger topic cannot be created here: the broker has no CreateTopics");
+            Err(LedgerError::MissingTopic {
+                topic: topic.to_owned(),
+                bootstrap: bootstrap.to_owned(),
+            })
+        }
+        Err(e) => Err(LedgerError::CannotCreate {
+            topic: topic.to_owned(),
+            bootstrap: bootstrap.to_owned(),
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -99,14 +144,36 @@ impl LedgerReader {
             .refresh_metadata(&[topic.to_owned()])
             .await
             .map_err(|e| read_error(-1, e.to_string()))?;
-        let partitions = cluster
-            .topic(topic)
-            .map(|t| t.leaders.len() as i32)
-            .filter(|n| *n > 0)
-            .ok_or_else(|| LedgerError::MissingTopic {
-                topic: topic.to_owned(),
-                bootstrap: bootstrap.to_owned(),
-            })?;
+        let known = |cluster: &Cluster| {
+            cluster
+                .topic(topic)
+                .map(|t| t.leaders.len() as i32)
+                .filter(|n| *n > 0)
+        };
+        let partitions = match known(&cluster) {
+            Some(n) => n,
+            None => {
+                create_ledger_topic(&cluster, bootstrap, topic).await?;
+                // A new topic's leaders show in metadata a moment after it is created.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    cluster
+                        .refresh_metadata(&[topic.to_owned()])
+                        .await
+                        .map_err(|e| read_error(-1, e.to_string()))?;
+                    if let Some(n) = known(&cluster) {
+                        break n;
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(LedgerError::MissingTopic {
+                            topic: topic.to_owned(),
+                            bootstrap: bootstrap.to_owned(),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
         let cache = LedgerCache::open(cache_dir)?;
         let mut reader = LedgerReader {
             cluster,

@@ -116,7 +116,9 @@ const PREDECESSOR_WAIT: Duration = Duration::from_secs(10);
 
 fn ledger_error(e: LedgerError) -> SinkError {
     match e {
-        LedgerError::MissingTopic { .. } => SinkError::fatal(e.to_string()),
+        LedgerError::MissingTopic { .. } | LedgerError::CannotCreate { .. } => {
+            SinkError::fatal(e.to_string())
+        }
         e if e.is_retriable() => SinkError::retriable(e.to_string()),
         e => SinkError::fatal(e.to_string()),
     }
