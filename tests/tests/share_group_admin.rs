@@ -10,8 +10,15 @@ mod runtime_support;
 use std::time::Duration;
 
 use runtime_support::{config, probe, wait_until, worker};
-use spillway_actors::State;
-use spillway_tests::{numbered_records, produce, DevBroker};
+use spillway_actors::share_group::{GroupSettingsReport, SettingInForce};
+use spillway_actors::{State, Worker};
+use spillway_connectors::ConnectorRegistry;
+use spillway_eos::ledger_reader::LedgerReader;
+use spillway_kafka::admin::{AdminClient, AlterOp, ConfigResource, ConfigSource};
+use spillway_kafka::cluster::Cluster;
+use spillway_kafka::security::ClientSecurity;
+use spillway_tests::kafka_proxy::AdminOperation;
+use spillway_tests::{numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity};
 
 /// A dev broker left at Kafka's share-group default (latest), short heartbeats.
 fn latest_broker() -> DevBroker {
@@ -117,4 +124,335 @@ async fn without_the_admin_apis_an_explicit_earliest_for_a_new_group_fails_its_t
         "no task ran, so nothing was skipped"
     );
     worker.shutdown().await;
+}
+
+// ---- Through the test-kit proxy, which answers the admin APIs as Kafka 4.2 does. ----
+
+/// A dev broker left at Kafka's default (latest), behind a proxy emulating the admin APIs.
+struct Emulated {
+    broker: DevBroker,
+    proxy: KafkaProxy,
+}
+
+fn emulated(options: impl FnOnce(ProxyOptions) -> ProxyOptions) -> Emulated {
+    let broker = latest_broker();
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        options(ProxyOptions::new(ProxySecurity::Plaintext).with_admin_emulation(broker.control())),
+    )
+    .expect("proxy starts");
+    Emulated { broker, proxy }
+}
+
+impl Emulated {
+    fn worker(&self) -> Worker {
+        Worker::start(
+            config(&[
+                ("bootstrap.servers", &self.proxy.bootstrap()),
+                ("task.restart.backoff.ms", "200"),
+                ("task.restart.max.attempts", "0"),
+                ("task.poll.timeout.ms", "100"),
+            ]),
+            ConnectorRegistry::builtin().with(&["probe"], || {
+                Box::new(runtime_support::ProbeConnector::default())
+            }),
+        )
+        .expect("worker starts")
+    }
+
+    /// An admin client of its own, as another team's tool would be.
+    async fn admin(&self) -> AdminClient {
+        AdminClient::connect(
+            &self.proxy.bootstrap(),
+            "someone-else",
+            Duration::from_secs(10),
+            ClientSecurity::plaintext(),
+        )
+        .await
+        .expect("admin client")
+    }
+}
+
+async fn report_of(worker: &Worker, name: &str) -> GroupSettingsReport {
+    wait_until(Duration::from_secs(30), "the settings report", || {
+        worker
+            .status(name)
+            .is_some_and(|s| s.group_settings.is_some())
+    })
+    .await;
+    worker
+        .status(name)
+        .and_then(|s| s.group_settings)
+        .expect("report")
+}
+
+fn setting<'a>(report: &'a GroupSettingsReport, name: &str) -> &'a SettingInForce {
+    report
+        .settings
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{name} in {report:?}"))
+}
+
+async fn wait_running(worker: &Worker, name: &str) {
+    wait_until(Duration::from_secs(30), "the task running", || {
+        worker
+            .status(name)
+            .is_some_and(|s| !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Running))
+    })
+    .await;
+}
+
+async fn wait_failed(worker: &Worker, name: &str) -> String {
+    wait_until(Duration::from_secs(30), "the task failed", || {
+        worker
+            .status(name)
+            .is_some_and(|s| !s.tasks.is_empty() && s.tasks[0].state == State::Failed)
+    })
+    .await;
+    worker.status(name).expect("registered").tasks[0]
+        .trace
+        .clone()
+        .expect("a trace")
+}
+
+/// The first "done when": a new share connector on a topic with 10,000 existing
+/// records delivers all of them, with the broker left at Kafka's default (latest).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_share_connector_delivers_the_whole_backlog_with_the_broker_left_at_latest() {
+    let setup = emulated(|o| o);
+    setup.broker.create_topic("backlog", 4);
+    produce(
+        &setup.broker.bootstrap(),
+        "backlog",
+        numbered_records(10_000, 32, 4),
+        "lz4",
+    )
+    .await;
+    let worker = setup.worker();
+    worker
+        .start_connector(probe_connector("fresh", "backlog", &[("tasks.max", "2")]))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "fresh").await;
+    let reset = setting(&report, "share.auto.offset.reset");
+    assert_eq!(reset.value.as_deref(), Some("earliest"), "{report:?}");
+    assert!(reset.source.contains("set by Spillway"), "{reset:?}");
+    assert!(report.warnings.is_empty(), "{report:?}");
+    let probe = probe("fresh");
+    wait_until(Duration::from_secs(120), "all 10,000 records delivered", || {
+        probe.distinct() == 10_000
+    })
+    .await;
+    // The group really has it (another client reads it back).
+    let configs = setup
+        .admin()
+        .await
+        .describe_configs(&ConfigResource::Group("connect-fresh".into()), &[])
+        .await
+        .expect("describe");
+    let entry = configs.get("share.auto.offset.reset").expect("listed");
+    assert_eq!(entry.value.as_deref(), Some("earliest"));
+    assert_eq!(entry.source, ConfigSource::Group);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_replaces_it_loudly() {
+    let setup = emulated(|o| o);
+    setup.broker.create_topic("shared", 1);
+    let admin = setup.admin().await;
+    for group in ["connect-kept", "connect-replaced"] {
+        admin
+            .incremental_alter_configs(
+                &ConfigResource::Group(group.into()),
+                &[("share.auto.offset.reset", AlterOp::Set("latest".into()))],
+            )
+            .await
+            .expect("someone else sets latest");
+    }
+    let worker = setup.worker();
+    worker
+        .start_connector(probe_connector("kept", "shared", &[]))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "kept").await;
+    let reset = setting(&report, "share.auto.offset.reset");
+    assert_eq!(reset.value.as_deref(), Some("latest"), "{report:?}");
+    assert!(
+        reset.source.contains("set on the group (by someone else; kept"),
+        "{reset:?}"
+    );
+    wait_running(&worker, "kept").await;
+
+    worker
+        .start_connector(probe_connector(
+            "replaced",
+            "shared",
+            &[("consumer.override.auto.offset.reset", "earliest")],
+        ))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "replaced").await;
+    let reset = setting(&report, "share.auto.offset.reset");
+    assert_eq!(reset.value.as_deref(), Some("earliest"), "{report:?}");
+    assert!(
+        reset.source.contains("consumer.override.auto.offset.reset"),
+        "{reset:?}"
+    );
+    let warnings = report.warnings.join("\n");
+    assert!(
+        warnings.contains("was latest on the group; replaced with earliest"),
+        "{warnings}"
+    );
+    // The first group still has the other team's value.
+    let kept = admin
+        .describe_configs(&ConfigResource::Group("connect-kept".into()), &[])
+        .await
+        .expect("describe");
+    assert_eq!(
+        kept.get("share.auto.offset.reset").and_then(|e| e.value.as_deref()),
+        Some("latest")
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_alter_configs_permission_the_connector_warns_or_fails_for_an_explicit_earliest() {
+    let setup = emulated(|o| o.with_denied_operation(AdminOperation::AlterConfigs));
+    setup.broker.create_topic("guarded", 1);
+    let worker = setup.worker();
+    worker
+        .start_connector(probe_connector("lenient", "guarded", &[]))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "lenient").await;
+    let warnings = report.warnings.join("\n");
+    assert!(
+        warnings.contains("ALTER_CONFIGS") && warnings.contains("group 'connect-lenient'"),
+        "{warnings}"
+    );
+    let reset = setting(&report, "share.auto.offset.reset");
+    assert_eq!(reset.value.as_deref(), Some("latest"), "{report:?}");
+    assert!(reset.source.contains("not set on the group"), "{reset:?}");
+    wait_running(&worker, "lenient").await;
+
+    worker
+        .start_connector(probe_connector(
+            "strict",
+            "guarded",
+            &[("consumer.override.auto.offset.reset", "earliest")],
+        ))
+        .await
+        .expect("a valid configuration");
+    let trace = wait_failed(&worker, "strict").await;
+    for part in [
+        "share group 'connect-strict' is new",
+        "consumer.override.auto.offset.reset",
+        "ALTER_CONFIGS",
+    ] {
+        assert!(trace.contains(part), "{part}: {trace}");
+    }
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dead_letter_topic_is_created_and_a_refusal_names_the_topic_and_permission() {
+    let setup = emulated(|o| o);
+    setup.broker.create_topic("input", 1);
+    let worker = setup.worker();
+    let dlq = |name: &str, topic: &str, rf: &str| {
+        probe_connector(
+            name,
+            "input",
+            &[
+                ("errors.tolerance", "all"),
+                ("errors.deadletterqueue.topic.name", topic),
+                ("errors.deadletterqueue.topic.replication.factor", rf),
+            ],
+        )
+    };
+    worker
+        .start_connector(dlq("with-dlq", "dlq-made", "1"))
+        .await
+        .expect("starts");
+    wait_running(&worker, "with-dlq").await;
+    let cluster = Cluster::connect(&setup.proxy.bootstrap(), "check", Duration::from_secs(10))
+        .await
+        .expect("cluster");
+    cluster
+        .refresh_metadata(&["dlq-made".to_owned()])
+        .await
+        .expect("metadata");
+    assert_eq!(
+        cluster.topic("dlq-made").map(|t| t.leaders.len()),
+        Some(1),
+        "created with one partition"
+    );
+
+    // Connect's default replication factor (3) on a one-broker cluster: refused by Kafka.
+    worker
+        .start_connector(dlq("three", "dlq-three", "3"))
+        .await
+        .expect("a valid configuration");
+    let trace = wait_failed(&worker, "three").await;
+    assert!(
+        trace.contains("'dlq-three'")
+            && trace.contains("errors.deadletterqueue.topic.replication.factor"),
+        "{trace}"
+    );
+
+    setup.proxy.admin().expect("emulating").deny(AdminOperation::Create);
+    worker
+        .start_connector(dlq("refused", "dlq-refused", "1"))
+        .await
+        .expect("a valid configuration");
+    let trace = wait_failed(&worker, "refused").await;
+    assert!(
+        trace.contains("'dlq-refused'") && trace.contains("CREATE"),
+        "{trace}"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ledger_topic_is_created_compacted_and_a_refusal_names_the_topic_and_permission() {
+    let setup = emulated(|o| o);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let reader = LedgerReader::open(
+        &setup.proxy.bootstrap(),
+        "ledger-made",
+        &dir.path().join("a"),
+        "ledger-test",
+        &ClientSecurity::plaintext(),
+    )
+    .await
+    .expect("the missing ledger topic is created and opened");
+    drop(reader);
+    let configs = setup
+        .admin()
+        .await
+        .describe_configs(&ConfigResource::Topic("ledger-made".into()), &["cleanup.policy"])
+        .await
+        .expect("topic configs");
+    assert_eq!(
+        configs.get("cleanup.policy").and_then(|e| e.value.as_deref()),
+        Some("compact")
+    );
+    setup.proxy.admin().expect("emulating").deny(AdminOperation::Create);
+    let err = LedgerReader::open(
+        &setup.proxy.bootstrap(),
+        "ledger-refused",
+        &dir.path().join("b"),
+        "ledger-test",
+        &ClientSecurity::plaintext(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("'ledger-refused'") && text.contains("CREATE"),
+        "{text}"
+    );
 }
