@@ -5,7 +5,6 @@
 mod support;
 
 use serde_json::{json, Value as Json};
-use spillway_tests::kafka_proxy::AdminOperation;
 use spillway_tests::{DevBroker, KafkaProxy, ProxyOptions, ProxySecurity};
 use support::start_worker_with;
 
@@ -127,6 +126,5 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         "The offsets for this connector have been reset successfully"
     );
     assert!(start_offsets(&api.get("/connectors/queue/offsets").await.body).is_empty());
-    let _ = AdminOperation::Create;
     worker.stop().await;
 }
