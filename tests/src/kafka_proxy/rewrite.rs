@@ -246,7 +246,7 @@ impl Rewriter {
 }
 
 /// Makes sure SaslHandshake v0-1 and SaslAuthenticate v0-2 are advertised.
-fn advertise_sasl(r: &mut ApiVersionsResponse) -> bool {
+pub(crate) fn advertise_sasl(r: &mut ApiVersionsResponse) -> bool {
     let wanted = BTreeMap::from([(SASL_HANDSHAKE, (0i16, 1i16)), (SASL_AUTHENTICATE, (0, 2))]);
     let mut changed = false;
     for (key, (min, max)) in wanted {
