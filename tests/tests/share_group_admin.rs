@@ -234,16 +234,16 @@ async fn a_new_share_connector_delivers_the_whole_backlog_with_the_broker_left_a
         .start_connector(probe_connector("fresh", "backlog", &[("tasks.max", "2")]))
         .await
         .expect("starts");
+    let probe = probe("fresh");
+    wait_until(Duration::from_secs(90), "all 10,000 records delivered", || {
+        probe.distinct() == 10_000
+    })
+    .await;
     let report = report_of(&worker, "fresh").await;
     let reset = setting(&report, "share.auto.offset.reset");
     assert_eq!(reset.value.as_deref(), Some("earliest"), "{report:?}");
     assert!(reset.source.contains("set by Spillway"), "{reset:?}");
     assert!(report.warnings.is_empty(), "{report:?}");
-    let probe = probe("fresh");
-    wait_until(Duration::from_secs(120), "all 10,000 records delivered", || {
-        probe.distinct() == 10_000
-    })
-    .await;
     // The group really has it (another client reads it back).
     let configs = setup
         .admin()
