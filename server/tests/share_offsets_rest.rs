@@ -62,6 +62,29 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         json!({"offsets": [{"partition": {"kafka_topic": "queue", "kafka_partition": partition}, "offset": offset}]})
     };
 
+    // The status names the group's settings in force and where they came from.
+    let status = api
+        .wait_for("/connectors/queue/status", std::time::Duration::from_secs(30), |s| {
+            s["connector"]["group_settings"].is_object()
+        })
+        .await;
+    let settings = &status["connector"]["group_settings"];
+    assert_eq!(settings["group"], "connect-queue", "{status}");
+    let reset = settings["settings"]
+        .as_array()
+        .expect("settings")
+        .iter()
+        .find(|s| s["name"] == "share.auto.offset.reset")
+        .expect("listed")
+        .clone();
+    assert_eq!(reset["value"], "earliest", "{status}");
+    assert!(
+        reset["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("set by Spillway")),
+        "{status}"
+    );
+
     // Running: readable, not changeable.
     let read = api.get("/connectors/queue/offsets").await;
     assert_eq!(read.status, 200, "{}", read.text);

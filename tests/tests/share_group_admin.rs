@@ -261,6 +261,7 @@ async fn a_new_share_connector_delivers_the_whole_backlog_with_the_broker_left_a
 async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_replaces_it_loudly() {
     let setup = emulated(|o| o);
     setup.broker.create_topic("shared", 1);
+    setup.broker.set_share_max_delivery_attempts(7);
     let admin = setup.admin().await;
     for group in ["connect-kept", "connect-replaced"] {
         admin
@@ -282,6 +283,11 @@ async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_repla
     assert!(
         reset.source.contains("set on the group (by someone else; kept"),
         "{reset:?}"
+    );
+    assert_eq!(
+        report.delivery_count_limit,
+        Some(7),
+        "the brokers' group.share.delivery.count.limit"
     );
     wait_running(&worker, "kept").await;
 
