@@ -1009,15 +1009,27 @@ impl Herder {
         if share {
             let admin = self.share_admin(&parsed, &group, &bootstrap, "read").await?;
             let topics = share_topics(&parsed);
-            let offsets = admin
-                .describe_share_offsets(&group, &topics)
-                .await
-                .map_err(|e| HerderError::Offsets {
-                    action: "read",
-                    group: group.clone(),
-                    bootstrap: bootstrap.clone(),
-                    reason: e.to_string(),
-                })?;
+            let offsets = match admin.describe_share_offsets(&group, &topics).await {
+                Ok(offsets) => offsets,
+                // A read on an older cluster answers what it can, saying why it is empty.
+                Err(e) if e.is_unsupported() => {
+                    return Ok(Offsets {
+                        offsets: Vec::new(),
+                        message: Some(format!(
+                            "connector {name} reads through share group '{group}', whose start \
+                             offsets cannot be shown: {e} (Kafka 4.1+ has it)"
+                        )),
+                    })
+                }
+                Err(e) => {
+                    return Err(HerderError::Offsets {
+                        action: "read",
+                        group: group.clone(),
+                        bootstrap: bootstrap.clone(),
+                        reason: e.to_string(),
+                    })
+                }
+            };
             return Ok(Offsets {
                 offsets: offsets
                     .partitions
