@@ -14,8 +14,8 @@ use spillway_connectors::runtime_keys::{
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
 use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
-use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
 use spillway_kafka::admin::AdminClients;
+use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
 use spillway_kafka::share::ShareConsumer;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};

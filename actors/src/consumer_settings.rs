@@ -549,7 +549,10 @@ mod tests {
             ConsumerSettings::collect(&config(worker), &config(connector))
         };
         let wishes = settings(
-            &[("consumer.auto.offset.reset", "latest"), ("consumer.isolation.level", "read_committed")],
+            &[
+                ("consumer.auto.offset.reset", "latest"),
+                ("consumer.isolation.level", "read_committed"),
+            ],
             &[
                 ("auto.offset.reset", "By_Duration:PT1H"),
                 ("share.record.lock.duration.ms", "15000"),
@@ -557,7 +560,13 @@ mod tests {
         )
         .group_configs()
         .expect("valid");
-        let find = |config: &str| wishes.iter().find(|w| w.config == config).cloned().expect(config);
+        let find = |config: &str| {
+            wishes
+                .iter()
+                .find(|w| w.config == config)
+                .cloned()
+                .expect(config)
+        };
         let reset = find(SHARE_AUTO_OFFSET_RESET);
         assert_eq!(reset.value, "by_duration:PT1H");
         assert_eq!(reset.key, "consumer.override.auto.offset.reset");
@@ -567,8 +576,14 @@ mod tests {
         assert!(!isolation.from_connector);
         assert_eq!(find(SHARE_RECORD_LOCK_DURATION_MS).value, "15000");
         // Accepted by the share consumer's checks too (not refused as consumer-only keys).
-        share(&[], &[("auto.offset.reset", "earliest"), ("isolation.level", "read_committed")])
-            .expect("mapped to group configs");
+        share(
+            &[],
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("isolation.level", "read_committed"),
+            ],
+        )
+        .expect("mapped to group configs");
         for (key, value) in [
             ("auto.offset.reset", "none"),
             ("auto.offset.reset", "by_duration:1h"),
@@ -576,13 +591,28 @@ mod tests {
             ("share.record.lock.duration.ms", "10"),
         ] {
             let err = share(&[], &[(key, value)]).expect_err(value);
-            assert!(err.to_string().contains(&format!("consumer.override.{key}")), "{err}");
+            assert!(
+                err.to_string()
+                    .contains(&format!("consumer.override.{key}")),
+                "{err}"
+            );
         }
-        let err = settings(&[], &[("auto.offset.reset", "earliest"), ("share.auto.offset.reset", "latest")])
-            .group_configs()
-            .expect_err("two values for one group config");
+        let err = settings(
+            &[],
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("share.auto.offset.reset", "latest"),
+            ],
+        )
+        .group_configs()
+        .expect_err("two values for one group config");
         assert!(err.to_string().contains("keep one"), "{err}");
-        assert!(is_iso_duration("P1DT2H30M") && is_iso_duration("PT0.5S") && !is_iso_duration("P") && !is_iso_duration("PT"));
+        assert!(
+            is_iso_duration("P1DT2H30M")
+                && is_iso_duration("PT0.5S")
+                && !is_iso_duration("P")
+                && !is_iso_duration("PT")
+        );
     }
 
     #[test]

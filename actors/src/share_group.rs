@@ -113,7 +113,9 @@ impl Preparation {
         if let Some(dlq) = &self.dead_letter_queue {
             match &admin {
                 Some(admin) => create_dead_letter_topic(admin, dlq, connector).await?,
-                None => warn!(connector, topic = %dlq.topic, "the dead letter queue topic is not checked: the cluster was not reachable for admin requests; the first record sent there may create it (auto.create.topics.enable)"),
+                None => {
+                    warn!(connector, topic = %dlq.topic, "the dead letter queue topic is not checked: the cluster was not reachable for admin requests; the first record sent there may create it (auto.create.topics.enable)")
+                }
             }
         }
         Ok(prepared)
@@ -288,7 +290,9 @@ async fn apply_group_configs(
                 None => SettingInForce {
                     name: name.to_owned(),
                     value: None,
-                    source: format!("unknown: the cluster did not say (Kafka's default: {default})"),
+                    source: format!(
+                        "unknown: the cluster did not say (Kafka's default: {default})"
+                    ),
                 },
             }
         };
@@ -307,7 +311,8 @@ async fn apply_group_configs(
         warn!(connector, %group, "running with the share group's effective settings: {effective}");
     }
     check_needed_start(admin, wish, &wanted, &report).await?;
-    report.delivery_count_limit = delivery_count_limit(admin, connector, &mut report.warnings).await;
+    report.delivery_count_limit =
+        delivery_count_limit(admin, connector, &mut report.warnings).await;
     Ok(report)
 }
 
@@ -342,7 +347,10 @@ async fn check_needed_start(
     if in_force == Some("earliest") {
         return Ok(());
     }
-    let group_has_offsets = match admin.describe_share_offsets(&wish.group, &wish.topics).await {
+    let group_has_offsets = match admin
+        .describe_share_offsets(&wish.group, &wish.topics)
+        .await
+    {
         Ok(offsets) => offsets.partitions.iter().any(|p| p.start_offset.is_some()),
         Err(_) => false,
     };
@@ -366,7 +374,9 @@ async fn check_needed_start(
 }
 
 fn origin_key(w: &Wanted) -> &str {
-    w.origin.strip_prefix("set by Spillway from ").unwrap_or(&w.origin)
+    w.origin
+        .strip_prefix("set by Spillway from ")
+        .unwrap_or(&w.origin)
 }
 
 /// The brokers' `group.share.delivery.count.limit`, when one broker tells it.
@@ -377,7 +387,10 @@ async fn delivery_count_limit(
 ) -> Option<u16> {
     let broker = *admin.broker_ids().first()?;
     match admin
-        .describe_configs(&ConfigResource::Broker(Some(broker)), &[DELIVERY_COUNT_LIMIT])
+        .describe_configs(
+            &ConfigResource::Broker(Some(broker)),
+            &[DELIVERY_COUNT_LIMIT],
+        )
         .await
     {
         Ok(configs) => configs

@@ -90,7 +90,10 @@ async fn create_ledger_topic(
     };
     match admin.create_topic(&new).await {
         Ok(TopicCreation::Created) => {
-            info!(topic, bootstrap, "created the exactly-once ledger topic (cleanup.policy=compact)");
+            info!(
+                topic,
+                bootstrap, "created the exactly-once ledger topic (cleanup.policy=compact)"
+            );
             Ok(())
         }
         Ok(TopicCreation::AlreadyExists) => Ok(()),

@@ -17,6 +17,7 @@ use serde::Serialize;
 use spillway_actors::consumer_settings::{ConsumerSettings, DEFAULT_MAX_POLL_RECORDS};
 use spillway_actors::limits::requested_tasks;
 use spillway_actors::settings::{runtime_config_def, TaskSettings};
+use spillway_actors::share_group::GroupSettingsReport;
 use spillway_actors::{Confinement, OverridePolicy, RuntimeError, State, Worker};
 use spillway_connectors::runtime_keys::TASK_ID;
 use spillway_connectors::ConnectorRegistry;
@@ -29,7 +30,6 @@ use spillway_core::{ConfigError, ConfigMap};
 use spillway_storage::{
     ConnectorKey, ConnectorRecord, StateStore, StorageError, TargetState, TaskRecord,
 };
-use spillway_actors::share_group::GroupSettingsReport;
 use tracing::{info, warn};
 
 use crate::secrets;
@@ -1007,7 +1007,9 @@ impl Herder {
         let record = self.record(tenant, name)?;
         let (parsed, share, group, bootstrap) = self.group_of(tenant, name, &record)?;
         if share {
-            let admin = self.share_admin(&parsed, &group, &bootstrap, "read").await?;
+            let admin = self
+                .share_admin(&parsed, &group, &bootstrap, "read")
+                .await?;
             let topics = share_topics(&parsed);
             let offsets = match admin.describe_share_offsets(&group, &topics).await {
                 Ok(offsets) => offsets,
@@ -1250,7 +1252,11 @@ impl Herder {
             }
         }
         info!(connector = %name, %group, reset, "share group offsets changed");
-        Ok(if reset { OFFSETS_RESET } else { OFFSETS_ALTERED })
+        Ok(if reset {
+            OFFSETS_RESET
+        } else {
+            OFFSETS_ALTERED
+        })
     }
 
     /// The security settings of the connector's consumer (worker `consumer.*`, then its

@@ -58,15 +58,15 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         )
         .await;
     assert_eq!(created.status, 201, "{}", created.text);
-    let offsets = |partition: i64, offset: Json| {
-        json!({"offsets": [{"partition": {"kafka_topic": "queue", "kafka_partition": partition}, "offset": offset}]})
-    };
+    let offsets = |partition: i64, offset: Json| json!({"offsets": [{"partition": {"kafka_topic": "queue", "kafka_partition": partition}, "offset": offset}]});
 
     // The status names the group's settings in force and where they came from.
     let status = api
-        .wait_for("/connectors/queue/status", std::time::Duration::from_secs(30), |s| {
-            s["connector"]["group_settings"].is_object()
-        })
+        .wait_for(
+            "/connectors/queue/status",
+            std::time::Duration::from_secs(30),
+            |s| s["connector"]["group_settings"].is_object(),
+        )
         .await;
     let settings = &status["connector"]["group_settings"];
     assert_eq!(settings["group"], "connect-queue", "{status}");
@@ -96,15 +96,29 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         read.text
     );
     let refused = api
-        .patch("/connectors/queue/offsets", offsets(0, json!({"kafka_offset": 5})))
+        .patch(
+            "/connectors/queue/offsets",
+            offsets(0, json!({"kafka_offset": 5})),
+        )
         .await;
-    assert!(refused.assert_error(400).contains("STOPPED"), "{}", refused.text);
-    assert!(api.delete("/connectors/queue/offsets").await.assert_error(400).contains("STOPPED"));
+    assert!(
+        refused.assert_error(400).contains("STOPPED"),
+        "{}",
+        refused.text
+    );
+    assert!(api
+        .delete("/connectors/queue/offsets")
+        .await
+        .assert_error(400)
+        .contains("STOPPED"));
 
     assert_eq!(api.put_empty("/connectors/queue/stop").await.status, 204);
     // Kafka refuses while the group still has members; the tasks leave on stop.
     let mut altered = api
-        .patch("/connectors/queue/offsets", offsets(0, json!({"kafka_offset": 5})))
+        .patch(
+            "/connectors/queue/offsets",
+            offsets(0, json!({"kafka_offset": 5})),
+        )
         .await;
     for _ in 0..50 {
         if altered.status != 409 {
@@ -112,7 +126,10 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         altered = api
-            .patch("/connectors/queue/offsets", offsets(0, json!({"kafka_offset": 5})))
+            .patch(
+                "/connectors/queue/offsets",
+                offsets(0, json!({"kafka_offset": 5})),
+            )
             .await;
     }
     assert_eq!(altered.status, 200, "{}", altered.text);
@@ -137,7 +154,9 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         .patch("/connectors/queue/offsets", offsets(1, Json::Null))
         .await;
     assert!(
-        refused.assert_error(400).contains("DELETE /connectors/queue/offsets"),
+        refused
+            .assert_error(400)
+            .contains("DELETE /connectors/queue/offsets"),
         "{}",
         refused.text
     );

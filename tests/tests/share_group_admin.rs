@@ -18,7 +18,9 @@ use spillway_kafka::admin::{AdminClient, AlterOp, ConfigResource, ConfigSource};
 use spillway_kafka::cluster::Cluster;
 use spillway_kafka::security::ClientSecurity;
 use spillway_tests::kafka_proxy::AdminOperation;
-use spillway_tests::{numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity};
+use spillway_tests::{
+    numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity,
+};
 
 /// A dev broker left at Kafka's share-group default (latest), short heartbeats.
 fn latest_broker() -> DevBroker {
@@ -73,7 +75,10 @@ async fn without_the_admin_apis_a_share_connector_runs_and_its_status_says_what_
         .find(|s| s.name == "share.auto.offset.reset")
         .expect("listed");
     assert_eq!(reset.value, None);
-    assert!(reset.source.contains("Kafka's default: latest"), "{reset:?}");
+    assert!(
+        reset.source.contains("Kafka's default: latest"),
+        "{reset:?}"
+    );
     wait_until(Duration::from_secs(30), "the task running", || {
         worker
             .status("plain")
@@ -196,9 +201,9 @@ fn setting<'a>(report: &'a GroupSettingsReport, name: &str) -> &'a SettingInForc
 
 async fn wait_running(worker: &Worker, name: &str) {
     wait_until(Duration::from_secs(30), "the task running", || {
-        worker
-            .status(name)
-            .is_some_and(|s| !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Running))
+        worker.status(name).is_some_and(|s| {
+            !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Running)
+        })
     })
     .await;
 }
@@ -235,9 +240,11 @@ async fn a_new_share_connector_delivers_the_whole_backlog_with_the_broker_left_a
         .await
         .expect("starts");
     let probe = probe("fresh");
-    wait_until(Duration::from_secs(90), "all 10,000 records delivered", || {
-        probe.distinct() == 10_000
-    })
+    wait_until(
+        Duration::from_secs(90),
+        "all 10,000 records delivered",
+        || probe.distinct() == 10_000,
+    )
     .await;
     let report = report_of(&worker, "fresh").await;
     let reset = setting(&report, "share.auto.offset.reset");
@@ -281,7 +288,9 @@ async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_repla
     let reset = setting(&report, "share.auto.offset.reset");
     assert_eq!(reset.value.as_deref(), Some("latest"), "{report:?}");
     assert!(
-        reset.source.contains("set on the group (by someone else; kept"),
+        reset
+            .source
+            .contains("set on the group (by someone else; kept"),
         "{reset:?}"
     );
     assert_eq!(
@@ -317,7 +326,8 @@ async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_repla
         .await
         .expect("describe");
     assert_eq!(
-        kept.get("share.auto.offset.reset").and_then(|e| e.value.as_deref()),
+        kept.get("share.auto.offset.reset")
+            .and_then(|e| e.value.as_deref()),
         Some("latest")
     );
     worker.shutdown().await;
@@ -408,7 +418,11 @@ async fn the_dead_letter_topic_is_created_and_a_refusal_names_the_topic_and_perm
         "{trace}"
     );
 
-    setup.proxy.admin().expect("emulating").deny(AdminOperation::Create);
+    setup
+        .proxy
+        .admin()
+        .expect("emulating")
+        .deny(AdminOperation::Create);
     worker
         .start_connector(dlq("refused", "dlq-refused", "1"))
         .await
@@ -438,14 +452,23 @@ async fn the_ledger_topic_is_created_compacted_and_a_refusal_names_the_topic_and
     let configs = setup
         .admin()
         .await
-        .describe_configs(&ConfigResource::Topic("ledger-made".into()), &["cleanup.policy"])
+        .describe_configs(
+            &ConfigResource::Topic("ledger-made".into()),
+            &["cleanup.policy"],
+        )
         .await
         .expect("topic configs");
     assert_eq!(
-        configs.get("cleanup.policy").and_then(|e| e.value.as_deref()),
+        configs
+            .get("cleanup.policy")
+            .and_then(|e| e.value.as_deref()),
         Some("compact")
     );
-    setup.proxy.admin().expect("emulating").deny(AdminOperation::Create);
+    setup
+        .proxy
+        .admin()
+        .expect("emulating")
+        .deny(AdminOperation::Create);
     let err = LedgerReader::open(
         &setup.proxy.bootstrap(),
         "ledger-refused",

@@ -370,21 +370,14 @@ impl AdminClients {
         {
             return Ok(Arc::clone(client));
         }
-        let client_security =
-            security
-                .client_security()
-                .map_err(|e| AdminError::Setup {
-                    bootstrap: bootstrap.to_owned(),
-                    message: e.to_string(),
-                })?;
+        let client_security = security.client_security().map_err(|e| AdminError::Setup {
+            bootstrap: bootstrap.to_owned(),
+            message: e.to_string(),
+        })?;
         let client = Arc::new(
             AdminClient::connect(bootstrap, "spillway-admin", timeout, client_security).await?,
         );
-        clients.push((
-            bootstrap.to_owned(),
-            security.clone(),
-            Arc::clone(&client),
-        ));
+        clients.push((bootstrap.to_owned(), security.clone(), Arc::clone(&client)));
         *self.made.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         Ok(client)
     }

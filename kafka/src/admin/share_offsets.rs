@@ -159,7 +159,9 @@ impl AdminClient {
                 let mut request = AlterShareGroupOffsetsRequest::default();
                 request.group_id = Cluster::group_id(group);
                 request.topics = topics;
-                let response = self.send(&conn, &request, VERSIONS, operation, ALTER).await?;
+                let response = self
+                    .send(&conn, &request, VERSIONS, operation, ALTER)
+                    .await?;
                 if response.error_code != 0 {
                     return Err(AdminError::from_code(
                         operation,

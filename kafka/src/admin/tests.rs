@@ -485,10 +485,10 @@ async fn share_offsets_are_read_set_and_deleted_at_the_coordinator() {
         .alter_share_offsets(group, &[("t".into(), 0, 42), ("t".into(), 1, 7)])
         .await
         .expect("alter");
-    fake.lock().unwrap().share_offsets.insert(
-        (group.to_owned(), "other".to_owned(), 0),
-        1,
-    );
+    fake.lock()
+        .unwrap()
+        .share_offsets
+        .insert((group.to_owned(), "other".to_owned(), 0), 1);
     let offsets = admin
         .describe_share_offsets(group, &["t".into()])
         .await
@@ -523,7 +523,10 @@ async fn share_offsets_are_read_set_and_deleted_at_the_coordinator() {
         .await
         .expect_err("group has members");
     assert_eq!(err.code(), Some(codes::GROUP_NOT_EMPTY), "{err}");
-    assert!(fake.lock().unwrap().seen.contains(&10), "FindCoordinator was used");
+    assert!(
+        fake.lock().unwrap().seen.contains(&10),
+        "FindCoordinator was used"
+    );
 }
 
 #[tokio::test]
