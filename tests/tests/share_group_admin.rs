@@ -485,3 +485,44 @@ async fn the_ledger_topic_is_created_compacted_and_a_refusal_names_the_topic_and
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_duration_the_brokers_refuse_does_not_keep_the_start_position_out() {
+    let setup = emulated(|o| o);
+    setup.broker.create_topic("bounded", 1);
+    let worker = setup.worker();
+    worker
+        .start_connector(probe_connector(
+            "bounded",
+            "bounded",
+            &[
+                ("consumer.override.share.record.lock.duration.ms", "3600000"),
+                ("consumer.override.isolation.level", "read_committed"),
+            ],
+        ))
+        .await
+        .expect("within Kafka's own bounds");
+    let report = report_of(&worker, "bounded").await;
+    let warnings = report.warnings.join("\n");
+    assert!(
+        warnings.contains("could not set share.record.lock.duration.ms=3600000"),
+        "{warnings}"
+    );
+    for (name, value, from) in [
+        ("share.auto.offset.reset", "earliest", "set by Spillway (its default"),
+        (
+            "share.isolation.level",
+            "read_committed",
+            "set by Spillway from consumer.override.isolation.level",
+        ),
+    ] {
+        let s = setting(&report, name);
+        assert_eq!(s.value.as_deref(), Some(value), "{report:?}");
+        assert!(s.source.starts_with(from), "{s:?}");
+    }
+    let lock = setting(&report, "share.record.lock.duration.ms");
+    assert_ne!(lock.value.as_deref(), Some("3600000"), "{report:?}");
+    assert!(lock.source.contains("not set on the group"), "{lock:?}");
+    wait_running(&worker, "bounded").await;
+    worker.shutdown().await;
+}

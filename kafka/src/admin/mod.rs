@@ -85,7 +85,7 @@ pub enum AdminError {
     #[error("the admin client for {bootstrap} cannot be set up: {message}")]
     Setup { bootstrap: String, message: String },
     /// Kafka refused the request for one resource, with its error code and message.
-    #[error("{operation} failed for {resource}: {code_name} ({code}){message}")]
+    #[error("{}", resource_refusal(operation, resource, code_name, *code, message))]
     Resource {
         operation: String,
         resource: String,
@@ -93,6 +93,23 @@ pub enum AdminError {
         code_name: String,
         message: String,
     },
+}
+
+/// "`operation` failed[ for `resource`]: `code_name` (`code`)`message`", naming the resource
+/// only when the operation does not already.
+fn resource_refusal(
+    operation: &str,
+    resource: &str,
+    code_name: &str,
+    code: i16,
+    message: &str,
+) -> String {
+    let what = if operation.contains(resource) {
+        String::new()
+    } else {
+        format!(" for {resource}")
+    };
+    format!("{operation} failed{what}: {code_name} ({code}){message}")
 }
 
 impl AdminError {
