@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
 use super::faults::{self, ProxyFaults};
+use super::groups::GroupNamespace;
 use super::frame::{
     decode_request, encode_response, peek_request, produce_acks, raw, read_frame, response_header,
     write_frame, RequestMeta,
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub faults: ProxyFaults,
     pub counts: Mutex<HashMap<i16, u64>>,
     next_connection: AtomicU64,
+    /// Kafka's one namespace for group ids, when the proxy emulates it.
+    pub groups: Option<Arc<GroupNamespace>>,
 }
 
 impl Shared {
@@ -61,7 +64,14 @@ impl Shared {
             faults,
             counts: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
+            groups: None,
         }
+    }
+
+    /// Emulates Kafka's one namespace for group ids (`groups.rs`).
+    pub(crate) fn with_groups(mut self, groups: Option<Arc<GroupNamespace>>) -> Shared {
+        self.groups = groups;
+        self
     }
 
     fn count(&self, api_key: i16) {
@@ -277,6 +287,12 @@ async fn requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             send(Pending::Local(faults::error_response(meta, &frame, code)?))?;
             continue;
         }
+        if let Some(groups) = &shared.groups {
+            if let Some(answer) = groups.on_request(meta, &frame)? {
+                send(Pending::Local(answer))?;
+                continue;
+            }
+        }
         let expects_response =
             meta.api_key != PRODUCE || produce_acks(&frame, meta.version) != Some(0);
         if expects_response {
@@ -386,6 +402,12 @@ async fn responses<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                         );
                         frame
                     }
+                };
+                let frame = match &shared.groups {
+                    Some(groups) if api_key == API_VERSIONS => groups
+                        .advertise(frame.clone(), flight.meta.version)
+                        .unwrap_or(frame),
+                    _ => frame,
                 };
                 if shared.faults.take_drop(api_key) {
                     continue;

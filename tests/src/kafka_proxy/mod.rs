@@ -8,11 +8,13 @@
 //!
 //! Layout: `connection` (listeners, TLS, SASL exchange, request/response pump), `rewrite`
 //! (endpoints, Kafka 4.2 heartbeat rule), `pki` (certificates, rustls), `sasl` (mechanisms),
-//! `faults` (controls), `token` (the OAUTHBEARER token issuer), `frame` (codec).
+//! `faults` (controls), `token` (the OAUTHBEARER token issuer), `frame` (codec), `groups`
+//! (Kafka's one namespace for group ids, opt-in).
 
 mod connection;
 mod faults;
 mod frame;
+mod groups;
 mod pki;
 mod rewrite;
 mod sasl;
@@ -29,6 +31,7 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::net::{TcpListener, TcpStream};
 
 pub use faults::{ProxyFaults, PARTITION_ERROR_APIS, TOP_LEVEL_ERROR_APIS};
+pub use groups::{GroupNamespace, GroupType};
 pub use pki::TestPki;
 pub use sasl::SaslMechanism;
 pub use token::{TokenError, TokenIssuer};
@@ -104,6 +107,9 @@ pub struct ProxyOptions {
     pub require_client_certificate: bool,
     /// ShareGroupHeartbeat answers carry the assignment only when Kafka 4.2's coordinator would.
     pub kafka42_coordinator: bool,
+    /// Kafka's one namespace for group ids: a member of another group type is refused as
+    /// Kafka 4.2 refuses it; ListGroups and DescribeGroups are answered (`groups.rs`).
+    pub one_group_namespace: bool,
 }
 
 impl ProxyOptions {
@@ -121,6 +127,7 @@ impl ProxyOptions {
             token_issuer: None,
             require_client_certificate: false,
             kafka42_coordinator: false,
+            one_group_namespace: false,
         }
     }
 
@@ -151,6 +158,11 @@ impl ProxyOptions {
 
     pub fn with_kafka42_coordinator(mut self) -> Self {
         self.kafka42_coordinator = true;
+        self
+    }
+
+    pub fn with_one_group_namespace(mut self) -> Self {
+        self.one_group_namespace = true;
         self
     }
 
@@ -218,6 +230,8 @@ pub struct KafkaProxy {
     security: ProxySecurity,
     pki: Option<TestPki>,
     shared: Arc<Shared>,
+    /// The group id registry, when the proxy emulates Kafka's one namespace.
+    groups: Option<Arc<GroupNamespace>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -255,6 +269,10 @@ impl KafkaProxy {
             token_issuer: options.token_issuer.clone(),
         });
         let kafka42 = options.kafka42_coordinator;
+        let groups = options
+            .one_group_namespace
+            .then(|| Arc::new(GroupNamespace::default()));
+        let proxy_groups = groups.clone();
         let uses_sasl = options.security.uses_sasl();
         let upstream = upstream_bootstrap.to_string();
         let (ready, ready_rx) = std::sync::mpsc::channel::<Result<Started, ProxyError>>();
@@ -294,7 +312,9 @@ impl KafkaProxy {
                     }
                     let faults = ProxyFaults::default();
                     let rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
-                    let shared = Arc::new(Shared::new(upstream_of, tls, sasl, rewriter, faults));
+                    let shared = Arc::new(
+                        Shared::new(upstream_of, tls, sasl, rewriter, faults).with_groups(groups),
+                    );
                     for (node, _, _, listener) in bound {
                         tokio::spawn(connection::accept_loop(listener, node, Arc::clone(&shared)));
                     }
@@ -329,6 +349,7 @@ impl KafkaProxy {
             security: options.security,
             pki,
             shared,
+            groups: proxy_groups,
             shutdown: Some(shutdown),
             thread: Some(thread),
         })
@@ -358,6 +379,11 @@ impl KafkaProxy {
 
     pub fn faults(&self) -> &ProxyFaults {
         &self.shared.faults
+    }
+
+    /// The group ids and types the proxy learned (`with_one_group_namespace()`).
+    pub fn groups(&self) -> Option<&GroupNamespace> {
+        self.groups.as_deref()
     }
 
     /// Requests with `api_key` the proxy received from clients (answered by it or forwarded).
