@@ -84,6 +84,11 @@ struct Group {
     members: HashMap<String, Instant>,
     /// Whether it committed offsets (a classic or consumer group then outlives its members).
     has_offsets: bool,
+    /// How long a member stays without a request (JoinGroup's session timeout).
+    session: Duration,
+    /// The last request about the group: a group being joined (no member id known yet) is
+    /// kept for a session after it.
+    touched: Instant,
 }
 
 impl Group {
@@ -93,6 +98,8 @@ impl Group {
             protocol_type: protocol_type.to_owned(),
             members: HashMap::new(),
             has_offsets: false,
+            session: MODERN_SESSION_TIMEOUT,
+            touched: Instant::now(),
         }
     }
 
@@ -119,7 +126,10 @@ impl GroupNamespace {
             g.members.retain(|_, expires| *expires > now);
             // Kafka drops an empty classic or consumer group that keeps no offsets; a share
             // group stays until deleted.
-            g.group_type == GroupType::Share || !g.members.is_empty() || g.has_offsets
+            g.group_type == GroupType::Share
+                || !g.members.is_empty()
+                || g.has_offsets
+                || g.touched + g.session > now
         });
         groups
     }
@@ -179,11 +189,11 @@ impl GroupNamespace {
                     _ => {}
                 }
                 group.protocol_type = r.protocol_type.to_string();
-                let session = Duration::from_millis(r.session_timeout_ms.max(0) as u64);
+                group.touched = Instant::now();
+                group.session = Duration::from_millis(r.session_timeout_ms.max(1_000) as u64);
                 if !r.member_id.is_empty() {
-                    group
-                        .members
-                        .insert(r.member_id.to_string(), Instant::now() + session.max(Duration::from_secs(1)));
+                    let expires = Instant::now() + group.session;
+                    group.members.insert(r.member_id.to_string(), expires);
                 }
             }
             HEARTBEAT => {
@@ -316,15 +326,18 @@ impl GroupNamespace {
         Ok(None)
     }
 
+    /// A classic member's SyncGroup or Heartbeat: it is alive for another session. (A broker
+    /// may hand out the member id in its JoinGroup answer, so this may be the first time the
+    /// proxy sees it.)
     fn refresh(&self, group: &GroupId, member: &str) {
         if member.is_empty() {
             return;
         }
         let mut groups = self.groups();
         if let Some(g) = groups.get_mut(group.0.as_str()) {
-            if let Some(expires) = g.members.get_mut(member) {
-                // Classic members: extend by what remains of a session (at least 10 s).
-                *expires = (*expires).max(Instant::now() + Duration::from_secs(10));
+            if g.group_type == GroupType::Classic {
+                let expires = Instant::now() + g.session;
+                g.members.insert(member.to_owned(), expires);
             }
         }
     }
