@@ -235,3 +235,43 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
         .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed)));
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("audit", 1);
+    let proxy = namespace_proxy(&broker);
+    produce(&broker.bootstrap(), "audit", numbered_records(20, 32, 1), "none").await;
+    let worker = worker_on(&proxy.bootstrap());
+    let classic = probe("ledger");
+    worker
+        .start_connector(probe_config("ledger", "audit", false, Some("audit-readers")))
+        .await
+        .expect("classic starts");
+    wait_until(Duration::from_secs(30), "classic delivers", || {
+        classic.distinct() >= 20
+    })
+    .await;
+
+    // The check cannot reach the coordinator in time; the share consumer meets the refusal.
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
+    let mut share = probe_config("queue", "audit", true, Some("audit-readers"));
+    share.insert("task.restart.max.attempts".into(), "1".into());
+    worker.start_connector(share).await.expect("starts unchecked");
+    proxy.faults().delay_responses(FIND_COORDINATOR, Duration::ZERO);
+    wait_until(Duration::from_secs(60), "the share task fails", || {
+        worker
+            .status("queue")
+            .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed))
+    })
+    .await;
+    let status = worker.status("queue").expect("known");
+    let trace = status.tasks[0].trace.clone().unwrap_or_default();
+    assert!(trace.contains("Group audit-readers is not a share group."), "{trace}");
+    assert!(trace.contains("one namespace for group ids"), "{trace}");
+    assert_eq!(probe("queue").distinct(), 0, "nothing was read");
+    assert!(all_running(&worker, "ledger"), "the consumer group's connector is unharmed");
+    worker.shutdown().await;
+}
