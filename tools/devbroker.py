@@ -19,6 +19,8 @@ Commands (field "cmd"):
                           isolation_level ("read_committed"|"read_uncommitted"), max_record_locks,
                           max_size, max_fetch_sessions
   share_target_assignment group, assignments: {member_id: [[topic, partition], ...]}
+  share_settings_in_force -> {"settings": {name: value, ...}}: what share_settings last set (or the
+                          mock's default) for every setting, e.g. "auto_offset_reset": "latest"
   share_member_ids        group -> {"members": [...]}
   broker_down / broker_up broker
   broker_rtt              broker, rtt_ms
@@ -126,6 +128,18 @@ SHARE_SETTERS = {
     "auto_offset_reset": "rd_kafka_mock_sharegroup_set_auto_offset_reset",
     "isolation_level": "rd_kafka_mock_sharegroup_set_isolation_level",
 }
+# The mock's own defaults (rdkafka_mock_sharegrp.c), which equal Apache Kafka's.
+SHARE_DEFAULTS = {
+    "record_lock_duration_ms": 30000,
+    "max_delivery_attempts": 5,
+    "session_timeout_ms": 45000,
+    "heartbeat_interval_ms": 5000,
+    "max_record_locks": 2000,
+    "max_size": 200,
+    "max_fetch_sessions": 2000,
+    "auto_offset_reset": "latest",
+    "isolation_level": "read_uncommitted",
+}
 ENUM_SETTINGS = {
     "auto_offset_reset": {"latest": 0, "earliest": 1},
     "isolation_level": {"read_uncommitted": 0, "read_committed": 1},
@@ -165,6 +179,8 @@ class DevBroker:
         self.mc = mock_cluster_new(self.rk, broker_count)
         if not self.mc:
             raise SystemExit("devbroker: rd_kafka_mock_cluster_new(%d) failed" % broker_count)
+        # The mock has no getters: what is in force is what was last set.
+        self.share_in_force = dict(SHARE_DEFAULTS)
 
     def bootstraps(self):
         return mock_bootstraps(self.mc).decode()
@@ -205,11 +221,17 @@ class DevBroker:
                     raise CommandError(
                         "share setting %s=%r; expected one of %s" % (key, value, ", ".join(allowed))
                     )
-                value = allowed[value]
+                raw = allowed[value]
             elif not isinstance(value, int) or isinstance(value, bool):
                 raise CommandError("share setting %s must be an integer, got %r" % (key, value))
+            else:
+                raw = value
             setter = declare(SHARE_SETTERS[key], None, [c_void_p, c_int])
-            setter(self.mc, value)
+            setter(self.mc, raw)
+            self.share_in_force[key] = value
+
+    def cmd_share_settings_in_force(self, _cmd):
+        return {"settings": dict(self.share_in_force)}
 
     def cmd_share_target_assignment(self, cmd):
         group = field(cmd, "group", str)

@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
@@ -31,33 +31,35 @@ pub enum DevBrokerError {
     Python(String),
 }
 
+type Channel = Arc<Mutex<(ChildStdin, BufReader<ChildStdout>)>>;
+
 /// A running dev cluster of `brokers` mock brokers with ids 1..=brokers.
 pub struct DevBroker {
     child: Child,
+    control: DevBrokerControl,
+}
+
+/// A clonable handle on a dev broker's command channel, for code that must drive the launcher
+/// without owning the cluster (the test-kit proxy's admin emulation). Once the `DevBroker` is
+/// dropped, commands fail with [`DevBrokerError::Gone`].
+#[derive(Clone)]
+pub struct DevBrokerControl {
     /// Commands go out one at a time: each writes a line and reads exactly one reply line.
-    channel: Mutex<(ChildStdin, BufReader<ChildStdout>)>,
+    channel: Channel,
     bootstrap: String,
     brokers: u32,
 }
 
-impl DevBroker {
-    /// Starts a cluster of `brokers` brokers; panics with the reason when it cannot, since every
-    /// caller is a test or the demo that cannot go on without one.
-    pub fn start(brokers: u32) -> DevBroker {
-        Self::try_start(brokers, &[]).unwrap_or_else(|e| panic!("{e}"))
+impl std::fmt::Debug for DevBrokerControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevBrokerControl")
+            .field("bootstrap", &self.bootstrap)
+            .field("brokers", &self.brokers)
+            .finish_non_exhaustive()
     }
+}
 
-    /// Starts a cluster and creates `topics` (name, partitions) before returning.
-    pub fn try_start(brokers: u32, topics: &[(&str, i32)]) -> Result<DevBroker, DevBrokerError> {
-        let (child, stdin, stdout, bootstrap) = launch(brokers, topics)?;
-        Ok(DevBroker {
-            child,
-            channel: Mutex::new((stdin, stdout)),
-            bootstrap,
-            brokers,
-        })
-    }
-
+impl DevBrokerControl {
     /// The bootstrap list, `127.0.0.1:port,...`.
     pub fn bootstrap(&self) -> String {
         self.bootstrap.clone()
@@ -97,6 +99,75 @@ impl DevBroker {
                     .to_string(),
             })
         }
+    }
+
+    /// The share settings in force (what `share_settings` last set, or the mock's defaults),
+    /// keyed by the launcher's names (`auto_offset_reset`, `record_lock_duration_ms`, ...).
+    pub fn share_settings_in_force(
+        &self,
+    ) -> Result<serde_json::Map<String, Value>, DevBrokerError> {
+        let reply = self.command(json!({"cmd": "share_settings_in_force"}))?;
+        Ok(reply["settings"].as_object().cloned().unwrap_or_default())
+    }
+
+    /// The members of share group `group`; `None` when the mock has never seen the group.
+    pub fn share_group_members(&self, group: &str) -> Result<Option<Vec<String>>, DevBrokerError> {
+        match self.command(json!({"cmd": "share_member_ids", "group": group})) {
+            Ok(reply) => Ok(Some(
+                reply["members"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|m| m.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            )),
+            // GROUP_ID_NOT_FOUND: the mock does not know the group.
+            Err(DevBrokerError::Command { message, .. }) if message.contains("(69)") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl DevBroker {
+    /// Starts a cluster of `brokers` brokers; panics with the reason when it cannot, since every
+    /// caller is a test or the demo that cannot go on without one.
+    pub fn start(brokers: u32) -> DevBroker {
+        Self::try_start(brokers, &[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a cluster and creates `topics` (name, partitions) before returning.
+    pub fn try_start(brokers: u32, topics: &[(&str, i32)]) -> Result<DevBroker, DevBrokerError> {
+        let (child, stdin, stdout, bootstrap) = launch(brokers, topics)?;
+        Ok(DevBroker {
+            child,
+            control: DevBrokerControl {
+                channel: Arc::new(Mutex::new((stdin, stdout))),
+                bootstrap,
+                brokers,
+            },
+        })
+    }
+
+    /// A clonable handle on this broker's command channel (valid while `self` lives).
+    pub fn control(&self) -> DevBrokerControl {
+        self.control.clone()
+    }
+
+    /// The bootstrap list, `127.0.0.1:port,...`.
+    pub fn bootstrap(&self) -> String {
+        self.control.bootstrap()
+    }
+
+    /// How many brokers the cluster has (ids 1..=n).
+    pub fn broker_count(&self) -> u32 {
+        self.control.broker_count()
+    }
+
+    /// Sends one control command and returns the launcher's reply.
+    pub fn command(&self, command: Value) -> Result<Value, DevBrokerError> {
+        self.control.command(command)
     }
 
     fn must(&self, command: Value) -> Value {
@@ -159,19 +230,11 @@ impl DevBroker {
     }
 
     pub fn share_member_ids(&self, group: &str) -> Vec<String> {
-        match self.command(json!({"cmd": "share_member_ids", "group": group})) {
-            Ok(reply) => reply["members"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|m| m.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            // The group does not exist (yet): it has no members.
-            Err(DevBrokerError::Command { message, .. }) if message.contains("(69)") => Vec::new(),
-            Err(e) => panic!("{e}"),
-        }
+        // A group the mock has not seen (yet) has no members.
+        self.control
+            .share_group_members(group)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_default()
     }
 
     pub fn broker_down(&self, broker: i32) {

@@ -8,11 +8,13 @@ pub mod checker;
 pub mod dev_broker;
 pub mod kafka_proxy;
 pub mod produce;
+pub mod proxied_broker;
 pub mod python;
 pub mod reference;
 
 pub use checker::{Coordinates, DeliveryReport};
-pub use dev_broker::{DevBroker, DevBrokerError};
+pub use dev_broker::{DevBroker, DevBrokerControl, DevBrokerError};
 pub use kafka_proxy::{KafkaProxy, ProxyOptions, ProxySecurity, SaslMechanism, TokenIssuer};
 pub use produce::{numbered_records, produce, Produced, TestProducer, TestRecord};
+pub use proxied_broker::ProxiedDevBroker;
 pub use reference::{ReferenceOptions, ReferenceRecord, ReferenceShareConsumer, ReferenceSummary};

@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
@@ -23,6 +24,7 @@ use super::frame::{
     decode_request, encode_response, peek_request, produce_acks, raw, read_frame, response_header,
     write_frame, RequestMeta,
 };
+use super::local::LocalApis;
 use super::rewrite::{
     HeartbeatSeen, InFlight, Rewriter, API_VERSIONS, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
     SHARE_GROUP_HEARTBEAT,
@@ -43,6 +45,11 @@ pub(crate) struct Shared {
     pub rewriter: Rewriter,
     pub faults: ProxyFaults,
     pub counts: Mutex<HashMap<i16, u64>>,
+    /// Requests the proxy answers itself.
+    pub local: LocalApis,
+    /// Connections to the dev broker opened for clients (each at a client's first forwarded
+    /// request).
+    pub upstream_opened: AtomicU64,
     next_connection: AtomicU64,
     /// Kafka's one namespace for group ids, when the proxy emulates it.
     pub groups: Option<Arc<GroupNamespace>>,
@@ -55,6 +62,7 @@ impl Shared {
         sasl: Option<SaslConfig>,
         rewriter: Rewriter,
         faults: ProxyFaults,
+        local: LocalApis,
     ) -> Shared {
         Shared {
             upstream,
@@ -63,6 +71,8 @@ impl Shared {
             rewriter,
             faults,
             counts: Mutex::new(HashMap::new()),
+            local,
+            upstream_opened: AtomicU64::new(0),
             next_connection: AtomicU64::new(1),
             groups: None,
         }
@@ -112,6 +122,8 @@ pub(crate) async fn accept_loop(listener: TcpListener, node: i32, shared: Arc<Sh
 
 /// What the response side sends next, in request order.
 enum Pending {
+    /// The connection to the broker was just opened: read forwarded answers from it.
+    Connected(OwnedReadHalf),
     /// Read the broker's next response, rewrite it and pass it on.
     Forwarded(InFlight),
     /// A response the proxy made itself.
@@ -146,20 +158,10 @@ async fn serve(tcp: TcpStream, node: i32, shared: &Shared) -> Result<(), String>
         }
         None => Box::new(tcp),
     };
-    let address = shared
-        .upstream
-        .get(&node)
-        .ok_or_else(|| format!("no broker {node} upstream"))?;
-    let upstream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(address))
-        .await
-        .map_err(|_| format!("connecting to broker {node} at {address} timed out"))?
-        .map_err(|e| format!("cannot connect to broker {node} at {address}: {e}"))?;
-    let _ = upstream.set_nodelay(true);
     let (client_read, client_write) = tokio::io::split(client);
-    let (upstream_read, upstream_write) = upstream.into_split();
     let (pending, pending_rx) = mpsc::unbounded_channel();
-    let requests = requests(client_read, upstream_write, pending, shared);
-    let responses = responses(upstream_read, client_write, pending_rx, shared);
+    let requests = requests(client_read, node, pending, shared);
+    let responses = responses(client_write, pending_rx, shared);
     tokio::pin!(requests, responses);
     tokio::select! {
         result = &mut requests => {
@@ -171,14 +173,33 @@ async fn serve(tcp: TcpStream, node: i32, shared: &Shared) -> Result<(), String>
     }
 }
 
-/// Reads requests from the client, answers SASL and injected errors itself and forwards the
-/// rest. Returns when the client closes, or when the connection must close.
-async fn requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+/// Opens the connection to broker `node`.
+async fn connect_upstream(node: i32, shared: &Shared) -> Result<TcpStream, String> {
+    let address = shared
+        .upstream
+        .get(&node)
+        .ok_or_else(|| format!("no broker {node} upstream"))?;
+    let upstream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(address))
+        .await
+        .map_err(|_| format!("connecting to broker {node} at {address} timed out"))?
+        .map_err(|e| format!("cannot connect to broker {node} at {address}: {e}"))?;
+    let _ = upstream.set_nodelay(true);
+    shared.upstream_opened.fetch_add(1, Ordering::Relaxed);
+    Ok(upstream)
+}
+
+/// Reads requests from the client, answers SASL, injected errors and emulated APIs itself and
+/// forwards the rest. The connection to the broker opens at the first forwarded request, so a
+/// client that only uses what the proxy answers never connects to (nor disconnects from) the
+/// dev broker, which drops every share session of a broker when any connection to it closes.
+/// Returns when the client closes, or when the connection must close.
+async fn requests<R: AsyncRead + Unpin>(
     mut client: R,
-    mut upstream: W,
+    node: i32,
     pending: mpsc::UnboundedSender<Pending>,
     shared: &Shared,
 ) -> Result<(), String> {
+    let mut upstream: Option<OwnedWriteHalf> = None;
     let mut auth = if shared.sasl.is_some() {
         Auth::AwaitHandshake
     } else {
@@ -287,11 +308,16 @@ async fn requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             send(Pending::Local(faults::error_response(meta, &frame, code)?))?;
             continue;
         }
+        // Group membership requests: learned, or refused as Kafka refuses another group type.
         if let Some(groups) = &shared.groups {
             if let Some(answer) = groups.on_request(meta, &frame)? {
                 send(Pending::Local(answer))?;
                 continue;
             }
+        }
+        if let Some(answer) = shared.local.answer(meta, &frame, node) {
+            send(Pending::Local(answer.await?))?;
+            continue;
         }
         let expects_response =
             meta.api_key != PRODUCE || produce_acks(&frame, meta.version) != Some(0);
@@ -307,9 +333,22 @@ async fn requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             } else {
                 None
             };
+            if upstream.is_none() {
+                let (read, write) = connect_upstream(node, shared).await?.into_split();
+                send(Pending::Connected(read))?;
+                upstream = Some(write);
+            }
             send(Pending::Forwarded(InFlight { meta, heartbeat }))?;
         }
-        write_frame(&mut upstream, &frame)
+        let upstream = match &mut upstream {
+            Some(upstream) => upstream,
+            None => {
+                let (read, write) = connect_upstream(node, shared).await?.into_split();
+                send(Pending::Connected(read))?;
+                upstream.insert(write)
+            }
+        };
+        write_frame(upstream, &frame)
             .await
             .map_err(|e| format!("forwarding api_key={} to the broker: {e}", meta.api_key))?;
     }
@@ -369,14 +408,18 @@ fn illegal_sasl_state(meta: &RequestMeta) -> Result<Bytes, String> {
 }
 
 /// Sends responses to the client in request order.
-async fn responses<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    mut upstream: R,
+async fn responses<W: AsyncWrite + Unpin>(
     mut client: W,
     mut pending: mpsc::UnboundedReceiver<Pending>,
     shared: &Shared,
 ) -> Result<(), String> {
+    let mut upstream: Option<OwnedReadHalf> = None;
     while let Some(next) = pending.recv().await {
         let frame = match next {
+            Pending::Connected(read) => {
+                upstream = Some(read);
+                continue;
+            }
             Pending::Local(frame) => frame,
             Pending::LocalThenClose(frame) => {
                 write_frame(&mut client, &frame)
@@ -386,7 +429,10 @@ async fn responses<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 return Ok(());
             }
             Pending::Forwarded(flight) => {
-                let Some(frame) = read_frame(&mut upstream)
+                let upstream = upstream
+                    .as_mut()
+                    .ok_or("a forwarded request before the broker connection opened")?;
+                let Some(frame) = read_frame(upstream)
                     .await
                     .map_err(|e| format!("reading the broker's response: {e}"))?
                 else {
@@ -402,12 +448,6 @@ async fn responses<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                         );
                         frame
                     }
-                };
-                let frame = match &shared.groups {
-                    Some(groups) if api_key == API_VERSIONS => groups
-                        .advertise(frame.clone(), flight.meta.version)
-                        .unwrap_or(frame),
-                    _ => frame,
                 };
                 if shared.faults.take_drop(api_key) {
                     continue;

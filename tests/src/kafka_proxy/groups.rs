@@ -10,7 +10,8 @@
 //!   "Group <id> is not a share group.".
 //!
 //! It answers ListGroups (v0-5, state and type filters) and DescribeGroups (v0-6) from what it
-//! learned, and adds them to the ApiVersions answer. Coarser than Kafka: every broker lists
+//! learned, through the proxy's local dispatch (`local.rs`), which also lists them in
+//! ApiVersions. Coarser than Kafka: every broker lists
 //! every group (Kafka lists a group on its coordinator only); a classic or consumer group stays
 //! while it has members or committed offsets (Kafka also drops it when its offsets expire); a
 //! share group stays until [`GroupNamespace::delete_group`] (Kafka's DeleteGroups, which the
@@ -22,11 +23,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
-    ApiVersionsResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
     DescribeGroupsRequest, DescribeGroupsResponse, GroupId, HeartbeatRequest, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse,
     OffsetCommitRequest, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
@@ -34,7 +34,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::frame::{decode_request, decode_response, encode_response, response_header, RequestMeta};
+use super::frame::{decode_request, encode_response, response_header, RequestMeta};
+use super::local::{LocalAnswer, LocalApi};
 
 const OFFSET_COMMIT: i16 = 8;
 const JOIN_GROUP: i16 = 11;
@@ -262,6 +263,16 @@ impl GroupNamespace {
                 }
                 modern_member(group, r.member_id.as_str(), r.member_epoch);
             }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// ListGroups and DescribeGroups, answered from the registry.
+    fn listing(&self, meta: RequestMeta, frame: &Bytes) -> Result<Bytes, String> {
+        let header = response_header(meta.correlation_id);
+        let v = meta.version;
+        match meta.api_key {
             LIST_GROUPS => {
                 let (_, r) = decode_request::<ListGroupsRequest>(frame, v)?;
                 let states: Vec<String> =
@@ -282,7 +293,7 @@ impl GroupNamespace {
                     listed.group_type = StrBytes::from_static_str(g.group_type.name());
                     answer.groups.push(listed);
                 }
-                return encode_response(&header, &answer, v).map(Some);
+                encode_response(&header, &answer, v)
             }
             DESCRIBE_GROUPS => {
                 let (_, r) = decode_request::<DescribeGroupsRequest>(frame, v)?;
@@ -319,11 +330,10 @@ impl GroupNamespace {
                     }
                     answer.groups.push(described);
                 }
-                return encode_response(&header, &answer, v).map(Some);
+                encode_response(&header, &answer, v)
             }
-            _ => {}
+            other => Err(format!("api_key={other} is not answered by the group namespace")),
         }
-        Ok(None)
     }
 
     /// A classic member's SyncGroup or Heartbeat: it is alive for another session. (A broker
@@ -341,24 +351,16 @@ impl GroupNamespace {
             }
         }
     }
+}
 
-    /// Adds the APIs answered here to an ApiVersions answer.
-    pub(crate) fn advertise(&self, frame: Bytes, version: i16) -> Result<Bytes, String> {
-        // An error answer (e.g. UNSUPPORTED_VERSION) may be shaped for v0: pass it on.
-        if frame.len() >= 6 && frame[4..6] != [0, 0] {
-            return Ok(frame);
-        }
-        let (header, mut r) = decode_response::<ApiVersionsResponse>(&frame, version)?;
-        for (key, min, max) in ANSWERED {
-            r.api_keys.retain(|a| a.api_key != key);
-            let mut api = ApiVersion::default();
-            api.api_key = key;
-            api.min_version = min;
-            api.max_version = max;
-            r.api_keys.push(api);
-        }
-        r.api_keys.sort_by_key(|a| a.api_key);
-        encode_response(&header, &r, version)
+impl LocalApi for GroupNamespace {
+    fn versions(&self) -> Vec<(i16, i16, i16)> {
+        ANSWERED.to_vec()
+    }
+
+    fn answer(&self, meta: RequestMeta, frame: Bytes, _node: i32) -> LocalAnswer {
+        let answer = self.listing(meta, &frame);
+        Box::pin(async move { answer })
     }
 }
 
@@ -382,7 +384,7 @@ mod tests {
     use kafka_protocol::messages::RequestHeader;
     use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
-    use super::super::frame::encode_request;
+    use super::super::frame::{decode_response, encode_request};
 
     fn frame<T: Encodable + HeaderVersion>(key: i16, version: i16, body: &T) -> (RequestMeta, Bytes) {
         let mut header = RequestHeader::default();
@@ -461,7 +463,7 @@ mod tests {
         let mut list = ListGroupsRequest::default();
         list.types_filter = vec![StrBytes::from_static_str("share")];
         let (meta, f) = frame(LIST_GROUPS, 5, &list);
-        let r: ListGroupsResponse = body(ns.on_request(meta, &f).unwrap().expect("answered"), 5);
+        let r: ListGroupsResponse = body(ns.listing(meta, &f).expect("answered"), 5);
         let listed: Vec<_> = r
             .groups
             .iter()
@@ -474,7 +476,7 @@ mod tests {
             GroupId(StrBytes::from_static_str("s")),
         ];
         let (meta, f) = frame(DESCRIBE_GROUPS, 6, &describe);
-        let r: DescribeGroupsResponse = body(ns.on_request(meta, &f).unwrap().expect("answered"), 6);
+        let r: DescribeGroupsResponse = body(ns.listing(meta, &f).expect("answered"), 6);
         assert_eq!(r.groups[0].members.len(), 1);
         assert_eq!(r.groups[1].group_state.as_str(), "Dead");
         assert_eq!(r.groups[1].error_code, GROUP_ID_NOT_FOUND);

@@ -6,18 +6,26 @@
 //! FindCoordinator, DescribeCluster, ShareFetch/ShareAcknowledge (and Produce/Fetch) answers are
 //! rewritten to the proxy's listeners so clients never leave the proxy.
 //!
-//! Layout: `connection` (listeners, TLS, SASL exchange, request/response pump), `rewrite`
-//! (endpoints, Kafka 4.2 heartbeat rule), `pki` (certificates, rustls), `sasl` (mechanisms),
-//! `faults` (controls), `token` (the OAUTHBEARER token issuer), `frame` (codec), `groups`
-//! (Kafka's one namespace for group ids, opt-in).
+//! With `ProxyOptions::with_admin_emulation` it also answers Kafka's admin requests itself
+//! (`admin`, `admin_configs`, `share_offsets`), which the dev broker lacks, and with
+//! `with_one_group_namespace` it keeps group ids in one namespace as Kafka does (`groups`).
+//!
+//! Layout: `connection` (listeners, TLS, SASL exchange, request/response pump), `local` (the
+//! dispatch of requests the proxy answers itself), `rewrite` (endpoints, Kafka 4.2 heartbeat
+//! rule), `pki` (certificates, rustls), `sasl` (mechanisms), `faults` (controls), `token` (the
+//! OAUTHBEARER token issuer), `frame` (codec), `groups` (Kafka's one namespace for group ids).
 
+mod admin;
+mod admin_configs;
 mod connection;
 mod faults;
 mod frame;
 mod groups;
+mod local;
 mod pki;
 mod rewrite;
 mod sasl;
+mod share_offsets;
 mod token;
 
 use std::collections::HashMap;
@@ -26,10 +34,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use kafka_protocol::messages::{MetadataRequest, MetadataResponse, RequestHeader};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestHeader,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio::net::{TcpListener, TcpStream};
 
+pub use admin::{AdminEmulation, AdminEmulationOptions, AdminOperation};
 pub use faults::{ProxyFaults, PARTITION_ERROR_APIS, TOP_LEVEL_ERROR_APIS};
 pub use groups::{GroupNamespace, GroupType};
 pub use pki::TestPki;
@@ -37,6 +49,7 @@ pub use sasl::SaslMechanism;
 pub use token::{TokenError, TokenIssuer};
 
 use connection::Shared;
+use local::LocalApis;
 use rewrite::Rewriter;
 use sasl::SaslConfig;
 
@@ -110,6 +123,11 @@ pub struct ProxyOptions {
     /// Kafka's one namespace for group ids: a member of another group type is refused as
     /// Kafka 4.2 refuses it; ListGroups and DescribeGroups are answered (`groups.rs`).
     pub one_group_namespace: bool,
+    /// Answer Kafka's admin requests (CreateTopics, DescribeConfigs, IncrementalAlterConfigs,
+    /// the share-group offsets APIs) on top of the dev broker's launcher.
+    pub admin: Option<AdminEmulationOptions>,
+    /// Admin operations the emulation refuses as unauthorized.
+    pub denied_operations: std::collections::BTreeSet<AdminOperation>,
 }
 
 impl ProxyOptions {
@@ -128,6 +146,8 @@ impl ProxyOptions {
             require_client_certificate: false,
             kafka42_coordinator: false,
             one_group_namespace: false,
+            admin: None,
+            denied_operations: Default::default(),
         }
     }
 
@@ -166,6 +186,21 @@ impl ProxyOptions {
         self
     }
 
+    /// Answer Kafka's admin requests as Apache Kafka 4.2 does, mapped onto the dev broker that
+    /// `control` drives (`DevBroker::control()`). Clients then see these APIs in ApiVersions;
+    /// without this option they see them as unsupported, as the dev broker has them.
+    pub fn with_admin_emulation(mut self, control: crate::DevBrokerControl) -> Self {
+        self.admin = Some(AdminEmulationOptions { control });
+        self
+    }
+
+    /// Refuse `operation` as Kafka refuses an unauthorized principal (needs the admin emulation;
+    /// `KafkaProxy::admin()` changes it at run time).
+    pub fn with_denied_operation(mut self, operation: AdminOperation) -> Self {
+        self.denied_operations.insert(operation);
+        self
+    }
+
     fn validate(&self) -> Result<(), ProxyError> {
         let bad = |m: String| Err(ProxyError::Options(m));
         if self.require_client_certificate && !self.security.uses_tls() {
@@ -198,6 +233,12 @@ impl ProxyOptions {
         }
         if let Some((name, _)) = self.users.iter().find(|(n, _)| n.is_empty()) {
             return bad(format!("user name '{name}' is empty"));
+        }
+        if self.admin.is_none() && !self.denied_operations.is_empty() {
+            return bad(format!(
+                "denied operations {:?} need the admin emulation (with_admin_emulation)",
+                self.denied_operations
+            ));
         }
         Ok(())
     }
@@ -232,6 +273,7 @@ pub struct KafkaProxy {
     shared: Arc<Shared>,
     /// The group id registry, when the proxy emulates Kafka's one namespace.
     groups: Option<Arc<GroupNamespace>>,
+    admin: Option<Arc<AdminEmulation>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -274,6 +316,8 @@ impl KafkaProxy {
             .then(|| Arc::new(GroupNamespace::default()));
         let proxy_groups = groups.clone();
         let uses_sasl = options.security.uses_sasl();
+        let admin_options = options.admin.clone();
+        let denied = options.denied_operations.clone();
         let upstream = upstream_bootstrap.to_string();
         let (ready, ready_rx) = std::sync::mpsc::channel::<Result<Started, ProxyError>>();
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
@@ -295,7 +339,9 @@ impl KafkaProxy {
                     }
                 };
                 runtime.block_on(async move {
-                    let bound = match bind(&upstream).await {
+                    let emulating = admin_options.is_some();
+                    let answers_locally = emulating || groups.is_some();
+                    let (bound, upstream_versions) = match bind(&upstream, answers_locally).await {
                         Ok(bound) => bound,
                         Err(e) => {
                             let _ = ready.send(Err(e));
@@ -311,21 +357,43 @@ impl KafkaProxy {
                         addresses.push((*node, *local));
                     }
                     let faults = ProxyFaults::default();
-                    let rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
+                    let mut rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
+                    rewriter.name_controller = emulating;
+                    let mut local = LocalApis::new(upstream_versions.clone(), uses_sasl);
+                    let admin = admin_options.map(|options| {
+                        // Its Metadata lookups go to the lowest-numbered broker.
+                        let first = upstream_of
+                            .iter()
+                            .min_by_key(|(node, _)| **node)
+                            .map(|(_, address)| address.clone())
+                            .unwrap_or_default();
+                        let versions = upstream_versions.unwrap_or_default();
+                        Arc::new(AdminEmulation::new(options, denied, first, &versions))
+                    });
+                    // Emulated APIs register here, one line each (keyed by API key); while any
+                    // is registered the proxy answers ApiVersions itself, which needs
+                    // `upstream_versions` (fetched when `emulating` or `groups`).
+                    if let Some(admin) = &admin {
+                        local.register(Arc::new(Arc::clone(admin)));
+                    }
+                    if let Some(groups) = &groups {
+                        local.register(Arc::clone(groups) as Arc<dyn local::LocalApi>);
+                    }
                     let shared = Arc::new(
-                        Shared::new(upstream_of, tls, sasl, rewriter, faults).with_groups(groups),
+                        Shared::new(upstream_of, tls, sasl, rewriter, faults, local)
+                            .with_groups(groups),
                     );
                     for (node, _, _, listener) in bound {
                         tokio::spawn(connection::accept_loop(listener, node, Arc::clone(&shared)));
                     }
-                    let _ = ready.send(Ok((addresses, shared)));
+                    let _ = ready.send(Ok((addresses, shared, admin)));
                     let _ = shutdown_rx.await;
                 });
                 // Ends every listener and connection task.
                 runtime.shutdown_timeout(Duration::from_secs(2));
             })
             .map_err(|e| ProxyError::Runtime(e.to_string()))?;
-        let (addresses, shared) = match ready_rx.recv() {
+        let (addresses, shared, admin) = match ready_rx.recv() {
             Ok(Ok(started)) => started,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -350,6 +418,7 @@ impl KafkaProxy {
             pki,
             shared,
             groups: proxy_groups,
+            admin,
             shutdown: Some(shutdown),
             thread: Some(thread),
         })
@@ -386,6 +455,20 @@ impl KafkaProxy {
         self.groups.as_deref()
     }
 
+    /// The admin emulation's state and controls; `Some` with `with_admin_emulation`.
+    pub fn admin(&self) -> Option<&AdminEmulation> {
+        self.admin.as_deref()
+    }
+
+    /// Connections the proxy opened to the dev broker on behalf of clients: one per client
+    /// connection, at its first forwarded request (the admin emulation's own Metadata connection
+    /// is counted by `AdminEmulation::metadata_connections_opened`).
+    pub fn upstream_connections_opened(&self) -> u64 {
+        self.shared
+            .upstream_opened
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Requests with `api_key` the proxy received from clients (answered by it or forwarded).
     pub fn request_count(&self, api_key: i16) -> u64 {
         self.shared
@@ -409,23 +492,37 @@ impl Drop for KafkaProxy {
     }
 }
 
-type Started = (Vec<(i32, SocketAddr)>, Arc<Shared>);
+type Started = (
+    Vec<(i32, SocketAddr)>,
+    Arc<Shared>,
+    Option<Arc<AdminEmulation>>,
+);
 
-/// Learns the brokers and binds one listener for each: (node, broker address, listener address).
-async fn bind(upstream: &str) -> Result<Vec<(i32, String, SocketAddr, TcpListener)>, ProxyError> {
+type Bound = (
+    Vec<(i32, String, SocketAddr, TcpListener)>,
+    Option<Vec<ApiVersion>>,
+);
+
+/// Learns the brokers and binds one listener for each: (node, broker address, listener address);
+/// with `api_versions`, also the brokers' ApiVersions list.
+async fn bind(upstream: &str, api_versions: bool) -> Result<Bound, ProxyError> {
     let mut bound = Vec::new();
-    for (node, address) in learn_brokers(upstream).await? {
+    let (brokers, versions) = learn_brokers(upstream, api_versions).await?;
+    for (node, address) in brokers {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(ProxyError::Bind)?;
         let local = listener.local_addr().map_err(ProxyError::Bind)?;
         bound.push((node, address, local, listener));
     }
-    Ok(bound)
+    Ok((bound, versions))
 }
 
-/// Asks the upstream cluster for its brokers: (node id, host:port).
-async fn learn_brokers(bootstrap: &str) -> Result<Vec<(i32, String)>, ProxyError> {
+type Learned = (Vec<(i32, String)>, Option<Vec<ApiVersion>>);
+
+/// Asks the upstream cluster for its brokers: (node id, host:port), and with `api_versions` for
+/// its ApiVersions list too (on the same connection).
+async fn learn_brokers(bootstrap: &str, api_versions: bool) -> Result<Learned, ProxyError> {
     let fail = |reason: String| ProxyError::Upstream {
         bootstrap: bootstrap.to_string(),
         reason,
@@ -436,8 +533,8 @@ async fn learn_brokers(bootstrap: &str) -> Result<Vec<(i32, String)>, ProxyError
         .map(str::trim)
         .filter(|a| !a.is_empty())
     {
-        match metadata(address).await {
-            Ok(brokers) if !brokers.is_empty() => return Ok(brokers),
+        match metadata(address, api_versions).await {
+            Ok((brokers, versions)) if !brokers.is_empty() => return Ok((brokers, versions)),
             Ok(_) => last = format!("{address} named no brokers"),
             Err(e) => last = format!("{address}: {e}"),
         }
@@ -445,8 +542,10 @@ async fn learn_brokers(bootstrap: &str) -> Result<Vec<(i32, String)>, ProxyError
     Err(fail(last))
 }
 
-async fn metadata(address: &str) -> Result<Vec<(i32, String)>, String> {
+async fn metadata(address: &str, api_versions: bool) -> Result<Learned, String> {
     const VERSION: i16 = 4;
+    // v0 is what every broker answers; its list is the same.
+    const API_VERSIONS_VERSION: i16 = 0;
     let mut stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(address))
         .await
         .map_err(|_| "connect timed out".to_string())?
@@ -472,9 +571,40 @@ async fn metadata(address: &str) -> Result<Vec<(i32, String)>, String> {
         .await
         .map_err(|_| "Metadata got no answer within 10s".to_string())??;
     let (_, response) = frame::decode_response::<MetadataResponse>(&reply, VERSION)?;
-    Ok(response
+    let brokers = response
         .brokers
         .iter()
         .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
-        .collect())
+        .collect();
+    if !api_versions {
+        return Ok((brokers, None));
+    }
+    let mut header = RequestHeader::default();
+    header.request_api_key = rewrite::API_VERSIONS;
+    header.request_api_version = API_VERSIONS_VERSION;
+    header.correlation_id = 2;
+    header.client_id = Some(StrBytes::from_static_str("spillway-kafka-proxy"));
+    let request = ApiVersionsRequest::default();
+    let frame = frame::encode_request(&header, &request, API_VERSIONS_VERSION)?;
+    let exchange = async {
+        frame::write_frame(&mut stream, &frame)
+            .await
+            .map_err(|e| format!("send ApiVersions: {e}"))?;
+        frame::read_frame(&mut stream)
+            .await
+            .map_err(|e| format!("read ApiVersions: {e}"))?
+            .ok_or_else(|| "closed before answering ApiVersions".to_string())
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| "ApiVersions got no answer within 10s".to_string())??;
+    let (_, response) =
+        frame::decode_response::<ApiVersionsResponse>(&reply, API_VERSIONS_VERSION)?;
+    if response.error_code != 0 {
+        return Err(format!(
+            "ApiVersions v{API_VERSIONS_VERSION} answered error {}",
+            response.error_code
+        ));
+    }
+    Ok((brokers, Some(response.api_keys)))
 }
