@@ -89,7 +89,10 @@ impl GroupIdChecker {
     }
 }
 
-async fn ask(clusters: &Mutex<HashMap<String, Arc<Cluster>>>, query: GroupIdQuery) -> GroupIdVerdict {
+async fn ask(
+    clusters: &Mutex<HashMap<String, Arc<Cluster>>>,
+    query: GroupIdQuery,
+) -> GroupIdVerdict {
     let key = format!("{}\n{}", query.bootstrap, query.security_key);
     let known = locked(clusters).get(&key).cloned();
     let cluster = match known {
@@ -141,7 +144,12 @@ impl Drop for GroupIdChecker {
 /// Why `group` cannot be taken as a group of kind `wanted` while `other` holds it, and what to
 /// do; `chosen` says whether the user set the id (`consumer.override.group.id`) or it is the
 /// default.
-pub fn conflict_reason(group: &str, wanted: Membership, other: &OtherGroup, chosen: bool) -> String {
+pub fn conflict_reason(
+    group: &str,
+    wanted: Membership,
+    other: &OtherGroup,
+    chosen: bool,
+) -> String {
     let (wanted_name, default) = match wanted {
         Membership::Share => ("a share group", "connect-share-<name>"),
         Membership::Consumer => ("a consumer group", "connect-<name>"),
@@ -201,9 +209,17 @@ mod tests {
 
     #[test]
     fn a_rollback_onto_a_share_group_says_how_to_free_or_avoid_the_id() {
-        let text = conflict_reason("orders", Membership::Consumer, &other("share", "Empty"), true);
+        let text = conflict_reason(
+            "orders",
+            Membership::Consumer,
+            &other("share", "Empty"),
+            true,
+        );
         assert!(text.contains("'orders' is held by a share group"), "{text}");
-        assert!(text.contains("kafka-share-groups.sh --delete --group orders"), "{text}");
+        assert!(
+            text.contains("kafka-share-groups.sh --delete --group orders"),
+            "{text}"
+        );
         assert!(text.contains("remove consumer.override.group.id"), "{text}");
         assert!(text.contains("connect-<name>"), "{text}");
     }

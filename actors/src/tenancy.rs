@@ -858,7 +858,10 @@ mod tests {
     #[test]
     fn a_tenants_names_in_kafka_carry_its_prefix() {
         let scope = tenant(OverridePolicy::Restricted);
-        assert_eq!(scope.group_id(&sink(&[]), GroupProtocol::Classic), "acme.connect-orders");
+        assert_eq!(
+            scope.group_id(&sink(&[]), GroupProtocol::Classic),
+            "acme.connect-orders"
+        );
         assert_eq!(
             scope.group_id(
                 &sink(&[("consumer.override.group.id", "billing")]),
@@ -896,10 +899,16 @@ mod tests {
             ),
             "billing"
         );
-        assert_eq!(trusted.group_id(&sink(&[]), GroupProtocol::Classic), "acme.connect-orders");
+        assert_eq!(
+            trusted.group_id(&sink(&[]), GroupProtocol::Classic),
+            "acme.connect-orders"
+        );
 
         let default = TenantScope::default_tenant(OverridePolicy::All);
-        assert_eq!(default.group_id(&sink(&[]), GroupProtocol::Classic), "connect-orders");
+        assert_eq!(
+            default.group_id(&sink(&[]), GroupProtocol::Classic),
+            "connect-orders"
+        );
         assert_eq!(
             default.group_id(&sink(&[]), GroupProtocol::Share),
             "connect-share-orders"

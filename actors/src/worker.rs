@@ -224,7 +224,11 @@ impl Worker {
 
     /// [`check_group_id`](Self::check_group_id) as a configuration error on the key to change,
     /// for `validate` and the REST create/update calls.
-    pub async fn group_id_errors(&self, scope: &TenantScope, config: &ConfigMap) -> Vec<ConfigError> {
+    pub async fn group_id_errors(
+        &self,
+        scope: &TenantScope,
+        config: &ConfigMap,
+    ) -> Vec<ConfigError> {
         match self.check_group_id(scope, config).await {
             Ok(()) => Vec::new(),
             Err(reason) => {
@@ -243,7 +247,11 @@ impl Worker {
 
     /// The group id question of `config` and whether the user chose the id; `None` when the
     /// configuration does not parse far enough (the other checks report why).
-    fn group_id_query(&self, scope: &TenantScope, config: &ConfigMap) -> Option<(GroupIdQuery, bool)> {
+    fn group_id_query(
+        &self,
+        scope: &TenantScope,
+        config: &ConfigMap,
+    ) -> Option<(GroupIdQuery, bool)> {
         let parsed = SinkConnectorConfig::parse(config).ok()?;
         let resolved = resolve_group_protocol(config, &self.config).ok()?;
         let consumer = ConsumerSettings::collect(&self.config, &parsed.consumer_overrides);

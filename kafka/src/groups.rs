@@ -129,10 +129,7 @@ pub async fn check_group_id(
         group: group.to_owned(),
         source,
     };
-    let coordinator = cluster
-        .find_coordinator(group)
-        .await
-        .map_err(unreachable)?;
+    let coordinator = cluster.find_coordinator(group).await.map_err(unreachable)?;
     let conn = cluster.broker(coordinator).await.map_err(unreachable)?;
     let connection = |e: ConnectionError| unreachable(ClusterError::Connection(e));
     let mut check = GroupIdCheck::default();
@@ -168,7 +165,11 @@ pub async fn check_group_id(
             name: error_name(response.error_code),
         });
     }
-    let Some(listed) = response.groups.iter().find(|g| g.group_id.0.as_str() == group) else {
+    let Some(listed) = response
+        .groups
+        .iter()
+        .find(|g| g.group_id.0.as_str() == group)
+    else {
         return Ok(check);
     };
     let group_type = if version >= LIST_GROUPS_TYPED {
@@ -234,7 +235,10 @@ async fn classic_members(
         .request_in_range(&request, 0, 5, cluster.request_timeout())
         .await
         .ok()?;
-    let described = response.groups.iter().find(|g| g.group_id.0.as_str() == group)?;
+    let described = response
+        .groups
+        .iter()
+        .find(|g| g.group_id.0.as_str() == group)?;
     (described.error_code == 0).then_some(described.members.len())
 }
 

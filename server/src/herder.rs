@@ -1010,10 +1010,11 @@ impl Herder {
             .into_iter()
             .filter(|(k, _)| !(k.tenant == tenant && k.name == name))
             .filter_map(|(k, record)| {
-                let (_, other_share, other_group, other_bootstrap) =
-                    self.group_of_config(&k.tenant, &k.name, &record.config).ok()?;
-                (other_group == group && other_share != share && other_bootstrap == bootstrap)
-                    .then(|| ConfigError::InvalidValue {
+                let (_, other_share, other_group, other_bootstrap) = self
+                    .group_of_config(&k.tenant, &k.name, &record.config)
+                    .ok()?;
+                (other_group == group && other_share != share && other_bootstrap == bootstrap).then(
+                    || ConfigError::InvalidValue {
                         key: "consumer.override.group.id".into(),
                         value: group.clone(),
                         reason: format!(
@@ -1026,7 +1027,8 @@ impl Herder {
                             kind(other_share),
                             kind(share)
                         ),
-                    })
+                    },
+                )
             })
             .collect()
     }

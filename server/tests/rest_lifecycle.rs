@@ -95,7 +95,10 @@ async fn a_stopped_classic_connectors_offsets_are_altered_and_reset_and_it_reads
     assert_eq!(api.put_empty("/connectors/queue/stop").await.status, 204);
     let refused = api.delete("/connectors/queue/offsets").await;
     let message = refused.assert_error(400);
-    assert!(message.contains("share group 'connect-share-queue'"), "{message}");
+    assert!(
+        message.contains("share group 'connect-share-queue'"),
+        "{message}"
+    );
     assert!(message.contains("alterShareGroupOffsets"), "{message}");
 
     // Two classic connectors, created STOPPED: the group of each is empty. (The dev broker,

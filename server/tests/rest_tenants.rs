@@ -206,8 +206,12 @@ async fn tenants_never_see_each_others_connectors_and_read_through_groups_of_the
         numbers_in(&acme_out) == expected && numbers_in(&globex_out) == expected
     })
     .await;
-    assert!(!broker.share_member_ids("acme.connect-share-orders").is_empty());
-    assert!(!broker.share_member_ids("globex.connect-share-orders").is_empty());
+    assert!(!broker
+        .share_member_ids("acme.connect-share-orders")
+        .is_empty());
+    assert!(!broker
+        .share_member_ids("globex.connect-share-orders")
+        .is_empty());
     assert!(broker.share_member_ids("connect-share-orders").is_empty());
     let offsets = acme.get("/connectors/orders/offsets").await;
     assert!(

@@ -63,7 +63,10 @@ async fn refused_everywhere(api: &Client, config: Json, key: &str, says: &str) {
         report.text
     );
     let created = api
-        .post("/connectors", json!({"name": name, "config": config.clone()}))
+        .post(
+            "/connectors",
+            json!({"name": name, "config": config.clone()}),
+        )
         .await;
     let message = created.assert_error(400);
     assert!(message.contains(key) && message.contains(says), "{message}");
@@ -89,7 +92,11 @@ async fn every_start_time_refusal_is_reported_by_validate_and_refused_by_create_
     let out = dir.path();
 
     // Share mode subscribes to names: topics.regex is refused.
-    let mut regex = file_sink(out, "by-pattern", &[("consumer.override.group.protocol", "share")]);
+    let mut regex = file_sink(
+        out,
+        "by-pattern",
+        &[("consumer.override.group.protocol", "share")],
+    );
     regex.as_object_mut().expect("object").remove("topics");
     regex["topics.regex"] = json!("ord.*");
     refused_everywhere(&api, regex, "topics.regex", "list them in topics").await;
@@ -129,7 +136,11 @@ async fn every_start_time_refusal_is_reported_by_validate_and_refused_by_create_
     // A consumer setting the classic client refuses.
     refused_everywhere(
         &api,
-        file_sink(out, "typo", &[("consumer.override.fetch.wait.max.mss", "10")]),
+        file_sink(
+            out,
+            "typo",
+            &[("consumer.override.fetch.wait.max.mss", "10")],
+        ),
         "consumer.override.fetch.wait.max.mss",
         "the Kafka client refuses it",
     )
@@ -182,7 +193,10 @@ async fn every_start_time_refusal_is_reported_by_validate_and_refused_by_create_
     );
     let stored = api.get("/connectors/ledger/config").await;
     assert!(
-        stored.body.get("consumer.override.group.protocol").is_none(),
+        stored
+            .body
+            .get("consumer.override.group.protocol")
+            .is_none(),
         "{}",
         stored.text
     );
@@ -198,7 +212,13 @@ async fn a_group_id_another_type_of_group_holds_on_the_cluster_is_refused_before
         ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace(),
     )
     .expect("proxy starts");
-    produce(&broker.bootstrap(), "orders", numbered_records(20, 8, 1), "none").await;
+    produce(
+        &broker.bootstrap(),
+        "orders",
+        numbered_records(20, 8, 1),
+        "none",
+    )
+    .await;
     let dir = tempfile::tempdir().expect("temp dir");
     let bootstrap = proxy.bootstrap();
     let (worker, api) = start_worker_with(
@@ -220,7 +240,10 @@ async fn a_group_id_another_type_of_group_holds_on_the_cluster_is_refused_before
     let groups = proxy.groups().expect("namespace emulated");
     let start = std::time::Instant::now();
     while groups.members("connect-share-queue") == 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "the share connector never joined");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the share connector never joined"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -242,10 +265,10 @@ async fn a_group_id_another_type_of_group_holds_on_the_cluster_is_refused_before
     assert_eq!(report.body["error_count"], 1, "{}", report.text);
     let on_key = errors_on(&report.body, "consumer.override.group.id");
     assert!(
-        on_key
-            .iter()
-            .any(|e| e.contains("'connect-share-queue' is held by a share group")
-                && e.contains("it has members now")),
+        on_key.iter().any(
+            |e| e.contains("'connect-share-queue' is held by a share group")
+                && e.contains("it has members now")
+        ),
         "{}",
         report.text
     );
@@ -262,10 +285,7 @@ async fn a_group_id_another_type_of_group_holds_on_the_cluster_is_refused_before
 
     // The connector rolled back with its defaults takes connect-queue: accepted and running.
     let rolled = api
-        .put(
-            "/connectors/queue/config",
-            file_sink(out, "queue", &[]),
-        )
+        .put("/connectors/queue/config", file_sink(out, "queue", &[]))
         .await;
     assert_eq!(rolled.status, 200, "{}", rolled.text);
     let status = api
@@ -293,7 +313,10 @@ async fn a_configuration_whose_cluster_cannot_be_asked_is_stored_and_checked_aga
         "away",
         &[
             ("consumer.override.group.protocol", "share"),
-            ("consumer.override.bootstrap.servers", &unreachable.to_string()),
+            (
+                "consumer.override.bootstrap.servers",
+                &unreachable.to_string(),
+            ),
         ],
     );
     let started = std::time::Instant::now();

@@ -56,8 +56,13 @@ async fn rolling_back_to_a_consumer_group_and_migrating_again_loses_nothing_unde
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("ledger", 2);
     let proxy = namespace_proxy(&broker);
-    let mut produced =
-        produce(&broker.bootstrap(), "ledger", numbered_records(300, 32, 2), "none").await;
+    let mut produced = produce(
+        &broker.bootstrap(),
+        "ledger",
+        numbered_records(300, 32, 2),
+        "none",
+    )
+    .await;
     let worker = worker_on(&proxy.bootstrap());
     let p = probe("kip");
 
@@ -66,14 +71,20 @@ async fn rolling_back_to_a_consumer_group_and_migrating_again_loses_nothing_unde
         .start_connector(probe_config("kip", "ledger", true, None))
         .await
         .expect("starts in share mode");
-    assert_eq!(worker.status("kip").expect("known").group_id, "connect-share-kip");
+    assert_eq!(
+        worker.status("kip").expect("known").group_id,
+        "connect-share-kip"
+    );
     wait_until(Duration::from_secs(30), "share mode delivers", || {
         p.distinct() >= 300
     })
     .await;
     assert!(all_running(&worker, "kip"));
     let groups = proxy.groups().expect("namespace emulated");
-    assert_eq!(groups.group_type("connect-share-kip"), Some(GroupType::Share));
+    assert_eq!(
+        groups.group_type("connect-share-kip"),
+        Some(GroupType::Share)
+    );
 
     // 2. KIP-1302 rollback: the share setting is removed; the consumer group is connect-<name>,
     // which the share group (kept by Kafka) does not hold.
@@ -85,7 +96,13 @@ async fn rolling_back_to_a_consumer_group_and_migrating_again_loses_nothing_unde
     assert_eq!(status.group_protocol, "classic (default)");
     assert_eq!(status.group_id, "connect-kip");
     produced.extend(
-        produce(&broker.bootstrap(), "ledger", numbered_records(300, 32, 2), "none").await,
+        produce(
+            &broker.bootstrap(),
+            "ledger",
+            numbered_records(300, 32, 2),
+            "none",
+        )
+        .await,
     );
     wait_until(Duration::from_secs(45), "classic mode delivers", || {
         p.distinct() >= 600
@@ -104,9 +121,18 @@ async fn rolling_back_to_a_consumer_group_and_migrating_again_loses_nothing_unde
         .reconfigure_connector(probe_config("kip", "ledger", true, None))
         .await
         .expect("migrates to share mode again");
-    assert_eq!(worker.status("kip").expect("known").group_id, "connect-share-kip");
+    assert_eq!(
+        worker.status("kip").expect("known").group_id,
+        "connect-share-kip"
+    );
     produced.extend(
-        produce(&broker.bootstrap(), "ledger", numbered_records(300, 32, 2), "none").await,
+        produce(
+            &broker.bootstrap(),
+            "ledger",
+            numbered_records(300, 32, 2),
+            "none",
+        )
+        .await,
     );
     wait_until(Duration::from_secs(45), "share mode delivers again", || {
         p.distinct() >= 900
@@ -116,7 +142,12 @@ async fn rolling_back_to_a_consumer_group_and_migrating_again_loses_nothing_unde
     let report = DeliveryReport::compare(coordinates(&produced), p.coordinates());
     assert!(report.nothing_lost(), "{}", report.summary());
     for task in worker.status("kip").expect("known").tasks {
-        assert!(task.trace.is_none(), "task {} failed: {:?}", task.id, task.trace);
+        assert!(
+            task.trace.is_none(),
+            "task {} failed: {:?}",
+            task.id,
+            task.trace
+        );
     }
     worker.shutdown().await;
 }
@@ -126,13 +157,24 @@ async fn a_group_id_held_by_the_other_type_of_group_is_refused_both_ways_before_
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("orders", 1);
     let proxy = namespace_proxy(&broker);
-    let produced = produce(&broker.bootstrap(), "orders", numbered_records(50, 32, 1), "none").await;
+    let produced = produce(
+        &broker.bootstrap(),
+        "orders",
+        numbered_records(50, 32, 1),
+        "none",
+    )
+    .await;
     let worker = worker_on(&proxy.bootstrap());
 
     // A classic connector holds "billing" (members, committed offsets).
     let classic = probe("classic-side");
     worker
-        .start_connector(probe_config("classic-side", "orders", false, Some("billing")))
+        .start_connector(probe_config(
+            "classic-side",
+            "orders",
+            false,
+            Some("billing"),
+        ))
         .await
         .expect("classic starts");
     wait_until(Duration::from_secs(30), "classic delivers", || {
@@ -146,7 +188,10 @@ async fn a_group_id_held_by_the_other_type_of_group_is_refused_both_ways_before_
         .expect_err("a consumer group holds the id");
     assert!(matches!(err, RuntimeError::GroupIdConflict { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("'billing' is held by a classic consumer group"), "{text}");
+    assert!(
+        text.contains("'billing' is held by a classic consumer group"),
+        "{text}"
+    );
     assert!(text.contains("it has members now"), "{text}");
     assert!(text.contains("consumer.override.group.id"), "{text}");
     assert!(worker.status("share-side").is_none(), "nothing started");
@@ -158,7 +203,10 @@ async fn a_group_id_held_by_the_other_type_of_group_is_refused_both_ways_before_
         .start_connector(probe_config("queue-side", "orders", true, Some("queue")))
         .await
         .expect("share starts");
-    wait_until(Duration::from_secs(30), "share delivers", || share.distinct() >= 50).await;
+    wait_until(Duration::from_secs(30), "share delivers", || {
+        share.distinct() >= 50
+    })
+    .await;
     worker.stop_connector("queue-side").await.expect("stops");
     let groups = proxy.groups().expect("namespace emulated");
     wait_until(Duration::from_secs(10), "the share member left", || {
@@ -172,17 +220,24 @@ async fn a_group_id_held_by_the_other_type_of_group_is_refused_both_ways_before_
     let text = err.to_string();
     assert!(text.contains("'queue' is held by a share group"), "{text}");
     assert!(text.contains("in state Empty"), "{text}");
-    assert!(text.contains("kafka-share-groups.sh --delete --group queue"), "{text}");
+    assert!(
+        text.contains("kafka-share-groups.sh --delete --group queue"),
+        "{text}"
+    );
     // Deleted, the id is free again.
-    groups.delete_group("queue").expect("an empty share group can be deleted");
+    groups
+        .delete_group("queue")
+        .expect("an empty share group can be deleted");
     let rolled = probe("rolled-back");
     worker
         .start_connector(probe_config("rolled-back", "orders", false, Some("queue")))
         .await
         .expect("the id is free");
-    wait_until(Duration::from_secs(30), "the classic connector delivers", || {
-        rolled.distinct() >= 50
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "the classic connector delivers",
+        || rolled.distinct() >= 50,
+    )
     .await;
     let report = DeliveryReport::compare(coordinates(&produced), rolled.coordinates());
     assert!(report.nothing_lost(), "{}", report.summary());
@@ -194,14 +249,23 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("events", 1);
     let proxy = namespace_proxy(&broker);
-    produce(&broker.bootstrap(), "events", numbered_records(20, 32, 1), "none").await;
+    produce(
+        &broker.bootstrap(),
+        "events",
+        numbered_records(20, 32, 1),
+        "none",
+    )
+    .await;
     let worker = worker_on(&proxy.bootstrap());
     let share = probe("holder");
     worker
         .start_connector(probe_config("holder", "events", true, Some("contested")))
         .await
         .expect("share starts");
-    wait_until(Duration::from_secs(30), "share delivers", || share.distinct() >= 20).await;
+    wait_until(Duration::from_secs(30), "share delivers", || {
+        share.distinct() >= 20
+    })
+    .await;
     worker.stop_connector("holder").await.expect("stops");
 
     // The check before starting cannot reach the group's coordinator in time (a slow or
@@ -215,7 +279,9 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
         .start_connector(classic)
         .await
         .expect("starts unchecked");
-    proxy.faults().delay_responses(FIND_COORDINATOR, Duration::ZERO);
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::ZERO);
     wait_until(Duration::from_secs(60), "the task fails", || {
         worker
             .status("late")
@@ -226,7 +292,10 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
     let trace = status.tasks[0].trace.clone().unwrap_or_default();
     assert!(trace.contains("INCONSISTENT_GROUP_PROTOCOL"), "{trace}");
     assert!(trace.contains("'contested'"), "{trace}");
-    assert!(trace.contains("kafka-share-groups.sh --delete --group contested"), "{trace}");
+    assert!(
+        trace.contains("kafka-share-groups.sh --delete --group contested"),
+        "{trace}"
+    );
     assert_eq!(probe("late").distinct(), 0, "nothing was read");
     // It stays FAILED: no restart brings it back to RUNNING while the share group holds the id.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -241,11 +310,22 @@ async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("audit", 1);
     let proxy = namespace_proxy(&broker);
-    produce(&broker.bootstrap(), "audit", numbered_records(20, 32, 1), "none").await;
+    produce(
+        &broker.bootstrap(),
+        "audit",
+        numbered_records(20, 32, 1),
+        "none",
+    )
+    .await;
     let worker = worker_on(&proxy.bootstrap());
     let classic = probe("ledger");
     worker
-        .start_connector(probe_config("ledger", "audit", false, Some("audit-readers")))
+        .start_connector(probe_config(
+            "ledger",
+            "audit",
+            false,
+            Some("audit-readers"),
+        ))
         .await
         .expect("classic starts");
     wait_until(Duration::from_secs(30), "classic delivers", || {
@@ -259,8 +339,13 @@ async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
         .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
     let mut share = probe_config("queue", "audit", true, Some("audit-readers"));
     share.insert("task.restart.max.attempts".into(), "1".into());
-    worker.start_connector(share).await.expect("starts unchecked");
-    proxy.faults().delay_responses(FIND_COORDINATOR, Duration::ZERO);
+    worker
+        .start_connector(share)
+        .await
+        .expect("starts unchecked");
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::ZERO);
     wait_until(Duration::from_secs(60), "the share task fails", || {
         worker
             .status("queue")
@@ -269,9 +354,15 @@ async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
     .await;
     let status = worker.status("queue").expect("known");
     let trace = status.tasks[0].trace.clone().unwrap_or_default();
-    assert!(trace.contains("Group audit-readers is not a share group."), "{trace}");
+    assert!(
+        trace.contains("Group audit-readers is not a share group."),
+        "{trace}"
+    );
     assert!(trace.contains("one namespace for group ids"), "{trace}");
     assert_eq!(probe("queue").distinct(), 0, "nothing was read");
-    assert!(all_running(&worker, "ledger"), "the consumer group's connector is unharmed");
+    assert!(
+        all_running(&worker, "ledger"),
+        "the consumer group's connector is unharmed"
+    );
     worker.shutdown().await;
 }

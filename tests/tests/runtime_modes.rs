@@ -75,7 +75,8 @@ async fn share_and_classic_connectors_run_side_by_side_in_one_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn removing_the_share_setting_rolls_back_to_a_consumer_group_and_its_id_is_refused_to_a_share_group() {
+async fn removing_the_share_setting_rolls_back_to_a_consumer_group_and_its_id_is_refused_to_a_share_group(
+) {
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("ledger", 2);
     let bootstrap = broker.bootstrap();

@@ -19,11 +19,11 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
 use super::faults::{self, ProxyFaults};
-use super::groups::GroupNamespace;
 use super::frame::{
     decode_request, encode_response, peek_request, produce_acks, raw, read_frame, response_header,
     write_frame, RequestMeta,
 };
+use super::groups::GroupNamespace;
 use super::local::LocalApis;
 use super::rewrite::{
     HeartbeatSeen, InFlight, Rewriter, API_VERSIONS, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,

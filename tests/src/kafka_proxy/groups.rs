@@ -26,11 +26,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
-    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, HeartbeatRequest, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse,
-    OffsetCommitRequest, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
-    SyncGroupRequest,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -164,7 +163,11 @@ impl GroupNamespace {
 
     /// Learns from a request the proxy is about to forward, or answers it: `Some(frame)` is the
     /// answer to send instead of forwarding.
-    pub(crate) fn on_request(&self, meta: RequestMeta, frame: &Bytes) -> Result<Option<Bytes>, String> {
+    pub(crate) fn on_request(
+        &self,
+        meta: RequestMeta,
+        frame: &Bytes,
+    ) -> Result<Option<Bytes>, String> {
         let header = response_header(meta.correlation_id);
         let v = meta.version;
         match meta.api_key {
@@ -236,8 +239,9 @@ impl GroupNamespace {
                     GroupType::Share => {
                         let mut answer = ConsumerGroupHeartbeatResponse::default();
                         answer.error_code = GROUP_ID_NOT_FOUND;
-                        answer.error_message =
-                            Some(StrBytes::from_string(format!("Group {id} is not a consumer group.")));
+                        answer.error_message = Some(StrBytes::from_string(format!(
+                            "Group {id} is not a consumer group."
+                        )));
                         return encode_response(&header, &answer, v).map(Some);
                     }
                     // An empty classic group becomes a consumer group (offsets kept); a busy
@@ -257,8 +261,9 @@ impl GroupNamespace {
                 if group.group_type != GroupType::Share {
                     let mut answer = ShareGroupHeartbeatResponse::default();
                     answer.error_code = GROUP_ID_NOT_FOUND;
-                    answer.error_message =
-                        Some(StrBytes::from_string(format!("Group {id} is not a share group.")));
+                    answer.error_message = Some(StrBytes::from_string(format!(
+                        "Group {id} is not a share group."
+                    )));
                     return encode_response(&header, &answer, v).map(Some);
                 }
                 modern_member(group, r.member_id.as_str(), r.member_epoch);
@@ -275,14 +280,22 @@ impl GroupNamespace {
         match meta.api_key {
             LIST_GROUPS => {
                 let (_, r) = decode_request::<ListGroupsRequest>(frame, v)?;
-                let states: Vec<String> =
-                    r.states_filter.iter().map(|s| s.to_ascii_lowercase()).collect();
-                let types: Vec<String> =
-                    r.types_filter.iter().map(|s| s.to_ascii_lowercase()).collect();
+                let states: Vec<String> = r
+                    .states_filter
+                    .iter()
+                    .map(|s| s.to_ascii_lowercase())
+                    .collect();
+                let types: Vec<String> = r
+                    .types_filter
+                    .iter()
+                    .map(|s| s.to_ascii_lowercase())
+                    .collect();
                 let mut answer = ListGroupsResponse::default();
                 for (id, g) in self.groups().iter() {
-                    let state_ok = states.is_empty() || states.contains(&g.state().to_ascii_lowercase());
-                    let type_ok = types.is_empty() || types.iter().any(|t| t == g.group_type.name());
+                    let state_ok =
+                        states.is_empty() || states.contains(&g.state().to_ascii_lowercase());
+                    let type_ok =
+                        types.is_empty() || types.iter().any(|t| t == g.group_type.name());
                     if !(state_ok && type_ok) {
                         continue;
                     }
@@ -305,7 +318,8 @@ impl GroupNamespace {
                     match groups.get(id.0.as_str()) {
                         Some(g) if g.group_type == GroupType::Classic => {
                             described.group_state = StrBytes::from_static_str(g.state());
-                            described.protocol_type = StrBytes::from_string(g.protocol_type.clone());
+                            described.protocol_type =
+                                StrBytes::from_string(g.protocol_type.clone());
                             described.members = g
                                 .members
                                 .keys()
@@ -321,10 +335,14 @@ impl GroupNamespace {
                             described.group_state = StrBytes::from_static_str("Dead");
                             if v >= 6 {
                                 described.error_code = GROUP_ID_NOT_FOUND;
-                                described.error_message = Some(StrBytes::from_string(match other {
-                                    Some(_) => format!("Group {} is not a classic group.", id.0.as_str()),
-                                    None => format!("Group {} not found.", id.0.as_str()),
-                                }));
+                                described.error_message =
+                                    Some(StrBytes::from_string(match other {
+                                        Some(_) => format!(
+                                            "Group {} is not a classic group.",
+                                            id.0.as_str()
+                                        ),
+                                        None => format!("Group {} not found.", id.0.as_str()),
+                                    }));
                             }
                         }
                     }
@@ -332,7 +350,9 @@ impl GroupNamespace {
                 }
                 encode_response(&header, &answer, v)
             }
-            other => Err(format!("api_key={other} is not answered by the group namespace")),
+            other => Err(format!(
+                "api_key={other} is not answered by the group namespace"
+            )),
         }
     }
 
@@ -386,7 +406,11 @@ mod tests {
 
     use super::super::frame::{decode_response, encode_request};
 
-    fn frame<T: Encodable + HeaderVersion>(key: i16, version: i16, body: &T) -> (RequestMeta, Bytes) {
+    fn frame<T: Encodable + HeaderVersion>(
+        key: i16,
+        version: i16,
+        body: &T,
+    ) -> (RequestMeta, Bytes) {
         let mut header = RequestHeader::default();
         header.request_api_key = key;
         header.request_api_version = version;
@@ -432,7 +456,10 @@ mod tests {
         assert!(ns.on_request(meta, &f).unwrap().is_none());
         assert_eq!(ns.members("g"), 0);
         let (meta, f) = join("g", "");
-        let answer = ns.on_request(meta, &f).unwrap().expect("answered by the proxy");
+        let answer = ns
+            .on_request(meta, &f)
+            .unwrap()
+            .expect("answered by the proxy");
         let r: JoinGroupResponse = body(answer, 6);
         assert_eq!(r.error_code, INCONSISTENT_GROUP_PROTOCOL);
         assert_eq!(r.member_id.as_str(), "");
@@ -447,10 +474,17 @@ mod tests {
         let (meta, f) = join("c", "member-1");
         assert!(ns.on_request(meta, &f).unwrap().is_none());
         let (meta, f) = share_heartbeat("c", "m", 0);
-        let r: ShareGroupHeartbeatResponse = body(ns.on_request(meta, &f).unwrap().expect("answered"), 1);
+        let r: ShareGroupHeartbeatResponse =
+            body(ns.on_request(meta, &f).unwrap().expect("answered"), 1);
         assert_eq!(r.error_code, GROUP_ID_NOT_FOUND);
-        assert_eq!(r.error_message.as_deref(), Some("Group c is not a share group."));
-        assert!(ns.delete_group("c").is_err(), "a group with members is not deleted");
+        assert_eq!(
+            r.error_message.as_deref(),
+            Some("Group c is not a share group.")
+        );
+        assert!(
+            ns.delete_group("c").is_err(),
+            "a group with members is not deleted"
+        );
     }
 
     #[test]
@@ -467,7 +501,13 @@ mod tests {
         let listed: Vec<_> = r
             .groups
             .iter()
-            .map(|g| (g.group_id.0.to_string(), g.group_type.to_string(), g.group_state.to_string()))
+            .map(|g| {
+                (
+                    g.group_id.0.to_string(),
+                    g.group_type.to_string(),
+                    g.group_state.to_string(),
+                )
+            })
             .collect();
         assert_eq!(listed, vec![("s".into(), "share".into(), "Stable".into())]);
         let mut describe = DescribeGroupsRequest::default();
