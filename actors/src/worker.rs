@@ -169,6 +169,14 @@ impl Worker {
                 if let Err(e) = consumer.max_poll_records() {
                     errors.push(e);
                 }
+                // Security keys (files read) as starting the connector checks them; share mode
+                // checks them in share_config above.
+                if let Err(e) = consumer
+                    .security()
+                    .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+                {
+                    errors.extend(e.flatten().into_iter().cloned());
+                }
                 // The connector's own settings, named as written; the worker's consumer.*
                 // settings are its admin's.
                 let settings = overrides

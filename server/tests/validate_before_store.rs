@@ -146,6 +146,22 @@ async fn every_start_time_refusal_is_reported_by_validate_and_refused_by_create_
     )
     .await;
 
+    // A security file the client cannot read (classic mode reads it when it starts too).
+    refused_everywhere(
+        &api,
+        file_sink(
+            out,
+            "secured",
+            &[
+                ("consumer.override.security.protocol", "SSL"),
+                ("consumer.override.ssl.ca.location", "/nonexistent/ca.pem"),
+            ],
+        ),
+        "consumer.override.ssl.ca.location",
+        "/nonexistent/ca.pem",
+    )
+    .await;
+
     // Another stored connector holds the id as the other type of group (checked without the
     // broker, so it holds while the cluster is away): refused both ways.
     let classic = api
