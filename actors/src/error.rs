@@ -13,12 +13,12 @@ pub enum RuntimeError {
     },
     #[error("worker configuration: {0}")]
     WorkerConfig(ConfigError),
-    /// KIP-1302: share groups and consumer groups must not share an id.
-    #[error("connector '{connector}' would use '{group}' as its share group id, but a consumer group with that id exists ({evidence}); choose another share group id with consumer.override.group.id")]
+    /// Kafka has one namespace for group ids: a group of another type holds the connector's.
+    #[error("connector '{connector}' cannot use group id '{group}': {reason}")]
     GroupIdConflict {
         connector: String,
         group: String,
-        evidence: String,
+        reason: String,
     },
     #[error("no connector named '{0}' runs on this worker")]
     UnknownConnector(String),

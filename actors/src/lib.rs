@@ -20,6 +20,7 @@ pub mod converter;
 pub mod dead_letter;
 pub mod egress;
 pub mod error;
+pub mod group_ids;
 pub mod limits;
 pub mod messages;
 pub mod metrics;

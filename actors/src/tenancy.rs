@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{Quota, RateLimiter};
-use spillway_core::config::{ConfigDef, Reach, SinkConnectorConfig};
+use spillway_core::config::{ConfigDef, GroupProtocol, Reach, SinkConnectorConfig};
 use spillway_core::{ConfigError, ConfigMap};
 
 use crate::egress::EgressPolicy;
@@ -438,12 +438,13 @@ impl TenantScope {
         }
     }
 
-    /// The consumer or share group id: `connect-<name>` (or the user's `group.id`), with the
-    /// tenant's prefix.
-    pub fn group_id(&self, config: &SinkConnectorConfig) -> String {
+    /// The group id under `protocol`: the user's `group.id`, else `connect-<name>` for a
+    /// consumer group and `connect-share-<name>` for a share group
+    /// ([`SinkConnectorConfig::group_id`]), with the tenant's prefix.
+    pub fn group_id(&self, config: &SinkConnectorConfig, protocol: GroupProtocol) -> String {
         match config.consumer_overrides.get("group.id") {
             Some(user) => self.user_named(user),
-            None => self.prefixed(&config.group_id()),
+            None => self.prefixed(&config.group_id(protocol)),
         }
     }
 
@@ -857,13 +858,22 @@ mod tests {
     #[test]
     fn a_tenants_names_in_kafka_carry_its_prefix() {
         let scope = tenant(OverridePolicy::Restricted);
-        assert_eq!(scope.group_id(&sink(&[])), "acme.connect-orders");
         assert_eq!(
-            scope.group_id(&sink(&[("consumer.override.group.id", "billing")])),
+            scope.group_id(&sink(&[]), GroupProtocol::Classic),
+            "acme.connect-orders"
+        );
+        assert_eq!(
+            scope.group_id(
+                &sink(&[("consumer.override.group.id", "billing")]),
+                GroupProtocol::Share
+            ),
             "acme.billing"
         );
         assert_eq!(
-            scope.group_id(&sink(&[("consumer.override.group.id", "acme.billing")])),
+            scope.group_id(
+                &sink(&[("consumer.override.group.id", "acme.billing")]),
+                GroupProtocol::Share
+            ),
             "acme.billing"
         );
         let mut config = sink(&[
@@ -883,13 +893,30 @@ mod tests {
 
         let trusted = tenant(OverridePolicy::All);
         assert_eq!(
-            trusted.group_id(&sink(&[("consumer.override.group.id", "billing")])),
+            trusted.group_id(
+                &sink(&[("consumer.override.group.id", "billing")]),
+                GroupProtocol::Share
+            ),
             "billing"
         );
-        assert_eq!(trusted.group_id(&sink(&[])), "acme.connect-orders");
+        assert_eq!(
+            trusted.group_id(&sink(&[]), GroupProtocol::Classic),
+            "acme.connect-orders"
+        );
 
         let default = TenantScope::default_tenant(OverridePolicy::All);
-        assert_eq!(default.group_id(&sink(&[])), "connect-orders");
+        assert_eq!(
+            default.group_id(&sink(&[]), GroupProtocol::Classic),
+            "connect-orders"
+        );
+        assert_eq!(
+            default.group_id(&sink(&[]), GroupProtocol::Share),
+            "connect-share-orders"
+        );
+        assert_eq!(
+            scope.group_id(&sink(&[]), GroupProtocol::Share),
+            "acme.connect-share-orders"
+        );
         assert_eq!((scope.tenant(), default.tenant()), ("acme", "default"));
     }
 

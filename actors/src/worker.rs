@@ -17,7 +17,7 @@ use spillway_core::config::{
 };
 use spillway_core::{ConfigError, ConfigMap};
 use spillway_kafka::admin::AdminClients;
-use spillway_kafka::classic::check_share_group_id_secured;
+use spillway_kafka::groups::Membership;
 use spillway_kafka::producer::IdempotentProducer;
 use tracing::warn;
 
@@ -25,6 +25,7 @@ use crate::connector::ConnectorPlan;
 use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
+use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict};
 use crate::limits::{requested_tasks, WorkerLimits};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::share_group::{Preparation, ShareGroupWish};
@@ -35,8 +36,11 @@ use crate::tenancy::{OverridePolicy, TenantScope, OVERRIDE_POLICY};
 /// How long one admin request may take (group configs, topic creation).
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long the share-group id check may take.
+/// How long the group id check may take.
 const GROUP_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The connector key a group id refusal is reported on: where the fix goes.
+const GROUP_ID_KEY: &str = "consumer.override.group.id";
 
 /// A running worker.
 pub struct Worker {
@@ -57,6 +61,8 @@ pub struct Worker {
     /// Kafka admin clients, one per cluster and security setting, shared by every connector
     /// and kept for the worker's life.
     admin: Arc<AdminClients>,
+    /// Asks Kafka whether a group of another type holds a connector's group id.
+    group_ids: GroupIdChecker,
 }
 
 impl Worker {
@@ -110,6 +116,8 @@ impl Worker {
             })
             .map_err(|e| RuntimeError::Task(format!("cannot start the worker thread: {e}")))?;
         let (supervisor, system) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
+        let group_ids = GroupIdChecker::new()
+            .map_err(|e| RuntimeError::Task(format!("cannot start the group id checker: {e}")))?;
         Ok(Worker {
             config,
             registry,
@@ -122,6 +130,7 @@ impl Worker {
             limits,
             panic,
             admin: Arc::default(),
+            group_ids,
         })
     }
 
@@ -155,10 +164,32 @@ impl Worker {
                 if let Err(e) = consumer.share_config("localhost:9092", "check", "check") {
                     errors.extend(e.flatten().into_iter().cloned());
                 }
+                if let Some(regex) = config
+                    .get(spillway_core::config::sink_connector::TOPICS_REGEX)
+                    .filter(|r| !r.trim().is_empty())
+                {
+                    errors.push(ConfigError::InvalidValue {
+                        key: "topics.regex".into(),
+                        value: regex.clone(),
+                        reason: format!(
+                            "share mode ({resolved}) subscribes to topic names; list them in \
+                             topics instead, or run the connector in classic mode \
+                             (consumer.override.group.protocol=classic)"
+                        ),
+                    });
+                }
             }
             Ok(_) => {
                 if let Err(e) = consumer.max_poll_records() {
                     errors.push(e);
+                }
+                // Security keys (files read) as starting the connector checks them; share mode
+                // checks them in share_config above.
+                if let Err(e) = consumer
+                    .security()
+                    .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+                {
+                    errors.extend(e.flatten().into_iter().cloned());
                 }
                 // The connector's own settings, named as written; the worker's consumer.*
                 // settings are its admin's.
@@ -176,6 +207,103 @@ impl Worker {
             errors.extend(librdkafka_refusals("producer.override.", producer));
         }
         errors
+    }
+
+    /// Whether a group of another type holds the group id `config` would use (Kafka has one
+    /// namespace for group ids; docs/runtime.md): `Err` with the reason and the fix when one
+    /// does. A cluster that cannot be asked, or lacks the APIs, gives a warning (logged) and no
+    /// refusal: the task's consumer then meets the broker's answer itself, and a refused join
+    /// fails the task with it. A configuration that does not parse is left to the other checks.
+    pub async fn check_group_id(
+        &self,
+        scope: &TenantScope,
+        config: &ConfigMap,
+    ) -> Result<(), String> {
+        let Some((query, chosen)) = self.group_id_query(scope, config) else {
+            return Ok(());
+        };
+        let name = config.get("name").cloned().unwrap_or_default();
+        let (group, wanted) = (query.group.clone(), query.wanted);
+        match self.group_ids.check(query, GROUP_CHECK_TIMEOUT).await {
+            GroupIdVerdict::Free { warnings } => {
+                for warning in warnings {
+                    warn!(connector = %name, %group, "{warning}");
+                }
+                Ok(())
+            }
+            GroupIdVerdict::Taken { other, warnings } => {
+                for warning in warnings {
+                    warn!(connector = %name, %group, "{warning}");
+                }
+                Err(conflict_reason(&group, wanted, &other, chosen))
+            }
+            GroupIdVerdict::Unchecked { reason } => {
+                warn!(connector = %name, %group, "cannot check whether another type of group holds the group id ({reason}); the connector's consumer will meet the broker's answer itself");
+                Ok(())
+            }
+        }
+    }
+
+    /// [`check_group_id`](Self::check_group_id) as a configuration error on the key to change,
+    /// for `validate` and the REST create/update calls.
+    pub async fn group_id_errors(
+        &self,
+        scope: &TenantScope,
+        config: &ConfigMap,
+    ) -> Vec<ConfigError> {
+        match self.check_group_id(scope, config).await {
+            Ok(()) => Vec::new(),
+            Err(reason) => {
+                let group = self
+                    .group_id_query(scope, config)
+                    .map(|(q, _)| q.group)
+                    .unwrap_or_default();
+                vec![ConfigError::InvalidValue {
+                    key: GROUP_ID_KEY.into(),
+                    value: group,
+                    reason,
+                }]
+            }
+        }
+    }
+
+    /// The group id question of `config` and whether the user chose the id; `None` when the
+    /// configuration does not parse far enough (the other checks report why).
+    fn group_id_query(
+        &self,
+        scope: &TenantScope,
+        config: &ConfigMap,
+    ) -> Option<(GroupIdQuery, bool)> {
+        let parsed = SinkConnectorConfig::parse(config).ok()?;
+        let resolved = resolve_group_protocol(config, &self.config).ok()?;
+        let consumer = ConsumerSettings::collect(&self.config, &parsed.consumer_overrides);
+        let security = consumer.security().ok()?.client_security().ok()?;
+        let bootstrap = parsed
+            .consumer_overrides
+            .get(BOOTSTRAP_SERVERS)
+            .or_else(|| self.config.get(BOOTSTRAP_SERVERS))
+            .cloned()
+            .unwrap_or_default();
+        let topics = match &parsed.topics {
+            TopicSelection::Names(names) => names.clone(),
+            TopicSelection::Pattern(_) => Vec::new(),
+        };
+        let chosen = parsed.consumer_overrides.contains_key("group.id");
+        Some((
+            GroupIdQuery {
+                bootstrap,
+                security,
+                security_key: format!("{:?}", consumer.security_overrides()),
+                group: scope.group_id(&parsed, resolved.protocol),
+                wanted: if resolved.protocol.is_share() {
+                    Membership::Share
+                } else {
+                    Membership::Consumer
+                },
+                topics,
+            },
+            chosen,
+        ))
     }
 
     /// The other connectors' `tasks.max`, summed over those running on this worker.
@@ -428,10 +556,11 @@ impl Worker {
             .or_else(|| self.config.get(BOOTSTRAP_SERVERS))
             .cloned()
             .unwrap_or_default();
-        let group_id = scope.group_id(&parsed);
+        let group_id = scope.group_id(&parsed, resolved.protocol);
         let topics = match (&parsed.topics, resolved.protocol.is_share()) {
             (TopicSelection::Names(names), _) => names.clone(),
             (TopicSelection::Pattern(regex), false) => vec![format!("^{}$", regex.as_str())],
+            // Refused by start_checks above.
             (TopicSelection::Pattern(regex), true) => {
                 return Err(refused(ConfigError::InvalidValue {
                     key: "topics.regex".into(),
@@ -447,25 +576,13 @@ impl Worker {
             for warning in &warnings {
                 warn!(connector = %name, "{warning}");
             }
-            let check = check_share_group_id_secured(
-                &bootstrap,
-                &consumer.security_overrides(),
-                &group_id,
-                &topics,
-                GROUP_CHECK_TIMEOUT,
-            )
-            .await
-            .map_err(|e| RuntimeError::Source(e.to_string()))?;
-            for warning in &check.warnings {
-                warn!(connector = %name, group = %group_id, "{warning}");
-            }
-            if check.conflicts() {
-                return Err(RuntimeError::GroupIdConflict {
-                    connector: name.clone(),
-                    group: group_id,
-                    evidence: check.consumer_group_evidence.join("; "),
-                });
-            }
+        }
+        if let Err(reason) = self.check_group_id(&scope, config).await {
+            return Err(RuntimeError::GroupIdConflict {
+                connector: name.clone(),
+                group: group_id,
+                reason,
+            });
         }
         let dead_letters = match &parsed.errors.dead_letter_queue {
             None => None,

@@ -1,6 +1,5 @@
 //! [`ClassicSource`]: a consumer-group member on rdkafka, for connectors that do not run on a
-//! share group (the `classic` and `consumer` group protocols), and [`check_share_group_id`],
-//! which looks for a consumer group that already uses an id meant for a share group.
+//! share group (the `classic` and `consumer` group protocols).
 //!
 //! Offsets are committed up to the **contiguous processed watermark** of each partition: a
 //! record counts once the runtime says it is done with it ([`ClassicSource::mark_done`]), and
@@ -64,12 +63,6 @@ pub enum ClassicError {
         topic: String,
         partition: i32,
         offset: i64,
-        reason: String,
-    },
-    #[error("cannot check group id '{group}' on {bootstrap}: {reason}")]
-    Check {
-        group: String,
-        bootstrap: String,
         reason: String,
     },
     #[error("the consumer's blocking call was cancelled: {0}")]
@@ -510,6 +503,9 @@ impl ClassicSource {
                     None => break,
                     Some(Ok(message)) => records.push(owned(&message)),
                     Some(Err(e)) => {
+                        if let Some(reason) = refused_join(&group, &e) {
+                            return Err(ClassicError::Fatal { group, reason });
+                        }
                         if let KafkaError::MessageConsumptionFatal(code) = e {
                             return Err(ClassicError::Fatal {
                                 group,
@@ -574,6 +570,12 @@ impl ClassicSource {
             let mut records = Vec::new();
             match consumer.poll(Duration::ZERO) {
                 Some(Ok(message)) => records.push(owned(&message)),
+                Some(Err(e)) if refused_join(&group, &e).is_some() => {
+                    return Err(ClassicError::Fatal {
+                        reason: refused_join(&group, &e).unwrap_or_default(),
+                        group,
+                    })
+                }
                 Some(Err(e)) if is_fatal(&e) => {
                     return Err(ClassicError::Fatal {
                         group,
@@ -714,6 +716,35 @@ fn handed_out(
     ClassicPoll { events, records }
 }
 
+/// The coordinator's refusal of this member because a group of another type holds the id
+/// (Kafka has one namespace for group ids): a classic JoinGroup gets INCONSISTENT_GROUP_PROTOCOL
+/// when a share group holds it, a ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND. librdkafka
+/// reports it as a consumer error and joins again forever, so the member would look alive
+/// while it never reads.
+fn refused_join(group: &str, e: &KafkaError) -> Option<String> {
+    let code = match e {
+        KafkaError::MessageConsumption(code) | KafkaError::MessageConsumptionFatal(code) => *code,
+        _ => return None,
+    };
+    let other = match code {
+        RDKafkaErrorCode::InconsistentGroupProtocol => {
+            "the group coordinator refused to let this consumer join (INCONSISTENT_GROUP_PROTOCOL): \
+             another type of group — on Kafka 4.x a share group, which is kept until deleted — \
+             holds the id"
+        }
+        RDKafkaErrorCode::GroupIdNotFound => {
+            "the group coordinator answered GROUP_ID_NOT_FOUND: another type of group (a share \
+             group) holds the id"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{other}. Kafka has one namespace for group ids. Use another group id \
+         (consumer.override.group.id, or remove it for the default connect-<name>), or delete \
+         the other group once it has no members (kafka-share-groups.sh --delete --group {group})"
+    ))
+}
+
 fn is_fatal(e: &KafkaError) -> bool {
     matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal))
 }
@@ -741,164 +772,6 @@ fn owned<M: Message>(m: &M) -> ClassicRecord {
         headers,
         timestamp,
     }
-}
-
-/// What [`check_share_group_id`] found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GroupCheck {
-    /// Evidence that a consumer group with this id exists (empty when none was found).
-    pub consumer_group_evidence: Vec<String>,
-    /// Checks the broker could not answer, said plainly.
-    pub warnings: Vec<String>,
-}
-
-impl GroupCheck {
-    pub fn conflicts(&self) -> bool {
-        !self.consumer_group_evidence.is_empty()
-    }
-}
-
-/// Looks for a consumer group named `group` before it is used as a share group id (KIP-1302
-/// refuses the collision). Asks ListGroups where the broker has it; a broker without it (the
-/// dev broker) gets a warning and only the committed offsets of `group` on `topics` are checked
-/// (OffsetFetch), which finds any group that ever committed there.
-///
-/// On the dev broker, closing this check's connections resets the share sessions of other
-/// members on the same brokers (share-protocol brief §8.6 item 9); they recover by reopening.
-pub async fn check_share_group_id(
-    bootstrap: &str,
-    group: &str,
-    topics: &[String],
-    timeout: Duration,
-) -> Result<GroupCheck, ClassicError> {
-    check_share_group_id_secured(bootstrap, &BTreeMap::new(), group, topics, timeout).await
-}
-
-/// [`check_share_group_id`] with the consumer's security keys (either spelling; other keys
-/// are ignored).
-pub async fn check_share_group_id_secured(
-    bootstrap: &str,
-    security: &BTreeMap<String, String>,
-    group: &str,
-    topics: &[String],
-    timeout: Duration,
-) -> Result<GroupCheck, ClassicError> {
-    let bootstrap = bootstrap.to_owned();
-    let group = group.to_owned();
-    let topics = topics.to_vec();
-    let security: BTreeMap<String, String> = security
-        .iter()
-        .filter(|(k, _)| crate::security::is_security_key(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    tokio::task::spawn_blocking(move || {
-        check_blocking(&bootstrap, &security, &group, &topics, timeout)
-    })
-    .await
-    .map_err(|e| ClassicError::Cancelled(e.to_string()))?
-}
-
-fn check_blocking(
-    bootstrap: &str,
-    security: &BTreeMap<String, String>,
-    group: &str,
-    topics: &[String],
-    timeout: Duration,
-) -> Result<GroupCheck, ClassicError> {
-    let failed = |reason: String| ClassicError::Check {
-        group: group.to_owned(),
-        bootstrap: bootstrap.to_owned(),
-        reason,
-    };
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false");
-    let context = rdkafka_config(
-        &mut config,
-        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-    .map_err(|e| failed(e.to_string()))?;
-    let consumer: BaseConsumer<SecurityContext> = config
-        .create_with_context(context)
-        .map_err(|e| failed(e.to_string()))?;
-    // Serves an OAUTHBEARER token request before the first call needs it.
-    let _ = consumer.poll(Duration::ZERO);
-    let mut check = GroupCheck::default();
-    match consumer.fetch_group_list(Some(group), timeout) {
-        Ok(list) => {
-            for g in list.groups() {
-                // A share group lists with protocol type "share"; an empty classic group with
-                // committed offsets lists with "consumer" or an empty type and is caught below.
-                if g.name() == group && g.protocol_type() == "consumer" {
-                    check.consumer_group_evidence.push(format!(
-                        "ListGroups lists '{group}' as a consumer group in state {}",
-                        g.state()
-                    ));
-                }
-            }
-        }
-        Err(e) => {
-            // Refused credentials or certificates: the other calls would fail the same way,
-            // each after its timeout; the task's own consumer reports the failure.
-            if let Some(reason) = consumer
-                .context()
-                .security_failure(&e)
-                .or_else(|| consumer.context().security_failure_logged())
-            {
-                check.warnings.push(format!(
-                    "cannot check whether '{group}' is already a consumer group: {reason}"
-                ));
-                return Ok(check);
-            }
-            check.warnings.push(format!(
-                "the broker could not list groups ({e}), so only committed offsets were checked for \
-                 an existing consumer group named '{group}'"
-            ))
-        }
-    }
-    let mut tpl = TopicPartitionList::new();
-    for topic in topics {
-        match consumer.fetch_metadata(Some(topic), timeout) {
-            Ok(metadata) => {
-                for t in metadata.topics() {
-                    for p in t.partitions() {
-                        tpl.add_partition(t.name(), p.id());
-                    }
-                }
-            }
-            Err(e) => check.warnings.push(format!(
-                "cannot read the partitions of topic '{topic}': {e}"
-            )),
-        }
-    }
-    if tpl.count() > 0 {
-        match consumer.committed_offsets(tpl, timeout) {
-            Ok(committed) => {
-                let with_offsets: Vec<String> = committed
-                    .elements()
-                    .iter()
-                    .filter_map(|e| match e.offset() {
-                        Offset::Offset(o) if o >= 0 => {
-                            Some(format!("{}-{}@{o}", e.topic(), e.partition()))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                if !with_offsets.is_empty() {
-                    check.consumer_group_evidence.push(format!(
-                        "consumer group '{group}' has committed offsets ({})",
-                        with_offsets.join(",")
-                    ));
-                }
-            }
-            Err(e) => check.warnings.push(format!(
-                "cannot read the committed offsets of group '{group}': {e}"
-            )),
-        }
-    }
-    Ok(check)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod classic;
 pub mod cluster;
 pub mod connection;
+pub mod groups;
 pub mod producer;
 pub mod security;
 pub mod share;

@@ -63,6 +63,12 @@ impl SecurityError {
             SecurityError::Invalid { key, value, reason } => {
                 ConfigError::InvalidValue { key, value, reason }
             }
+            // On the key, so `validate` shows the error where it is to be fixed.
+            SecurityError::File { key, path, reason } => ConfigError::InvalidValue {
+                key,
+                value: path,
+                reason: format!("cannot read the file: {reason}"),
+            },
             other => ConfigError::Conflict(other.to_string()),
         }
     }

@@ -710,7 +710,7 @@ impl Herder {
         if self.store.connector(&key(tenant, name))?.is_some() {
             return Err(HerderError::ConnectorExists(name.to_owned()));
         }
-        self.check(tenant, &config)?;
+        self.check(tenant, &config).await?;
         self.check_quotas(tenant, name, &config, initial)?;
         let record = ConnectorRecord::new(config.clone(), initial);
         let key = key(tenant, name);
@@ -766,7 +766,7 @@ impl Herder {
                 }
             }
         }
-        self.check(tenant, &config)?;
+        self.check(tenant, &config).await?;
         self.check_quotas(tenant, name, &config, record.target_state)?;
         record.config = config.clone();
         self.store.put_connector(&key, &record)?;
@@ -983,14 +983,25 @@ impl Herder {
         name: &str,
         record: &ConnectorRecord,
     ) -> Result<(SinkConnectorConfig, bool, String, String), HerderError> {
+        self.group_of_config(tenant, name, &record.config)
+    }
+
+    fn group_of_config(
+        &self,
+        tenant: &str,
+        name: &str,
+        config: &ConfigMap,
+    ) -> Result<(SinkConnectorConfig, bool, String, String), HerderError> {
         let refused = |source: ConfigError| RuntimeError::Config {
             connector: name.to_owned(),
             source,
         };
-        let parsed = SinkConnectorConfig::parse(&record.config).map_err(refused)?;
-        let protocol =
-            resolve_group_protocol(&record.config, &self.worker_config).map_err(refused)?;
-        let group = self.tenants.scope(tenant).group_id(&parsed);
+        let parsed = SinkConnectorConfig::parse(config).map_err(refused)?;
+        let protocol = resolve_group_protocol(config, &self.worker_config).map_err(refused)?;
+        let group = self
+            .tenants
+            .scope(tenant)
+            .group_id(&parsed, protocol.protocol);
         let bootstrap = parsed
             .consumer_overrides
             .get("bootstrap.servers")
@@ -998,6 +1009,45 @@ impl Herder {
             .cloned()
             .unwrap_or_default();
         Ok((parsed, protocol.protocol.is_share(), group, bootstrap))
+    }
+
+    /// Another stored connector on the same cluster whose group id is this one's but whose
+    /// group is of the other type: the two could never both run (Kafka has one namespace for
+    /// group ids). Checked without the broker, so it holds while the cluster is down too.
+    fn group_id_clashes(&self, tenant: &str, config: &ConfigMap) -> Vec<ConfigError> {
+        let name = config.get("name").cloned().unwrap_or_default();
+        let Ok((_, share, group, bootstrap)) = self.group_of_config(tenant, &name, config) else {
+            return Vec::new();
+        };
+        let Ok(stored) = self.store.connectors() else {
+            return Vec::new();
+        };
+        let kind = |share: bool| if share { "share" } else { "consumer" };
+        stored
+            .into_iter()
+            .filter(|(k, _)| !(k.tenant == tenant && k.name == name))
+            .filter_map(|(k, record)| {
+                let (_, other_share, other_group, other_bootstrap) = self
+                    .group_of_config(&k.tenant, &k.name, &record.config)
+                    .ok()?;
+                (other_group == group && other_share != share && other_bootstrap == bootstrap).then(
+                    || ConfigError::InvalidValue {
+                        key: "consumer.override.group.id".into(),
+                        value: group.clone(),
+                        reason: format!(
+                            "connector '{}' uses '{group}' as a {} group id, and Kafka has one \
+                             namespace for group ids: a {} group cannot have the same id. Set \
+                             consumer.override.group.id to an id no other connector uses (or \
+                             remove it for the default, connect-<name> in classic mode and \
+                             connect-share-<name> in share mode)",
+                            k.name,
+                            kind(other_share),
+                            kind(share)
+                        ),
+                    },
+                )
+            })
+            .collect()
     }
 
     /// The connector's offsets (`GET /connectors/{name}/offsets`): the consumer group's
@@ -1283,9 +1333,26 @@ impl Herder {
         settings.into_iter().collect()
     }
 
-    /// The `validate` answer for `config` in `tenant`, secrets hidden; it includes the
-    /// client overrides the tenant's override policy refuses.
-    pub fn validate(&self, tenant: &str, config: &ConfigMap) -> ValidationReport {
+    /// The `validate` answer for `config` in `tenant`, secrets hidden: every refusal starting
+    /// the connector would meet (the client overrides the tenant's policy refuses, the
+    /// worker's start checks, a group id another type of group holds — asked of the cluster
+    /// when it answers, and of the other stored connectors), so what it accepts also starts.
+    pub async fn validate(&self, tenant: &str, config: &ConfigMap) -> ValidationReport {
+        let scope = self.tenants.scope(tenant);
+        let mut errors = self.group_id_clashes(tenant, config);
+        if errors.is_empty() {
+            errors = self.worker.group_id_errors(&scope, config).await;
+        }
+        self.validate_with(tenant, config, errors)
+    }
+
+    /// The `validate` answer without asking the cluster, plus `extra` errors.
+    fn validate_with(
+        &self,
+        tenant: &str,
+        config: &ConfigMap,
+        extra: Vec<ConfigError>,
+    ) -> ValidationReport {
         let class = config.get(CONNECTOR_CLASS).cloned().unwrap_or_default();
         let (mut report, plugin_error) = match self.registry.create(&class) {
             Ok(plugin) => (plugin.validate(config), None),
@@ -1306,6 +1373,7 @@ impl Herder {
         let scope = self.tenants.scope(tenant);
         errors.extend(scope.policy.violations(config, &owner));
         errors.extend(self.worker.start_checks(&scope, config));
+        errors.extend(extra);
         for error in errors {
             let key = error.key().unwrap_or(CONNECTOR_CLASS).to_owned();
             let message = error.to_string();
@@ -1342,10 +1410,10 @@ impl Herder {
     }
 
     /// Refuses a configuration with errors.
-    fn check(&self, tenant: &str, config: &ConfigMap) -> Result<(), HerderError> {
+    async fn check(&self, tenant: &str, config: &ConfigMap) -> Result<(), HerderError> {
         // Its secrets are kept out of every log line from now on (secrets::RedactingWriter).
         secrets::remember(config, &self.secret_keys(config));
-        let report = self.validate(tenant, config);
+        let report = self.validate(tenant, config).await;
         if report.is_valid() {
             Ok(())
         } else {

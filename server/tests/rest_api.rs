@@ -247,7 +247,7 @@ async fn a_connector_goes_through_its_whole_life_over_connects_api() {
     assert_eq!(offsets.body["offsets"], json!([]));
     let message = offsets.body["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("share group 'connect-other'"),
+        message.contains("share group 'connect-share-other'"),
         "{}",
         offsets.text
     );

@@ -97,7 +97,7 @@ async fn a_stopped_classic_connectors_offsets_are_altered_and_reset_and_it_reads
     assert_eq!(api.put_empty("/connectors/queue/stop").await.status, 204);
     let refused = api.delete("/connectors/queue/offsets").await;
     let message = refused.assert_error(500);
-    assert!(message.contains("group 'connect-queue'"), "{message}");
+    assert!(message.contains("group 'connect-share-queue'"), "{message}");
     assert!(
         message.contains("does not support DeleteShareGroupOffsets"),
         "{message}"
@@ -196,15 +196,15 @@ async fn a_paused_connector_leaves_its_share_group_and_resumes_where_the_group_l
     )
     .await;
     wait_for_lines(&out, 100).await;
-    assert!(!broker.share_member_ids("connect-events").is_empty());
+    assert!(!broker.share_member_ids("connect-share-events").is_empty());
 
     assert_eq!(api.put_empty("/connectors/events/pause").await.status, 202);
     let start = Instant::now();
-    while !broker.share_member_ids("connect-events").is_empty() {
+    while !broker.share_member_ids("connect-share-events").is_empty() {
         assert!(
             start.elapsed() < WAIT,
             "the paused connector's members are still in the share group: {:?}",
-            broker.share_member_ids("connect-events")
+            broker.share_member_ids("connect-share-events")
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -233,6 +233,6 @@ async fn a_paused_connector_leaves_its_share_group_and_resumes_where_the_group_l
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(!broker.share_member_ids("connect-events").is_empty());
+    assert!(!broker.share_member_ids("connect-share-events").is_empty());
     worker.stop().await;
 }

@@ -206,14 +206,18 @@ async fn tenants_never_see_each_others_connectors_and_read_through_groups_of_the
         numbers_in(&acme_out) == expected && numbers_in(&globex_out) == expected
     })
     .await;
-    assert!(!broker.share_member_ids("acme.connect-orders").is_empty());
-    assert!(!broker.share_member_ids("globex.connect-orders").is_empty());
-    assert!(broker.share_member_ids("connect-orders").is_empty());
+    assert!(!broker
+        .share_member_ids("acme.connect-share-orders")
+        .is_empty());
+    assert!(!broker
+        .share_member_ids("globex.connect-share-orders")
+        .is_empty());
+    assert!(broker.share_member_ids("connect-share-orders").is_empty());
     let offsets = acme.get("/connectors/orders/offsets").await;
     assert!(
         offsets.body["message"]
             .as_str()
-            .is_some_and(|m| m.contains("share group 'acme.connect-orders'")),
+            .is_some_and(|m| m.contains("share group 'acme.connect-share-orders'")),
         "{}",
         offsets.text
     );

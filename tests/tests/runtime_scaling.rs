@@ -51,7 +51,7 @@ async fn scaling_from_two_to_six_tasks_and_back_loses_nothing_and_uses_every_tas
         .expect("scales to 6 tasks");
     assert_eq!(worker.status("elastic").expect("registered").tasks.len(), 6);
     wait_until(Duration::from_secs(20), "six share-group members", || {
-        broker.share_member_ids("connect-elastic").len() == 6
+        broker.share_member_ids("connect-share-elastic").len() == 6
     })
     .await;
     // The earlier members learn that they gave partitions away on their next heartbeat, and
@@ -87,7 +87,7 @@ async fn scaling_from_two_to_six_tasks_and_back_loses_nothing_and_uses_every_tas
         .expect("scales to 2 tasks");
     wait_until(Duration::from_secs(20), "two tasks and two members", || {
         worker.status("elastic").is_some_and(|s| s.tasks.len() == 2)
-            && broker.share_member_ids("connect-elastic").len() == 2
+            && broker.share_member_ids("connect-share-elastic").len() == 2
     })
     .await;
     produced.extend(produce(&bootstrap, "events", numbered_records(600, 32, 12), "none").await);

@@ -46,7 +46,7 @@ async fn a_share_group_file_sink_delivers_every_record() {
         status.group_protocol,
         "share (from consumer.override.group.protocol)"
     );
-    assert_eq!(status.group_id, "connect-orders-to-file");
+    assert_eq!(status.group_id, "connect-share-orders-to-file");
 
     let read_numbers = || -> BTreeSet<u64> {
         std::fs::read_to_string(&file)
@@ -77,10 +77,17 @@ async fn a_share_group_file_sink_delivers_every_record() {
     assert!(totals.accepted >= 2_000, "{totals:?}");
     assert_eq!(totals.rejected, 0);
     assert_eq!(produced.len(), 2_000);
-    assert_eq!(broker.share_member_ids("connect-orders-to-file").len(), 2);
+    assert_eq!(
+        broker
+            .share_member_ids("connect-share-orders-to-file")
+            .len(),
+        2
+    );
     worker.shutdown().await;
     assert!(
-        broker.share_member_ids("connect-orders-to-file").is_empty(),
+        broker
+            .share_member_ids("connect-share-orders-to-file")
+            .is_empty(),
         "a graceful stop leaves the share group"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -16,6 +16,11 @@ use crate::convert::{strip_prefix, ConverterKind};
 use crate::error::ConfigError;
 use crate::transforms::{validate_transforms, TransformChain};
 
+/// The default consumer group id is this plus the connector's name (Kafka Connect's).
+pub const CONSUMER_GROUP_ID_PREFIX: &str = "connect-";
+/// The default share group id is this plus the connector's name.
+pub const SHARE_GROUP_ID_PREFIX: &str = "connect-share-";
+
 pub const NAME: &str = "name";
 pub const CONNECTOR_CLASS: &str = "connector.class";
 pub const TASKS_MAX: &str = "tasks.max";
@@ -360,12 +365,19 @@ impl SinkConnectorConfig {
         })
     }
 
-    /// The consumer group id: `consumer.override.group.id`, else Connect's `connect-<name>`.
-    pub fn group_id(&self) -> String {
-        self.consumer_overrides
-            .get("group.id")
-            .cloned()
-            .unwrap_or_else(|| format!("connect-{}", self.name))
+    /// The group id under `protocol`: `consumer.override.group.id`, else the default —
+    /// Connect's `connect-<name>` for a consumer group (so a connector moved from Connect, or
+    /// rolled back from share mode, resumes from its committed offsets), and
+    /// `connect-share-<name>` for a share group. Kafka has one namespace for group ids and a
+    /// group of one type refuses members of another (a share group is kept until deleted), so
+    /// the two defaults must differ for KIP-1302's rollback and migration to work
+    /// (docs/runtime.md, "Mode and groups").
+    pub fn group_id(&self, protocol: GroupProtocol) -> String {
+        match self.consumer_overrides.get("group.id") {
+            Some(id) => id.clone(),
+            None if protocol.is_share() => format!("{SHARE_GROUP_ID_PREFIX}{}", self.name),
+            None => format!("{CONSUMER_GROUP_ID_PREFIX}{}", self.name),
+        }
     }
 }
 
@@ -463,7 +475,9 @@ mod tests {
         assert_eq!(c.errors.retry_timeout, RetryTimeout::Never);
         assert_eq!(c.errors.retry_delay_max, Duration::from_secs(60));
         assert_eq!(c.errors.dead_letter_queue, None);
-        assert_eq!(c.group_id(), "connect-files");
+        assert_eq!(c.group_id(GroupProtocol::Classic), "connect-files");
+        assert_eq!(c.group_id(GroupProtocol::Consumer), "connect-files");
+        assert_eq!(c.group_id(GroupProtocol::Share), "connect-share-files");
     }
 
     #[test]
@@ -487,7 +501,8 @@ mod tests {
                 context_headers: true
             })
         );
-        assert_eq!(c.group_id(), "my-group");
+        assert_eq!(c.group_id(GroupProtocol::Share), "my-group");
+        assert_eq!(c.group_id(GroupProtocol::Classic), "my-group");
         assert_eq!(
             c.consumer_overrides.get("group.id").map(String::as_str),
             Some("my-group")

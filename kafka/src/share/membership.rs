@@ -253,15 +253,28 @@ pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
                 }
                 Ok(Outcome::Retry) => wait = retry.next_wait(),
                 Ok(Outcome::Fatal(code, message)) => {
+                    let mut message = if message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {message}")
+                    };
+                    if code == ResponseError::GroupIdNotFound.code() && state.epoch == 0 {
+                        // Kafka 4.2 refuses a share member for an id another type of group
+                        // holds ("Group <id> is not a share group.").
+                        message.push_str(&format!(
+                            ". Kafka has one namespace for group ids and another type of group \
+                             (a consumer group, kept while it has committed offsets) holds it: \
+                             use another group id (consumer.override.group.id, or remove it for \
+                             the default connect-share-<name>), or delete that group once it has \
+                             no members (kafka-consumer-groups.sh --delete --group {})",
+                            link.group
+                        ));
+                    }
                     let err = ShareError::Fatal {
                         group: link.group.clone(),
                         code,
                         name: error_name(code),
-                        message: if message.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {message}")
-                        },
+                        message,
                     };
                     warn!(%err, "share group membership failed");
                     *link.fatal.lock().unwrap_or_else(|e| e.into_inner()) = Some(err);

@@ -54,5 +54,5 @@ pub async fn validate(
             config.insert(CONNECTOR_CLASS.into(), plugin.into_inner());
         }
     }
-    Ok(HttpResponse::Ok().json(api.herder.validate(&caller.tenant, &config)))
+    Ok(HttpResponse::Ok().json(api.herder.validate(&caller.tenant, &config).await))
 }

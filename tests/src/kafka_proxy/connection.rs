@@ -23,6 +23,7 @@ use super::frame::{
     decode_request, encode_response, peek_request, produce_acks, raw, read_frame, response_header,
     write_frame, RequestMeta,
 };
+use super::groups::GroupNamespace;
 use super::local::LocalApis;
 use super::rewrite::{
     HeartbeatSeen, InFlight, Rewriter, API_VERSIONS, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     /// request).
     pub upstream_opened: AtomicU64,
     next_connection: AtomicU64,
+    /// Kafka's one namespace for group ids, when the proxy emulates it.
+    pub groups: Option<Arc<GroupNamespace>>,
 }
 
 impl Shared {
@@ -71,7 +74,14 @@ impl Shared {
             local,
             upstream_opened: AtomicU64::new(0),
             next_connection: AtomicU64::new(1),
+            groups: None,
         }
+    }
+
+    /// Emulates Kafka's one namespace for group ids (`groups.rs`).
+    pub(crate) fn with_groups(mut self, groups: Option<Arc<GroupNamespace>>) -> Shared {
+        self.groups = groups;
+        self
     }
 
     fn count(&self, api_key: i16) {
@@ -297,6 +307,13 @@ async fn requests<R: AsyncRead + Unpin>(
         if let Some(code) = shared.faults.take_error(meta.api_key) {
             send(Pending::Local(faults::error_response(meta, &frame, code)?))?;
             continue;
+        }
+        // Group membership requests: learned, or refused as Kafka refuses another group type.
+        if let Some(groups) = &shared.groups {
+            if let Some(answer) = groups.on_request(meta, &frame)? {
+                send(Pending::Local(answer))?;
+                continue;
+            }
         }
         if let Some(answer) = shared.local.answer(meta, &frame, node) {
             send(Pending::Local(answer.await?))?;

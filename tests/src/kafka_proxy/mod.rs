@@ -7,18 +7,20 @@
 //! rewritten to the proxy's listeners so clients never leave the proxy.
 //!
 //! With `ProxyOptions::with_admin_emulation` it also answers Kafka's admin requests itself
-//! (`admin`, `admin_configs`, `share_offsets`), which the dev broker lacks.
+//! (`admin`, `admin_configs`, `share_offsets`), which the dev broker lacks, and with
+//! `with_one_group_namespace` it keeps group ids in one namespace as Kafka does (`groups`).
 //!
 //! Layout: `connection` (listeners, TLS, SASL exchange, request/response pump), `local` (the
 //! dispatch of requests the proxy answers itself), `rewrite` (endpoints, Kafka 4.2 heartbeat
 //! rule), `pki` (certificates, rustls), `sasl` (mechanisms), `faults` (controls), `token` (the
-//! OAUTHBEARER token issuer), `frame` (codec).
+//! OAUTHBEARER token issuer), `frame` (codec), `groups` (Kafka's one namespace for group ids).
 
 mod admin;
 mod admin_configs;
 mod connection;
 mod faults;
 mod frame;
+mod groups;
 mod local;
 mod pki;
 mod rewrite;
@@ -41,6 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub use admin::{AdminEmulation, AdminEmulationOptions, AdminOperation};
 pub use faults::{ProxyFaults, PARTITION_ERROR_APIS, TOP_LEVEL_ERROR_APIS};
+pub use groups::{GroupNamespace, GroupType};
 pub use pki::TestPki;
 pub use sasl::SaslMechanism;
 pub use token::{TokenError, TokenIssuer};
@@ -117,6 +120,9 @@ pub struct ProxyOptions {
     pub require_client_certificate: bool,
     /// ShareGroupHeartbeat answers carry the assignment only when Kafka 4.2's coordinator would.
     pub kafka42_coordinator: bool,
+    /// Kafka's one namespace for group ids: a member of another group type is refused as
+    /// Kafka 4.2 refuses it; ListGroups and DescribeGroups are answered (`groups.rs`).
+    pub one_group_namespace: bool,
     /// Answer Kafka's admin requests (CreateTopics, DescribeConfigs, IncrementalAlterConfigs,
     /// the share-group offsets APIs) on top of the dev broker's launcher.
     pub admin: Option<AdminEmulationOptions>,
@@ -139,6 +145,7 @@ impl ProxyOptions {
             token_issuer: None,
             require_client_certificate: false,
             kafka42_coordinator: false,
+            one_group_namespace: false,
             admin: None,
             denied_operations: Default::default(),
         }
@@ -171,6 +178,11 @@ impl ProxyOptions {
 
     pub fn with_kafka42_coordinator(mut self) -> Self {
         self.kafka42_coordinator = true;
+        self
+    }
+
+    pub fn with_one_group_namespace(mut self) -> Self {
+        self.one_group_namespace = true;
         self
     }
 
@@ -259,6 +271,8 @@ pub struct KafkaProxy {
     security: ProxySecurity,
     pki: Option<TestPki>,
     shared: Arc<Shared>,
+    /// The group id registry, when the proxy emulates Kafka's one namespace.
+    groups: Option<Arc<GroupNamespace>>,
     admin: Option<Arc<AdminEmulation>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -297,6 +311,10 @@ impl KafkaProxy {
             token_issuer: options.token_issuer.clone(),
         });
         let kafka42 = options.kafka42_coordinator;
+        let groups = options
+            .one_group_namespace
+            .then(|| Arc::new(GroupNamespace::default()));
+        let proxy_groups = groups.clone();
         let uses_sasl = options.security.uses_sasl();
         let admin_options = options.admin.clone();
         let denied = options.denied_operations.clone();
@@ -322,7 +340,8 @@ impl KafkaProxy {
                 };
                 runtime.block_on(async move {
                     let emulating = admin_options.is_some();
-                    let (bound, upstream_versions) = match bind(&upstream, emulating).await {
+                    let answers_locally = emulating || groups.is_some();
+                    let (bound, upstream_versions) = match bind(&upstream, answers_locally).await {
                         Ok(bound) => bound,
                         Err(e) => {
                             let _ = ready.send(Err(e));
@@ -338,7 +357,8 @@ impl KafkaProxy {
                         addresses.push((*node, *local));
                     }
                     let faults = ProxyFaults::default();
-                    let rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
+                    let mut rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
+                    rewriter.name_controller = emulating;
                     let mut local = LocalApis::new(upstream_versions.clone(), uses_sasl);
                     let admin = admin_options.map(|options| {
                         // Its Metadata lookups go to the lowest-numbered broker.
@@ -350,11 +370,19 @@ impl KafkaProxy {
                         let versions = upstream_versions.unwrap_or_default();
                         Arc::new(AdminEmulation::new(options, denied, first, &versions))
                     });
+                    // Emulated APIs register here, one line each (keyed by API key); while any
+                    // is registered the proxy answers ApiVersions itself, which needs
+                    // `upstream_versions` (fetched when `emulating` or `groups`).
                     if let Some(admin) = &admin {
                         local.register(Arc::new(Arc::clone(admin)));
                     }
-                    let shared =
-                        Arc::new(Shared::new(upstream_of, tls, sasl, rewriter, faults, local));
+                    if let Some(groups) = &groups {
+                        local.register(Arc::clone(groups) as Arc<dyn local::LocalApi>);
+                    }
+                    let shared = Arc::new(
+                        Shared::new(upstream_of, tls, sasl, rewriter, faults, local)
+                            .with_groups(groups),
+                    );
                     for (node, _, _, listener) in bound {
                         tokio::spawn(connection::accept_loop(listener, node, Arc::clone(&shared)));
                     }
@@ -389,6 +417,7 @@ impl KafkaProxy {
             security: options.security,
             pki,
             shared,
+            groups: proxy_groups,
             admin,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -419,6 +448,11 @@ impl KafkaProxy {
 
     pub fn faults(&self) -> &ProxyFaults {
         &self.shared.faults
+    }
+
+    /// The group ids and types the proxy learned (`with_one_group_namespace()`).
+    pub fn groups(&self) -> Option<&GroupNamespace> {
+        self.groups.as_deref()
     }
 
     /// The admin emulation's state and controls; `Some` with `with_admin_emulation`.

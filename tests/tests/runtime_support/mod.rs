@@ -33,9 +33,14 @@ pub use spillway_core::config::config_map as config;
 
 /// A worker on `broker` with the built-in sinks and the probe.
 pub fn worker(broker: &DevBroker) -> Worker {
+    worker_on(&broker.bootstrap())
+}
+
+/// A worker reading from `bootstrap` (a broker, or the test-kit proxy in front of one).
+pub fn worker_on(bootstrap: &str) -> Worker {
     Worker::start(
         config(&[
-            ("bootstrap.servers", &broker.bootstrap()),
+            ("bootstrap.servers", bootstrap),
             ("task.restart.backoff.ms", "200"),
             ("task.poll.timeout.ms", "100"),
         ]),

@@ -1,0 +1,368 @@
+//! Group ids under Kafka's one namespace (issue 14, item 6), through the test-kit proxy's
+//! emulation of it (the dev broker keeps share and consumer groups apart, Kafka 4.2 does not):
+//! KIP-1302's rollback (share → remove the share setting → classic) and the way back lose no
+//! record and the status stays honest; a group id held by a group of the other type is refused
+//! both ways before the connector starts; and a classic join the broker refuses fails the task
+//! with the reason instead of showing RUNNING.
+
+mod runtime_support;
+
+use std::time::Duration;
+
+use runtime_support::{config, coordinates, probe, share_broker, wait_until, worker_on};
+use spillway_actors::{RuntimeError, State};
+use spillway_core::ConfigMap;
+use spillway_tests::kafka_proxy::{GroupType, KafkaProxy, ProxyOptions, ProxySecurity};
+use spillway_tests::{numbered_records, produce, DeliveryReport, DevBroker};
+
+const FIND_COORDINATOR: i16 = 10;
+
+fn namespace_proxy(broker: &DevBroker) -> KafkaProxy {
+    KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace(),
+    )
+    .expect("proxy starts")
+}
+
+fn probe_config(name: &str, topic: &str, share: bool, group: Option<&str>) -> ConfigMap {
+    let mut c = config(&[
+        ("name", name),
+        ("connector.class", "probe"),
+        ("probe.id", name),
+        ("topics", topic),
+        // Classic mode with 2+ tasks has a known duplicate-on-rebalance defect (runtime.md).
+        ("tasks.max", "1"),
+    ]);
+    if share {
+        c.insert("consumer.override.group.protocol".into(), "share".into());
+    }
+    if let Some(group) = group {
+        c.insert("consumer.override.group.id".into(), group.into());
+    }
+    c
+}
+
+fn all_running(worker: &spillway_actors::Worker, name: &str) -> bool {
+    worker.status(name).is_some_and(|s| {
+        s.state == State::Running
+            && !s.tasks.is_empty()
+            && s.tasks.iter().all(|t| t.state == State::Running)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rolling_back_to_a_consumer_group_and_migrating_again_loses_nothing_under_one_namespace() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("ledger", 2);
+    let proxy = namespace_proxy(&broker);
+    let mut produced = produce(
+        &broker.bootstrap(),
+        "ledger",
+        numbered_records(300, 32, 2),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let p = probe("kip");
+
+    // 1. A share connector: its group is connect-share-<name>.
+    worker
+        .start_connector(probe_config("kip", "ledger", true, None))
+        .await
+        .expect("starts in share mode");
+    assert_eq!(
+        worker.status("kip").expect("known").group_id,
+        "connect-share-kip"
+    );
+    wait_until(Duration::from_secs(30), "share mode delivers", || {
+        p.distinct() >= 300
+    })
+    .await;
+    assert!(all_running(&worker, "kip"));
+    let groups = proxy.groups().expect("namespace emulated");
+    assert_eq!(
+        groups.group_type("connect-share-kip"),
+        Some(GroupType::Share)
+    );
+
+    // 2. KIP-1302 rollback: the share setting is removed; the consumer group is connect-<name>,
+    // which the share group (kept by Kafka) does not hold.
+    worker
+        .reconfigure_connector(probe_config("kip", "ledger", false, None))
+        .await
+        .expect("rolls back");
+    let status = worker.status("kip").expect("known");
+    assert_eq!(status.group_protocol, "classic (default)");
+    assert_eq!(status.group_id, "connect-kip");
+    produced.extend(
+        produce(
+            &broker.bootstrap(),
+            "ledger",
+            numbered_records(300, 32, 2),
+            "none",
+        )
+        .await,
+    );
+    wait_until(Duration::from_secs(45), "classic mode delivers", || {
+        p.distinct() >= 600
+    })
+    .await;
+    assert!(all_running(&worker, "kip"), "{:?}", worker.status("kip"));
+    assert_eq!(groups.group_type("connect-kip"), Some(GroupType::Classic));
+    assert_eq!(
+        groups.group_type("connect-share-kip"),
+        Some(GroupType::Share),
+        "Kafka keeps the share group"
+    );
+
+    // 3. Migrating again: the share group takes up where it left off.
+    worker
+        .reconfigure_connector(probe_config("kip", "ledger", true, None))
+        .await
+        .expect("migrates to share mode again");
+    assert_eq!(
+        worker.status("kip").expect("known").group_id,
+        "connect-share-kip"
+    );
+    produced.extend(
+        produce(
+            &broker.bootstrap(),
+            "ledger",
+            numbered_records(300, 32, 2),
+            "none",
+        )
+        .await,
+    );
+    wait_until(Duration::from_secs(45), "share mode delivers again", || {
+        p.distinct() >= 900
+    })
+    .await;
+    assert!(all_running(&worker, "kip"), "{:?}", worker.status("kip"));
+    let report = DeliveryReport::compare(coordinates(&produced), p.coordinates());
+    assert!(report.nothing_lost(), "{}", report.summary());
+    for task in worker.status("kip").expect("known").tasks {
+        assert!(
+            task.trace.is_none(),
+            "task {} failed: {:?}",
+            task.id,
+            task.trace
+        );
+    }
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_id_held_by_the_other_type_of_group_is_refused_both_ways_before_starting() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("orders", 1);
+    let proxy = namespace_proxy(&broker);
+    let produced = produce(
+        &broker.bootstrap(),
+        "orders",
+        numbered_records(50, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+
+    // A classic connector holds "billing" (members, committed offsets).
+    let classic = probe("classic-side");
+    worker
+        .start_connector(probe_config(
+            "classic-side",
+            "orders",
+            false,
+            Some("billing"),
+        ))
+        .await
+        .expect("classic starts");
+    wait_until(Duration::from_secs(30), "classic delivers", || {
+        classic.distinct() >= 50
+    })
+    .await;
+    // A share connector may not take it.
+    let err = worker
+        .start_connector(probe_config("share-side", "orders", true, Some("billing")))
+        .await
+        .expect_err("a consumer group holds the id");
+    assert!(matches!(err, RuntimeError::GroupIdConflict { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("'billing' is held by a classic consumer group"),
+        "{text}"
+    );
+    assert!(text.contains("it has members now"), "{text}");
+    assert!(text.contains("consumer.override.group.id"), "{text}");
+    assert!(worker.status("share-side").is_none(), "nothing started");
+
+    // A share connector holds "queue"; a classic connector may not take it, even once the
+    // share group is empty (Kafka keeps it until it is deleted).
+    let share = probe("queue-side");
+    worker
+        .start_connector(probe_config("queue-side", "orders", true, Some("queue")))
+        .await
+        .expect("share starts");
+    wait_until(Duration::from_secs(30), "share delivers", || {
+        share.distinct() >= 50
+    })
+    .await;
+    worker.stop_connector("queue-side").await.expect("stops");
+    let groups = proxy.groups().expect("namespace emulated");
+    wait_until(Duration::from_secs(10), "the share member left", || {
+        groups.members("queue") == 0
+    })
+    .await;
+    let err = worker
+        .start_connector(probe_config("rolled-back", "orders", false, Some("queue")))
+        .await
+        .expect_err("a share group holds the id");
+    let text = err.to_string();
+    assert!(text.contains("'queue' is held by a share group"), "{text}");
+    assert!(text.contains("in state Empty"), "{text}");
+    assert!(
+        text.contains("kafka-share-groups.sh --delete --group queue"),
+        "{text}"
+    );
+    // Deleted, the id is free again.
+    groups
+        .delete_group("queue")
+        .expect("an empty share group can be deleted");
+    let rolled = probe("rolled-back");
+    worker
+        .start_connector(probe_config("rolled-back", "orders", false, Some("queue")))
+        .await
+        .expect("the id is free");
+    wait_until(
+        Duration::from_secs(30),
+        "the classic connector delivers",
+        || rolled.distinct() >= 50,
+    )
+    .await;
+    let report = DeliveryReport::compare(coordinates(&produced), rolled.coordinates());
+    assert!(report.nothing_lost(), "{}", report.summary());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("events", 1);
+    let proxy = namespace_proxy(&broker);
+    produce(
+        &broker.bootstrap(),
+        "events",
+        numbered_records(20, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let share = probe("holder");
+    worker
+        .start_connector(probe_config("holder", "events", true, Some("contested")))
+        .await
+        .expect("share starts");
+    wait_until(Duration::from_secs(30), "share delivers", || {
+        share.distinct() >= 20
+    })
+    .await;
+    worker.stop_connector("holder").await.expect("stops");
+
+    // The check before starting cannot reach the group's coordinator in time (a slow or
+    // unreachable cluster): the connector starts, and its consumer meets the refusal itself.
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
+    let mut classic = probe_config("late", "events", false, Some("contested"));
+    classic.insert("task.restart.max.attempts".into(), "1".into());
+    worker
+        .start_connector(classic)
+        .await
+        .expect("starts unchecked");
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::ZERO);
+    wait_until(Duration::from_secs(60), "the task fails", || {
+        worker
+            .status("late")
+            .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed))
+    })
+    .await;
+    let status = worker.status("late").expect("known");
+    let trace = status.tasks[0].trace.clone().unwrap_or_default();
+    assert!(trace.contains("INCONSISTENT_GROUP_PROTOCOL"), "{trace}");
+    assert!(trace.contains("'contested'"), "{trace}");
+    assert!(
+        trace.contains("kafka-share-groups.sh --delete --group contested"),
+        "{trace}"
+    );
+    assert_eq!(probe("late").distinct(), 0, "nothing was read");
+    // It stays FAILED: no restart brings it back to RUNNING while the share group holds the id.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(worker
+        .status("late")
+        .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed)));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("audit", 1);
+    let proxy = namespace_proxy(&broker);
+    produce(
+        &broker.bootstrap(),
+        "audit",
+        numbered_records(20, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let classic = probe("ledger");
+    worker
+        .start_connector(probe_config(
+            "ledger",
+            "audit",
+            false,
+            Some("audit-readers"),
+        ))
+        .await
+        .expect("classic starts");
+    wait_until(Duration::from_secs(30), "classic delivers", || {
+        classic.distinct() >= 20
+    })
+    .await;
+
+    // The check cannot reach the coordinator in time; the share consumer meets the refusal.
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
+    let mut share = probe_config("queue", "audit", true, Some("audit-readers"));
+    share.insert("task.restart.max.attempts".into(), "1".into());
+    worker
+        .start_connector(share)
+        .await
+        .expect("starts unchecked");
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::ZERO);
+    wait_until(Duration::from_secs(60), "the share task fails", || {
+        worker
+            .status("queue")
+            .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed))
+    })
+    .await;
+    let status = worker.status("queue").expect("known");
+    let trace = status.tasks[0].trace.clone().unwrap_or_default();
+    assert!(
+        trace.contains("Group audit-readers is not a share group."),
+        "{trace}"
+    );
+    assert!(trace.contains("one namespace for group ids"), "{trace}");
+    assert_eq!(probe("queue").distinct(), 0, "nothing was read");
+    assert!(
+        all_running(&worker, "ledger"),
+        "the consumer group's connector is unharmed"
+    );
+    worker.shutdown().await;
+}
