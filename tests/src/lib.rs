@@ -4,6 +4,7 @@
 //! Everything here sets itself up: the launcher's Python venv is created on first use, brokers
 //! listen on free ports, and every child process is killed when its handle is dropped.
 
+pub mod chaos;
 pub mod checker;
 pub mod dev_broker;
 pub mod kafka_proxy;
