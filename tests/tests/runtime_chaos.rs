@@ -38,8 +38,11 @@ async fn broker_faults_lose_no_record_and_fail_no_task() {
         .send(TOPIC, numbered_records(BEFORE, 32, PARTITIONS))
         .await;
     let proxy = Arc::new(
-        KafkaProxy::start(&broker.bootstrap(), ProxyOptions::new(ProxySecurity::Plaintext))
-            .expect("proxy starts"),
+        KafkaProxy::start(
+            &broker.bootstrap(),
+            ProxyOptions::new(ProxySecurity::Plaintext),
+        )
+        .expect("proxy starts"),
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let worker = Worker::start(
@@ -141,7 +144,10 @@ async fn broker_faults_lose_no_record_and_fail_no_task() {
             break;
         }
     }
-    for (name, file) in [("chaos-share", &share_file), ("chaos-classic", &classic_file)] {
+    for (name, file) in [
+        ("chaos-share", &share_file),
+        ("chaos-classic", &classic_file),
+    ] {
         let tally = FileTally::read(file).expect("readable output");
         let missing = tally.missing(total);
         println!(
