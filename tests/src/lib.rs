@@ -15,5 +15,5 @@ pub mod reference;
 pub use checker::{Coordinates, DeliveryReport};
 pub use dev_broker::{DevBroker, DevBrokerError};
 pub use kafka_proxy::{KafkaProxy, ProxyOptions, ProxySecurity, SaslMechanism, TokenIssuer};
-pub use produce::{numbered_records, produce, Produced, TestProducer, TestRecord};
+pub use produce::{numbered_range, numbered_records, produce, Produced, TestProducer, TestRecord};
 pub use reference::{ReferenceOptions, ReferenceRecord, ReferenceShareConsumer, ReferenceSummary};

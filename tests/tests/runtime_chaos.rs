@@ -18,7 +18,9 @@ use runtime_support::{config, share_broker, wait_until};
 use spillway_actors::{State, Worker};
 use spillway_connectors::ConnectorRegistry;
 use spillway_tests::chaos::{Chaos, ChaosTarget, FaultKind, FileTally};
-use spillway_tests::{numbered_records, KafkaProxy, ProxyOptions, ProxySecurity, TestProducer};
+use spillway_tests::{
+    numbered_range, numbered_records, KafkaProxy, ProxyOptions, ProxySecurity, TestProducer,
+};
 
 const TOPIC: &str = "chaos";
 const PARTITIONS: i32 = 6;
@@ -104,10 +106,7 @@ async fn broker_faults_lose_no_record_and_fail_no_task() {
             let mut next_record = BEFORE;
             let end = Instant::now() + CHAOS_FOR;
             while Instant::now() < end {
-                let records: Vec<_> = numbered_records(next_record + BATCH, 32, PARTITIONS)
-                    .into_iter()
-                    .skip(next_record as usize)
-                    .collect();
+                let records = numbered_range(next_record, BATCH, PARTITIONS);
                 producer.send(TOPIC, records).await;
                 next_record += BATCH;
                 tokio::time::sleep(Duration::from_millis(100)).await;

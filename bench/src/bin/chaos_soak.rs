@@ -18,7 +18,7 @@ use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::config_map as config;
 use spillway_tests::chaos::{Chaos, ChaosTarget, FileTally};
 use spillway_tests::{
-    numbered_records, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity, TestProducer,
+    numbered_range, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity, TestProducer,
 };
 
 #[derive(Parser)]
@@ -103,10 +103,7 @@ async fn main() -> Result<()> {
             let mut next = 0u64;
             let end = Instant::now() + run_for;
             while Instant::now() < end {
-                let records: Vec<_> = numbered_records(next + batch, 32, PARTITIONS)
-                    .into_iter()
-                    .skip(next as usize)
-                    .collect();
+                let records = numbered_range(next, batch, PARTITIONS);
                 producer.send(TOPIC, records).await;
                 next += batch;
                 tokio::time::sleep(Duration::from_millis(200)).await;
