@@ -30,6 +30,8 @@ Commands (field "cmd"):
   clear_request_errors    api_key
   set_partition_leader    topic, partition, broker
   set_coordinator         key_type ("group"|"transaction"), key, broker
+  set_api_version         api_key, min_version, max_version   (-1, -1: the brokers no longer
+                          know the API and leave it out of ApiVersions, like an older broker)
   start_request_tracking  (records every request the brokers receive from now on)
   request_counts          -> {"counts": {api_key: n, ...}} since the last call or the start of
                           tracking, then forgets them
@@ -102,6 +104,9 @@ mock_partition_set_leader = declare(
 )
 mock_coordinator_set = declare(
     "rd_kafka_mock_coordinator_set", c_int, [c_void_p, c_char_p, c_char_p, c_int32]
+)
+mock_set_apiversion = declare(
+    "rd_kafka_mock_set_apiversion", c_int, [c_void_p, c_int16, c_int16, c_int16]
 )
 mock_start_tracking = declare("rd_kafka_mock_start_request_tracking", None, [c_void_p])
 mock_get_requests = declare(
@@ -353,6 +358,13 @@ class DevBroker:
         broker = field(cmd, "broker", int)
         err = mock_coordinator_set(self.mc, key_type.encode(), key.encode(), broker)
         check(err, "set_coordinator %s %s -> %d" % (key_type, key, broker))
+
+    def cmd_set_api_version(self, cmd):
+        api_key = field(cmd, "api_key", int)
+        low = field(cmd, "min_version", int)
+        high = field(cmd, "max_version", int)
+        err = mock_set_apiversion(self.mc, api_key, low, high)
+        check(err, "set_api_version %d [%d, %d]" % (api_key, low, high))
 
 
 def parse_args(argv):

@@ -64,6 +64,11 @@ pub fn peak_rss_bytes() -> Option<u64> {
     proc_status_kib("VmHWM:").map(|kib| kib * 1024)
 }
 
+/// Resident set size of this process now in bytes (VmRSS), from /proc.
+pub fn rss_bytes() -> Option<u64> {
+    proc_status_kib("VmRSS:").map(|kib| kib * 1024)
+}
+
 fn proc_status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status

@@ -95,6 +95,8 @@ pub struct TopicMeta {
     pub id: Uuid,
     /// partition → leader broker id (-1 when there is none)
     pub leaders: BTreeMap<i32, i32>,
+    /// partition → the leader epoch the leader above came with (-1: the broker sent none).
+    pub leader_epochs: BTreeMap<i32, i32>,
 }
 
 #[derive(Default)]
@@ -102,6 +104,66 @@ struct Meta {
     brokers: HashMap<i32, String>,
     topics: HashMap<Arc<str>, TopicMeta>,
     names: HashMap<Uuid, Arc<str>>,
+}
+
+impl Meta {
+    /// Takes a topic's partitions (index, leader, leader epoch) from a Metadata answer. As in
+    /// Kafka's clients, a partition whose answer carries an older leader epoch than the one
+    /// known keeps what is known: answers from a broker that has not yet heard of a leader
+    /// change must not move a partition back. A recreated topic (new id) starts afresh.
+    fn apply_topic(&mut self, name: Arc<str>, id: Uuid, partitions: &[(i32, i32, i32)]) {
+        let known = self.topics.get(&name).filter(|t| t.id == id);
+        let mut leaders = BTreeMap::new();
+        let mut leader_epochs = BTreeMap::new();
+        for &(partition, leader, epoch) in partitions {
+            let kept = known.and_then(|t| {
+                let known_epoch = *t.leader_epochs.get(&partition)?;
+                let known_leader = *t.leaders.get(&partition)?;
+                (epoch < known_epoch).then_some((known_leader, known_epoch))
+            });
+            let (leader, epoch) = match kept {
+                Some(kept) => {
+                    debug!(
+                        topic = &*name,
+                        partition,
+                        epoch,
+                        known_epoch = kept.1,
+                        "ignoring a stale leader from metadata"
+                    );
+                    kept
+                }
+                None => (leader, epoch),
+            };
+            leaders.insert(partition, leader);
+            leader_epochs.insert(partition, epoch);
+        }
+        self.names.insert(id, Arc::clone(&name));
+        self.topics.insert(
+            name,
+            TopicMeta {
+                id,
+                leaders,
+                leader_epochs,
+            },
+        );
+    }
+
+    /// Records a leader a broker named (NOT_LEADER_OR_FOLLOWER with CurrentLeader), unless the
+    /// epoch it came with is older than the one known. Returns whether it was taken.
+    fn move_leader(&mut self, topic: &str, partition: i32, leader: i32, epoch: i32) -> bool {
+        let Some(t) = self.topics.get_mut(topic) else {
+            return false;
+        };
+        if t.leader_epochs
+            .get(&partition)
+            .is_some_and(|known| epoch < *known)
+        {
+            return false;
+        }
+        t.leaders.insert(partition, leader);
+        t.leader_epochs.insert(partition, epoch);
+        true
+    }
 }
 
 /// One broker address and its connection (or the memory of why it failed).
@@ -368,19 +430,12 @@ impl Cluster {
                 continue;
             }
             let name: Arc<str> = Arc::from(name.0.as_str());
-            let leaders = t
+            let partitions: Vec<(i32, i32, i32)> = t
                 .partitions
                 .iter()
-                .map(|p| (p.partition_index, p.leader_id.0))
+                .map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch))
                 .collect();
-            meta.names.insert(t.topic_id, Arc::clone(&name));
-            meta.topics.insert(
-                name,
-                TopicMeta {
-                    id: t.topic_id,
-                    leaders,
-                },
-            );
+            meta.apply_topic(name, t.topic_id, &partitions);
         }
         Ok(())
     }
@@ -401,16 +456,26 @@ impl Cluster {
         locked(&self.meta).topics.get(name).cloned()
     }
 
-    /// Record a leader learnt from a NOT_LEADER_OR_FOLLOWER answer, and the new leader's
-    /// address when the broker sent it.
-    pub fn set_leader(&self, topic: &str, partition: i32, leader: i32, addr: Option<String>) {
+    /// Record a leader learnt from a NOT_LEADER_OR_FOLLOWER answer (CurrentLeader: id and
+    /// epoch), and the new leader's address when the broker sent it. A leader with an older
+    /// epoch than the one known is ignored.
+    pub fn set_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader: i32,
+        leader_epoch: i32,
+        addr: Option<String>,
+    ) {
         let mut meta = locked(&self.meta);
         if let Some(addr) = addr {
             meta.brokers.insert(leader, addr);
         }
-        if let Some(t) = meta.topics.get_mut(topic) {
-            t.leaders.insert(partition, leader);
-            info!(topic, partition, leader, "partition leader moved");
+        if meta.move_leader(topic, partition, leader, leader_epoch) {
+            info!(
+                topic,
+                partition, leader, leader_epoch, "partition leader moved"
+            );
         }
     }
 
@@ -487,5 +552,43 @@ impl Cluster {
     /// The group id wrapper kafka-protocol wants.
     pub fn group_id(group: &str) -> GroupId {
         GroupId(StrBytes::from_string(group.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(meta: &Meta, partition: i32) -> (i32, i32) {
+        let t = meta.topics.get("t").expect("topic known");
+        (t.leaders[&partition], t.leader_epochs[&partition])
+    }
+
+    #[test]
+    fn an_older_leader_epoch_in_metadata_cannot_move_a_partition_back() {
+        let id = Uuid::new_v4();
+        let mut meta = Meta::default();
+        meta.apply_topic("t".into(), id, &[(0, 2, 5), (1, 1, 3)]);
+        // A broker that missed the move answers with the old leader and epoch.
+        meta.apply_topic("t".into(), id, &[(0, 1, 4), (1, 3, 4)]);
+        assert_eq!(leader(&meta, 0), (2, 5), "stale answer ignored");
+        assert_eq!(leader(&meta, 1), (3, 4), "newer answer taken");
+        // The same epoch again (a repeated answer) is taken.
+        meta.apply_topic("t".into(), id, &[(0, 2, 5), (1, 3, 4)]);
+        assert_eq!(leader(&meta, 0), (2, 5));
+        // A recreated topic (new id) starts afresh.
+        meta.apply_topic("t".into(), Uuid::new_v4(), &[(0, 1, 0), (1, 1, 0)]);
+        assert_eq!(leader(&meta, 0), (1, 0));
+    }
+
+    #[test]
+    fn a_current_leader_from_a_fetch_answer_is_taken_only_when_not_older() {
+        let mut meta = Meta::default();
+        meta.apply_topic("t".into(), Uuid::new_v4(), &[(0, 1, 7)]);
+        assert!(!meta.move_leader("t", 0, 2, 6), "older epoch refused");
+        assert_eq!(leader(&meta, 0), (1, 7));
+        assert!(meta.move_leader("t", 0, 2, 8));
+        assert_eq!(leader(&meta, 0), (2, 8));
+        assert!(!meta.move_leader("unknown", 0, 2, 9));
     }
 }

@@ -312,6 +312,13 @@ impl DevBroker {
         );
     }
 
+    /// The brokers' supported versions of `api_key`; `(-1, -1)` removes the API, as on a broker
+    /// too old to know it (it is left out of ApiVersions).
+    pub fn set_api_version(&self, api_key: i16, min_version: i16, max_version: i16) {
+        self.must(json!({"cmd": "set_api_version", "api_key": api_key,
+            "min_version": min_version, "max_version": max_version}));
+    }
+
     /// Pins the transaction coordinator of `transactional_id` to `broker`.
     pub fn set_transaction_coordinator(&self, transactional_id: &str, broker: i32) {
         self.must(json!({"cmd": "set_coordinator", "key_type": "transaction",

@@ -4,6 +4,7 @@
 //! Everything here sets itself up: the launcher's Python venv is created on first use, brokers
 //! listen on free ports, and every child process is killed when its handle is dropped.
 
+pub mod chaos;
 pub mod checker;
 pub mod dev_broker;
 pub mod kafka_proxy;
@@ -15,6 +16,6 @@ pub mod reference;
 pub use checker::{Coordinates, DeliveryReport};
 pub use dev_broker::{DevBroker, DevBrokerControl, DevBrokerError};
 pub use kafka_proxy::{KafkaProxy, ProxyOptions, ProxySecurity, SaslMechanism, TokenIssuer};
-pub use produce::{numbered_records, produce, Produced, TestProducer, TestRecord};
+pub use produce::{numbered_range, numbered_records, produce, Produced, TestProducer, TestRecord};
 pub use proxied_broker::ProxiedDevBroker;
 pub use reference::{ReferenceOptions, ReferenceRecord, ReferenceShareConsumer, ReferenceSummary};

@@ -145,7 +145,17 @@ impl TestProducer {
 
 /// `n` numbered records of `size` bytes spread round-robin over `partitions` partitions.
 pub fn numbered_records(n: u64, size: usize, partitions: i32) -> Vec<TestRecord> {
-    (0..n)
+    numbered_range_sized(0, n, size, partitions)
+}
+
+/// Records `first..first + n` of [`numbered_records`] (32-byte values), so a stream can be
+/// produced batch by batch without building the records before it.
+pub fn numbered_range(first: u64, n: u64, partitions: i32) -> Vec<TestRecord> {
+    numbered_range_sized(first, n, 32, partitions)
+}
+
+fn numbered_range_sized(first: u64, n: u64, size: usize, partitions: i32) -> Vec<TestRecord> {
+    (first..first + n)
         .map(|i| TestRecord {
             partition: Some((i % partitions as u64) as i32),
             ..TestRecord::numbered(i, size)

@@ -4,6 +4,12 @@
 //!
 //! `cargo run --release -p spillway-bench --bin share_drain -- [--records N] [--partitions P]`
 //!
+//! `--tls-cost` measures instead what security costs our consumer (issue 13): the same drain
+//! through the test-kit proxy in PLAINTEXT (the reference), SSL and SASL_SSL with SCRAM-SHA-512,
+//! each on a fresh dev cluster per round, printing CPU per record beside plaintext's. The proxy
+//! runs in this (parent) process, so its TLS work is not counted; the goal is that TLS adds at
+//! most `--tls-max-ratio` to the consumer's CPU per record.
+//!
 //! Both clients acknowledge every record explicitly with ACCEPT and commit once per poll. Each
 //! drains in its own process, one after the other, so neither steals CPU from the other. Our
 //! side runs as a child process of this binary (`drain` subcommand) so its peak RSS is its own.
@@ -23,9 +29,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use spillway_bench::{cpu_time, mib, peak_rss_bytes, run_child, share_requests};
+use spillway_kafka::security::{ClientSecurity, SecuritySettings};
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{
-    numbered_records, produce, DevBroker, ReferenceOptions, ReferenceShareConsumer,
+    numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity,
+    ReferenceOptions, ReferenceShareConsumer, SaslMechanism,
 };
 
 #[derive(Parser)]
@@ -50,6 +58,12 @@ struct Args {
     /// Our consumer's MaxRecords per ShareFetch (0 = max.poll.records, as the reference).
     #[arg(long, default_value_t = 0)]
     fetch_max_records: usize,
+    /// Measure what TLS and SASL cost our consumer instead of comparing with librdkafka.
+    #[arg(long)]
+    tls_cost: bool,
+    /// `--tls-cost` goal: SSL and SASL_SSL CPU per record at most this times plaintext's.
+    #[arg(long, default_value_t = 1.5)]
+    tls_max_ratio: f64,
 }
 
 #[derive(Subcommand)]
@@ -66,6 +80,9 @@ enum Role {
         records: u64,
         #[arg(long)]
         fetch_max_records: usize,
+        /// The consumer's security keys (librdkafka or Java spelling) as a JSON object.
+        #[arg(long, default_value = "{}")]
+        security: String,
     },
 }
 
@@ -88,11 +105,24 @@ async fn main() -> Result<()> {
             topic,
             records,
             fetch_max_records,
+            security,
         }) => {
-            let summary = drain(&bootstrap, &group, &topic, records, fetch_max_records).await?;
+            let security: std::collections::BTreeMap<String, String> =
+                serde_json::from_str(&security).context("--security is a JSON object")?;
+            let security = SecuritySettings::from_config(&security)?.client_security()?;
+            let summary = drain(
+                &bootstrap,
+                &group,
+                &topic,
+                records,
+                fetch_max_records,
+                security,
+            )
+            .await?;
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }
+        None if args.tls_cost => tls_cost(&args).await,
         None => compare(&args).await,
     }
 }
@@ -136,7 +166,7 @@ async fn compare(args: &Args) -> Result<()> {
             broker.start_request_tracking();
             if ours_turn {
                 eprintln!("  draining with Spillway's share consumer...");
-                let ours = drain_in_child(&bootstrap, count, args.fetch_max_records).await?;
+                let ours = drain_in_child(&bootstrap, count, args.fetch_max_records, "{}").await?;
                 ours_total.add(ours.records, ours.seconds, ours.cpu_seconds);
                 ours_total.add_requests(broker.request_counts());
                 peak_rss = peak_rss.max(ours.peak_rss_bytes);
@@ -196,6 +226,7 @@ async fn drain_in_child(
     bootstrap: &str,
     count: u64,
     fetch_max_records: usize,
+    security: &str,
 ) -> Result<DrainSummary> {
     run_child(&[
         "drain".into(),
@@ -209,8 +240,96 @@ async fn drain_in_child(
         count.to_string(),
         "--fetch-max-records".into(),
         fetch_max_records.to_string(),
+        "--security".into(),
+        security.into(),
     ])
     .await
+}
+
+/// `--tls-cost`: our consumer through the proxy in plaintext, SSL and SASL_SSL (SCRAM-SHA-512).
+async fn tls_cost(args: &Args) -> Result<()> {
+    const USER: (&str, &str) = ("bench", "bench-secret");
+    let modes = [
+        ProxySecurity::Plaintext,
+        ProxySecurity::Ssl,
+        ProxySecurity::SaslSsl,
+    ];
+    let mut totals: Vec<Totals> = modes.iter().map(|_| Totals::default()).collect();
+    let rounds = args.records.div_ceil(args.round_records.max(1));
+    for round in 0..rounds {
+        let count = args
+            .round_records
+            .min(args.records - round * args.round_records);
+        eprintln!("round {}/{rounds}: {count} records", round + 1);
+        // Rotate the order between rounds, so no mode always drains first.
+        for i in 0..modes.len() {
+            let m = (i + round as usize) % modes.len();
+            let security = modes[m];
+            let broker = DevBroker::try_start(args.brokers, &[("bench", args.partitions)])?;
+            broker.set_share_auto_offset_reset("earliest");
+            produce(
+                &broker.bootstrap(),
+                "bench",
+                numbered_records(count, args.record_bytes, args.partitions),
+                "none",
+            )
+            .await;
+            let proxy = KafkaProxy::start(
+                &broker.bootstrap(),
+                ProxyOptions::new(security)
+                    .with_mechanisms(&[SaslMechanism::ScramSha512])
+                    .with_user(USER.0, USER.1),
+            )?;
+            let mut keys = serde_json::Map::new();
+            keys.insert("security.protocol".into(), security.name().into());
+            if let Some(pki) = proxy.pki() {
+                keys.insert(
+                    "ssl.ca.location".into(),
+                    pki.ca_path.display().to_string().into(),
+                );
+            }
+            if security.uses_sasl() {
+                keys.insert("sasl.mechanism".into(), "SCRAM-SHA-512".into());
+                keys.insert("sasl.username".into(), USER.0.into());
+                keys.insert("sasl.password".into(), USER.1.into());
+            }
+            eprintln!("  draining through a {security} proxy...");
+            let keys = serde_json::Value::Object(keys).to_string();
+            let ours =
+                drain_in_child(&proxy.bootstrap(), count, args.fetch_max_records, &keys).await?;
+            if ours.records != count {
+                bail!("{security}: drained {} of {count} records", ours.records);
+            }
+            totals[m].add(ours.records, ours.seconds, ours.cpu_seconds);
+        }
+    }
+    println!(
+        "share_drain --tls-cost: {} records x {} B, {} partitions, through the test-kit proxy",
+        args.records, args.record_bytes, args.partitions
+    );
+    let plaintext = totals[0].cpu_per_record();
+    let mut missed = Vec::new();
+    for (security, total) in modes.iter().zip(&totals) {
+        let ratio = total.cpu_per_record() / plaintext.max(f64::EPSILON);
+        println!(
+            "  {:<15}: {}  CPU/record vs plaintext: {ratio:.2}",
+            security.name(),
+            total.line()
+        );
+        if ratio > args.tls_max_ratio {
+            missed.push(format!(
+                "{security} costs {ratio:.2}x plaintext's CPU per record"
+            ));
+        }
+    }
+    if !missed.is_empty() {
+        bail!(
+            "goal missed (at most {:.2}x): {}",
+            args.tls_max_ratio,
+            missed.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// Records, drain time (first record to last), CPU time and the requests the brokers received
@@ -263,9 +382,11 @@ async fn drain(
     topic: &str,
     expected: u64,
     fetch_max_records: usize,
+    security: ClientSecurity,
 ) -> Result<DrainSummary> {
     let mut config = ShareConsumerConfig::new(bootstrap, group);
     config.fetch_max_records = fetch_max_records;
+    config.security = security;
     let mut consumer = ShareConsumer::connect(config).await?;
     consumer.subscribe(&[topic]);
     let cpu_start = cpu_time();

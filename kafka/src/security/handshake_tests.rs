@@ -29,6 +29,7 @@ use super::SecuritySettings;
 use crate::connection::{Connection, ConnectionError};
 
 const T: Duration = Duration::from_secs(5);
+const ENCRYPTED_KEY_PASSWORD: &str = "key-secret";
 
 /// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate.
 struct Pki {
@@ -65,6 +66,27 @@ impl Pki {
         std::fs::write(
             dir.path().join("client.pem"),
             format!("{}{}", client_key.serialize_pem(), client.pem()),
+        )
+        .unwrap();
+        // The same key encrypted as `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it.
+        let der = client_key.serialize_der();
+        let encrypted = pkcs8::PrivateKeyInfo::try_from(der.as_slice())
+            .unwrap()
+            .encrypt_with_params(
+                pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(
+                    2048,
+                    b"spillway-test-salt",
+                    &[7u8; 16],
+                )
+                .unwrap(),
+                ENCRYPTED_KEY_PASSWORD,
+            )
+            .unwrap()
+            .to_pem("ENCRYPTED PRIVATE KEY", pkcs8::LineEnding::LF)
+            .unwrap();
+        std::fs::write(
+            dir.path().join("client-encrypted.pem"),
+            format!("{}{}", client.pem(), &*encrypted),
         )
         .unwrap();
         Pki {
@@ -550,4 +572,53 @@ async fn sasl_against_a_listener_without_it_says_so() {
     .expect_err("no SASL there");
     assert!(err.is_security_error(), "{err}");
     assert!(err.to_string().contains("does not expect SASL"), "{err}");
+}
+
+#[tokio::test]
+async fn mutual_tls_with_an_encrypted_key_and_ssl_key_password() {
+    let pki = Pki::new();
+    let addr = broker(Listener {
+        tls: Some(pki.server_config(true)),
+        sasl: None,
+    })
+    .await;
+    let ca = pki.path("ca.pem");
+    let keystore = pki.path("client-encrypted.pem");
+    let keys = |password: Option<&str>| {
+        let mut map: BTreeMap<String, String> = [
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", ca.as_str()),
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", keystore.as_str()),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        if let Some(p) = password {
+            map.insert("ssl.key.password".into(), p.into());
+        }
+        SecuritySettings::from_config(&map)
+            .unwrap()
+            .client_security()
+    };
+    let security = keys(Some(ENCRYPTED_KEY_PASSWORD)).expect("the password decrypts the key");
+    connect(&addr, &security)
+        .await
+        .expect("mTLS with the decrypted key");
+
+    let missing = keys(None)
+        .expect_err("an encrypted key without its password")
+        .to_string();
+    assert!(missing.contains("set ssl.key.password"), "{missing}");
+    let wrong = keys(Some("not-the-password"))
+        .expect_err("a wrong password")
+        .to_string();
+    assert!(
+        wrong.contains("ssl.key.password does not decrypt"),
+        "{wrong}"
+    );
+    assert!(
+        !wrong.contains("not-the-password"),
+        "the password is never shown: {wrong}"
+    );
 }

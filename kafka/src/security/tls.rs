@@ -6,12 +6,12 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use super::{PemSource, SecurityError, TlsSettings};
+use super::{Password, PemSource, SecurityError, TlsSettings};
 
 /// Opens TLS sessions over TCP connections; cheap to clone.
 #[derive(Clone)]
@@ -66,7 +66,7 @@ impl TlsConnector {
             None => builder.with_no_client_auth(),
             Some(client) => {
                 let chain = certificates(&client.chain)?;
-                let key = private_key(&client.key, client.key_password.is_some())?;
+                let key = private_key(&client.key, client.key_password.as_ref())?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| SecurityError::Pem {
@@ -158,26 +158,60 @@ fn certificates(source: &PemSource) -> Result<Vec<CertificateDer<'static>>, Secu
     Ok(certs)
 }
 
-/// The private key in a PEM source.
+/// The private key in a PEM source; an encrypted PKCS#8 key (`ENCRYPTED PRIVATE KEY`, what
+/// `openssl pkcs8 -topk8` writes and Kafka's PEM keystores read) is decrypted with
+/// `ssl.key.password`.
 fn private_key(
     source: &PemSource,
-    has_password: bool,
+    password: Option<&Password>,
 ) -> Result<PrivateKeyDer<'static>, SecurityError> {
     let text = source.read()?;
-    let encrypted = String::from_utf8_lossy(&text).contains("ENCRYPTED PRIVATE KEY");
-    PrivateKeyDer::from_pem_slice(&text).map_err(|e| SecurityError::Pem {
+    let pem_error = |reason: String| SecurityError::Pem {
         key: source.key().to_owned(),
         what: "private key",
-        reason: if encrypted {
-            format!(
-                "the key is encrypted, which the native client cannot read{}; store it decrypted \
-                 (openssl pkcs8 -topk8 -nocrypt -in key.pem -out plain-key.pem) with file permissions protecting it",
-                if has_password { " even with ssl.key.password" } else { "" }
-            )
-        } else {
-            format!("{e}; expected a -----BEGIN PRIVATE KEY----- (PKCS#8), RSA or EC key block")
-        },
+        reason,
+    };
+    if let Some(block) = encrypted_block(&text) {
+        let Some(password) = password else {
+            return Err(pem_error(
+                "the key is encrypted: set ssl.key.password to its password".into(),
+            ));
+        };
+        let (_, document) = pkcs8::Document::from_pem(block).map_err(|e| {
+            pem_error(format!(
+                "the ENCRYPTED PRIVATE KEY block cannot be read: {e}"
+            ))
+        })?;
+        let info = pkcs8::EncryptedPrivateKeyInfo::try_from(document.as_bytes()).map_err(|e| {
+            pem_error(format!(
+                "the ENCRYPTED PRIVATE KEY block is not PKCS#8: {e}"
+            ))
+        })?;
+        let decrypted = info.decrypt(password.expose()).map_err(|e| {
+            pem_error(format!(
+                "ssl.key.password does not decrypt the key ({e}); check the password, and that the \
+                 key was encrypted with PBES2 (AES) or 3DES"
+            ))
+        })?;
+        return Ok(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+            decrypted.as_bytes().to_vec(),
+        )));
+    }
+    PrivateKeyDer::from_pem_slice(&text).map_err(|e| {
+        pem_error(format!(
+            "{e}; expected a -----BEGIN PRIVATE KEY----- (PKCS#8), RSA, EC or ENCRYPTED PRIVATE KEY block"
+        ))
     })
+}
+
+/// The `ENCRYPTED PRIVATE KEY` PEM block of a file that may also hold certificates.
+fn encrypted_block(text: &[u8]) -> Option<&str> {
+    const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+    let text = std::str::from_utf8(text).ok()?;
+    let start = text.find(BEGIN)?;
+    let end = start + text[start..].find(END)? + END.len();
+    Some(&text[start..end])
 }
 
 /// Checks the chain against the trusted CAs but not the host name

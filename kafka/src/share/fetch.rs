@@ -621,7 +621,8 @@ impl BrokerTask {
                         }
                     }
                     NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH => {
-                        let leader = p.current_leader.leader_id;
+                        let (leader, leader_epoch) =
+                            (p.current_leader.leader_id, p.current_leader.leader_epoch);
                         // Acks for records acquired here must not go to the new leader (§4.7).
                         ledger.invalidate(broker, Some((&topic, p.partition_index)), |t, p| {
                             AckError::LeaderMoved {
@@ -635,6 +636,7 @@ impl BrokerTask {
                                 &topic,
                                 p.partition_index,
                                 leader,
+                                leader_epoch,
                                 endpoints.get(&leader).cloned(),
                             );
                         }
@@ -741,12 +743,15 @@ impl BrokerTask {
             }
         };
         let broker = self.broker;
-        let mut codes: HashMap<(Uuid, i32), (i16, i32)> = HashMap::new();
+        let mut codes: HashMap<(Uuid, i32), (i16, (i32, i32))> = HashMap::new();
         for t in &response.responses {
             for p in &t.partitions {
                 codes.insert(
                     (t.topic_id, p.partition_index),
-                    (p.error_code, p.current_leader.leader_id),
+                    (
+                        p.error_code,
+                        (p.current_leader.leader_id, p.current_leader.leader_epoch),
+                    ),
                 );
             }
         }
@@ -763,7 +768,7 @@ impl BrokerTask {
                 let (code, leader) = ids
                     .get(topic)
                     .and_then(|id| codes.get(&(*id, *partition)).copied())
-                    .unwrap_or((INVALID_RECORD_STATE, -1));
+                    .unwrap_or((INVALID_RECORD_STATE, (-1, -1)));
                 if ack_retriable(code) && epoch != CLOSE_EPOCH {
                     // Retried (flush: until commit_sync's deadline; else on the ack tick after
                     // a backoff), as Java's share consumer does.
@@ -783,12 +788,13 @@ impl BrokerTask {
                 }
             }
         }
-        for (topic, partition, leader) in moved {
+        for (topic, partition, (leader, leader_epoch)) in moved {
             if leader >= 0 {
                 self.ctx.cluster.set_leader(
                     &topic,
                     partition,
                     leader,
+                    leader_epoch,
                     endpoints.get(&leader).cloned(),
                 );
             }

@@ -28,6 +28,7 @@ use uuid::Uuid;
 use super::ShareError;
 use crate::backoff::Backoff;
 use crate::cluster::Cluster;
+use crate::connection::ConnectionError;
 use crate::error_name;
 
 const HEARTBEAT_KEY: i16 = 76;
@@ -154,21 +155,20 @@ impl MemberState {
             }
             CoordinatorNotAvailable | NotCoordinator => Outcome::FindCoordinator,
             CoordinatorLoadInProgress => Outcome::Retry,
+            // Java's share consumer raises a topic authorization failure to the application,
+            // and Connect fails the task: retrying cannot grant the ACL.
             GroupIdNotFound
             | InvalidRequest
             | GroupMaxSizeReached
             | UnsupportedVersion
-            | GroupAuthorizationFailed => Outcome::Fatal(
+            | GroupAuthorizationFailed
+            | TopicAuthorizationFailed => Outcome::Fatal(
                 r.error_code,
                 r.error_message
                     .as_ref()
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
             ),
-            TopicAuthorizationFailed => {
-                warn!(member = %self.member_id, "heartbeat: not authorised for a subscribed topic");
-                Outcome::Retry
-            }
             _ => Outcome::Retry,
         }
     }
@@ -253,11 +253,8 @@ pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
                 }
                 Ok(Outcome::Retry) => wait = retry.next_wait(),
                 Ok(Outcome::Fatal(code, message)) => {
-                    let mut message = if message.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {message}")
-                    };
+                    let mut message =
+                        fatal_detail(code, &message, &link.group, &state.subscription);
                     if code == ResponseError::GroupIdNotFound.code() && state.epoch == 0 {
                         // Kafka 4.2 refuses a share member for an id another type of group
                         // holds ("Group <id> is not a share group.").
@@ -329,14 +326,48 @@ async fn beat(
     let request = state.request(group_id);
     let sent_subscription = request.subscribed_topic_names.is_some();
     // v1 only: v0 (Kafka 4.0 early access) has another layout and the crate lacks it.
-    let version = conn
-        .pick(HEARTBEAT_KEY, HEARTBEAT_VERSION, HEARTBEAT_VERSION)
-        .map_err(|e| e.to_string())?;
+    let version = match conn.pick(HEARTBEAT_KEY, HEARTBEAT_VERSION, HEARTBEAT_VERSION) {
+        Ok(version) => version,
+        // A broker that does not offer ShareGroupHeartbeat v1 never will: no retry helps.
+        Err(
+            e @ (ConnectionError::UnsupportedApi { .. } | ConnectionError::NoCommonVersion { .. }),
+        ) => {
+            return Ok(Outcome::Fatal(UNSUPPORTED_VERSION, e.to_string()));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let response = conn
         .request(&request, version, link.request_timeout)
         .await
         .map_err(|e| e.to_string())?;
     Ok(state.on_response(sent_subscription, &response))
+}
+
+/// Kafka's UNSUPPORTED_VERSION, also used when the broker does not offer the heartbeat at all.
+const UNSUPPORTED_VERSION: i16 = 35;
+
+/// The text of a fatal heartbeat error: the broker's message, then what the operator must
+/// change (the broker requirement, or the ACL to grant).
+fn fatal_detail(code: i16, broker_message: &str, group: &str, topics: &[String]) -> String {
+    let advice = match ResponseError::try_from_code(code) {
+        Some(ResponseError::UnsupportedVersion) => Some(
+            "the broker does not support share groups (ShareGroupHeartbeat v1): they need Apache Kafka 4.1 or later with share groups enabled (feature share.version=1: kafka-features.sh --bootstrap-server <broker> upgrade --feature share.version=1); on an older cluster run the connector in classic mode (remove consumer.override.group.protocol=share)".to_owned(),
+        ),
+        Some(ResponseError::GroupAuthorizationFailed) => Some(format!(
+            "the principal may not use share group '{group}': grant it READ on GROUP '{group}' (kafka-acls.sh --add --allow-principal User:<name> --operation Read --group '{group}')"
+        )),
+        Some(ResponseError::TopicAuthorizationFailed) => Some(format!(
+            "the principal may not read the subscribed topic(s) {}: grant it READ on each TOPIC (kafka-acls.sh --add --allow-principal User:<name> --operation Read --topic <topic>)",
+            topics.join(", ")
+        )),
+        _ => None,
+    };
+    match (broker_message.is_empty(), advice) {
+        (true, None) => String::new(),
+        (true, Some(advice)) => format!(": {advice}"),
+        (false, None) => format!(": {broker_message}"),
+        (false, Some(advice)) => format!(": {broker_message}; {advice}"),
+    }
 }
 
 /// Leave the group (epoch -1); best effort, the session timeout removes us otherwise.
@@ -546,5 +577,26 @@ mod tests {
             s.on_response(false, &response(30, 0, None)),
             Outcome::Fatal(30, _)
         ));
+    }
+
+    #[test]
+    fn authorization_and_version_errors_are_fatal_and_say_what_to_change() {
+        let mut s = MemberState::new("m".into());
+        for code in [29, 30, 35] {
+            assert!(
+                matches!(s.on_response(false, &response(code, 0, None)), Outcome::Fatal(c, _) if c == code),
+                "{code}"
+            );
+        }
+        let topics = vec!["orders".to_owned()];
+        let detail = |code| fatal_detail(code, "", "connect-share-x", &topics);
+        assert!(detail(29).contains("READ on each TOPIC") && detail(29).contains("orders"));
+        assert!(detail(30).contains("READ on GROUP 'connect-share-x'"));
+        assert!(detail(35).contains("Apache Kafka 4.1") && detail(35).contains("share.version"));
+        assert_eq!(
+            fatal_detail(24, "bad", "g", &topics),
+            ": bad",
+            "other errors keep the broker's message"
+        );
     }
 }
