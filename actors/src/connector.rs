@@ -1,6 +1,7 @@
 //! ConnectorActor: one connector. It starts the plugin, splits its configuration into task
 //! configurations, runs each task on its own thread, restarts a failed task with backoff
-//! (after `task.restart.max.attempts` restarts in a row it stays FAILED with its error trace),
+//! (after `task.restart.max.attempts` restarts in a row, or at once after a failure a restart
+//! cannot help, it stays FAILED with its error trace),
 //! changes the number of tasks while records flow, and stops every task gracefully.
 
 use std::collections::BTreeMap;
@@ -444,6 +445,7 @@ impl Handler<TaskEvent> for ConnectorActor {
                 task,
                 generation,
                 trace,
+                for_good,
             } => {
                 let max = self.plan.settings.restart_max_attempts;
                 let stopping = self.stopping;
@@ -470,6 +472,11 @@ impl Handler<TaskEvent> for ConnectorActor {
                         self.board.set_task(&name, task, State::Failed, Some(trace));
                     }
                     self.finish_stop_if_done();
+                    return;
+                }
+                if for_good {
+                    error!(connector = %name, task, trace = %trace, "task failed for good: a restart cannot help");
+                    self.board.set_task(&name, task, State::Failed, Some(trace));
                     return;
                 }
                 slot.restarts += 1;

@@ -30,6 +30,7 @@ use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
+use crate::lock_retry::LockFacts;
 use crate::messages::{
     Acknowledged, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent, TaskFailure,
     Unsettled,
@@ -73,6 +74,14 @@ pub struct ConsumerActor {
     busy: bool,
     draining: bool,
     failure: Option<String>,
+    /// The failure is for good: the task stays FAILED instead of being restarted.
+    failure_for_good: bool,
+    /// What the sink stage's retries need to know of the locks (lock duration, commit time).
+    lock_facts: LockFacts,
+    /// Share mode: the target is failing; no poll (and no fetch) before this instant.
+    fetch_paused_until: Option<Instant>,
+    /// A wake-up is scheduled for the end of the fetch pause.
+    pause_wakeup: bool,
     /// Shared with the converter and sink stages: set once the task is going to fail.
     failing: Failing,
     /// `task.shutdown.graceful.timeout.ms`: how long a stop may take.
@@ -139,6 +148,8 @@ pub struct ConsumerSetup {
     pub failing: Failing,
     /// This actor's address as its batches' owner ([`ConsumerActor::batch_owner`]).
     pub owner: Arc<dyn BatchOwner>,
+    /// Shared with the sink stage: the lock duration and commit time it retries within.
+    pub lock_facts: LockFacts,
 }
 
 /// A batch's verdicts as the consumer applies and commits them.
@@ -146,8 +157,10 @@ struct Settlement {
     seq: u64,
     acks: Vec<Ack>,
     fail_task: Option<String>,
+    fail_for_good: bool,
     trace: BatchTrace,
     start_offsets: BTreeMap<TopicPartition, i64>,
+    pause_fetch_until: Option<Instant>,
 }
 
 /// One batch between poll and commit.
@@ -240,6 +253,10 @@ impl ConsumerActor {
             busy: false,
             draining: false,
             failure: None,
+            failure_for_good: false,
+            lock_facts: s.lock_facts,
+            fetch_paused_until: None,
+            pause_wakeup: false,
             failing: s.failing,
             shutdown_timeout: s.shutdown_timeout,
             stop_scheduled: false,
@@ -261,6 +278,14 @@ impl ConsumerActor {
     /// batches they still get), commit, leave the group, then report `Failed` with the first
     /// failure's trace.
     fn fail(&mut self, ctx: &mut Context<Self>, trace: String) {
+        self.fail_as(ctx, trace, false);
+    }
+
+    /// Like [`fail`](Self::fail); `for_good`: a restart cannot help, the task stays FAILED.
+    fn fail_as(&mut self, ctx: &mut Context<Self>, trace: String, for_good: bool) {
+        if self.failure.is_none() {
+            self.failure_for_good = for_good;
+        }
         self.failing.set();
         if self.failure.is_none() {
             warn!(task = self.task, trace = %trace, "task failing; releasing its records in flight");
@@ -320,8 +345,10 @@ impl ConsumerActor {
             seq,
             acks,
             fail_task: None,
+            fail_for_good: false,
             trace: BatchTrace::default(),
             start_offsets: BTreeMap::new(),
+            pause_fetch_until: None,
         });
         self.parked = false;
         Some(n)
@@ -348,11 +375,36 @@ impl ConsumerActor {
             }
         } else if self.batches.len() < self.max_inflight
             && !self.parked
+            && !self.fetch_paused(ctx)
             && !self.inflight_bytes_full(ctx)
             && !self.over_budget(ctx)
         {
             self.poll_step(ctx);
         }
+    }
+
+    /// True while the sink stage asked for a pause of fetching (its target is failing); then
+    /// a wake-up is scheduled for its end.
+    fn fetch_paused(&mut self, ctx: &mut Context<Self>) -> bool {
+        let Some(until) = self.fetch_paused_until else {
+            return false;
+        };
+        let now = Instant::now();
+        if now >= until {
+            self.fetch_paused_until = None;
+            if let Some(source) = self.source.as_mut() {
+                source.pause_fetching(None);
+            }
+            return false;
+        }
+        if !self.pause_wakeup {
+            self.pause_wakeup = true;
+            ctx.run_later(until - now, |act, ctx| {
+                act.pause_wakeup = false;
+                act.step(ctx);
+            });
+        }
+        true
     }
 
     /// True while the tenant's budget has not paid for the records already polled; then a
@@ -418,6 +470,7 @@ impl ConsumerActor {
             let result = result.unwrap_or_else(|panic| {
                 Err(RuntimeError::Source(format!("the consumer's poll {panic}")))
             });
+            act.lock_facts.set_lock_duration(source.lock_duration());
             if let Some(n) = source.partition_count() {
                 act.counters
                     .metrics
@@ -538,7 +591,17 @@ impl ConsumerActor {
             .iter()
             .flat_map(|b| b.acks.iter().cloned())
             .collect();
-        let failure = batches.iter().find_map(|b| b.fail_task.clone());
+        let failure = batches
+            .iter()
+            .find_map(|b| b.fail_task.clone().map(|trace| (trace, b.fail_for_good)));
+        // The target is failing: no new records until its next attempt (set before the
+        // commit, whose acknowledgement would otherwise be followed by a fetch at once).
+        if let Some(until) = batches.iter().filter_map(|b| b.pause_fetch_until).max() {
+            if self.failure.is_none() && !self.draining {
+                source.pause_fetching(Some(until));
+                self.fetch_paused_until = Some(until);
+            }
+        }
         let start_offsets: BTreeMap<TopicPartition, i64> = batches
             .iter()
             .flat_map(|b| b.start_offsets.iter().map(|(tp, o)| (tp.clone(), *o)))
@@ -586,6 +649,7 @@ impl ConsumerActor {
             act.source = Some(source);
             act.busy = false;
             act.parked = false;
+            act.lock_facts.set_commit_time(elapsed);
             // Done with, committed or not (what was not is redelivered by the broker).
             for seq in &seqs {
                 act.held.remove(seq);
@@ -645,7 +709,7 @@ impl ConsumerActor {
             }
             match failure {
                 // errors.tolerance=none: this batch is committed; the task fails now.
-                Some(trace) => act.fail(ctx, trace),
+                Some((trace, for_good)) => act.fail_as(ctx, trace, for_good),
                 None => act.step(ctx),
             }
         }));
@@ -705,6 +769,7 @@ impl ConsumerActor {
                     task: act.task,
                     generation: act.generation,
                     trace,
+                    for_good: act.failure_for_good,
                 },
                 None => TaskEvent::Stopped {
                     task: act.task,
@@ -748,6 +813,7 @@ impl Actor for ConsumerActor {
             act.busy = false;
             match result {
                 Ok(source) => {
+                    act.lock_facts.set_extension(source.lock_extension());
                     info!(
                         generation = act.generation,
                         "task started: its consumer is connected"
@@ -788,8 +854,10 @@ impl Handler<Settled> for ConsumerActor {
             seq,
             acks: msg.acks,
             fail_task: msg.fail_task,
+            fail_for_good: msg.fail_for_good,
             trace: msg.trace,
             start_offsets: msg.start_offsets,
+            pause_fetch_until: msg.pause_fetch_until,
         });
         self.parked = false;
         self.step(ctx);

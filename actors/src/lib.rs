@@ -21,6 +21,7 @@ pub mod dead_letter;
 pub mod egress;
 pub mod error;
 pub mod limits;
+pub mod lock_retry;
 pub mod messages;
 pub mod metrics;
 pub mod panic_guard;

@@ -13,6 +13,7 @@ use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::messages::{Drain, Failing, Reporter};
 use crate::settings::TaskSettings;
+use crate::lock_retry::LockFacts;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
 use crate::telemetry::{self, TaskIdentity};
@@ -99,6 +100,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             inflight_bytes,
         } = spec;
         let failing = Failing::default();
+        let lock_facts = LockFacts::default();
         let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
         let sink = SinkActor::new(
             sink_task,
@@ -113,6 +115,9 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
                 config: task_config,
                 counters: Arc::clone(&counters),
                 failing: failing.clone(),
+                delivery_attempt_limit: settings.delivery_attempt_limit,
+                retry_lock_margin: settings.retry_lock_margin,
+                lock_facts: lock_facts.clone(),
             },
         )
         .start();
@@ -133,6 +138,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             inflight_bytes,
             identity,
             failing,
+            lock_facts,
             owner: ConsumerActor::batch_owner(ctx.address()),
         })
     });
