@@ -8,6 +8,12 @@
 //! batches in flight, commits, leaves the group, passes [`Finish`] down the pipeline and
 //! reports the task's final event.
 //!
+//! Share mode: a batch whose records the sink stage gave up still failing (its target is down)
+//! comes back with a time before which nothing new is fetched (`pause_fetch_until`): the pause
+//! is set on the share consumer before the releases are committed, and no poll starts before
+//! it ends, so no record spends a delivery waiting out its lock meanwhile
+//! ([`crate::lock_retry`]).
+//!
 //! Nothing waits for a lock to expire when the task already knows a batch is lost: each batch
 //! carries a [`BatchAck`], and one dropped unsettled anywhere in the pipeline (a panic, a
 //! failed `put`, a failing task) comes back as [`Unsettled`]; the consumer keeps every batch's
