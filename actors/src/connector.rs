@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use crate::lock_retry::TargetHealth;
 use futures::FutureExt;
 use spillway_connectors::runtime_keys::{
     FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
@@ -78,6 +79,8 @@ pub struct ConnectorActor {
     slots: BTreeMap<u32, Slot>,
     stopping: bool,
     stop_waiters: Vec<oneshot::Sender<()>>,
+    /// Shared by the tasks: a success of one ends the others' fetch pauses (share mode).
+    target_health: TargetHealth,
 }
 
 /// Change the number of tasks.
@@ -122,6 +125,7 @@ impl ConnectorActor {
             slots: BTreeMap::new(),
             stopping: false,
             stop_waiters: Vec::new(),
+            target_health: TargetHealth::default(),
         }
     }
 
@@ -258,6 +262,7 @@ impl ConnectorActor {
             reporter: Self::reporter(ctx),
             throttle: plan.scope.throttle.clone(),
             inflight_bytes: plan.scope.inflight.clone(),
+            target_health: self.target_health.clone(),
         })
     }
 

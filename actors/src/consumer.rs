@@ -36,7 +36,7 @@ use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
-use crate::lock_retry::LockFacts;
+use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
     Acknowledged, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent, TaskFailure,
     Unsettled,
@@ -88,6 +88,10 @@ pub struct ConsumerActor {
     fetch_paused_until: Option<Instant>,
     /// A wake-up is scheduled for the end of the fetch pause.
     pause_wakeup: bool,
+    /// The connector's successful puts, and their count when the pause began: a success of
+    /// another task ends the pause early.
+    target_health: TargetHealth,
+    successes_at_pause: u64,
     /// Shared with the converter and sink stages: set once the task is going to fail.
     failing: Failing,
     /// `task.shutdown.graceful.timeout.ms`: how long a stop may take.
@@ -124,6 +128,9 @@ pub struct ConsumerActor {
 /// (`fetch_buffer_batches`), which its commit does.
 const POLL_WHILE_IN_FLIGHT: Duration = Duration::from_millis(2);
 
+/// How often a task paused between deliveries looks for another task's success.
+const PAUSE_CHECK: Duration = Duration::from_millis(200);
+
 /// How often a task whose tenant's in-flight bytes budget is full looks again: another task
 /// of the tenant may commit meanwhile, and only this task's own commits wake it.
 const INFLIGHT_RECHECK: Duration = Duration::from_millis(20);
@@ -156,6 +163,8 @@ pub struct ConsumerSetup {
     pub owner: Arc<dyn BatchOwner>,
     /// Shared with the sink stage: the lock duration and commit time it retries within.
     pub lock_facts: LockFacts,
+    /// Shared by the connector's tasks.
+    pub target_health: TargetHealth,
 }
 
 /// A batch's verdicts as the consumer applies and commits them.
@@ -263,6 +272,8 @@ impl ConsumerActor {
             lock_facts: s.lock_facts,
             fetch_paused_until: None,
             pause_wakeup: false,
+            target_health: s.target_health,
+            successes_at_pause: 0,
             failing: s.failing,
             shutdown_timeout: s.shutdown_timeout,
             stop_scheduled: false,
@@ -396,7 +407,11 @@ impl ConsumerActor {
             return false;
         };
         let now = Instant::now();
-        if now >= until {
+        let target_back = self.target_health.successes() != self.successes_at_pause;
+        if now >= until || target_back {
+            if target_back && now < until {
+                info!(task = self.task, "another task's put succeeded: the target is back, fetching again");
+            }
             self.fetch_paused_until = None;
             if let Some(source) = self.source.as_mut() {
                 source.pause_fetching(None);
@@ -405,7 +420,8 @@ impl ConsumerActor {
         }
         if !self.pause_wakeup {
             self.pause_wakeup = true;
-            ctx.run_later(until - now, |act, ctx| {
+            // Looks again at least every PAUSE_CHECK for another task's success.
+            ctx.run_later((until - now).min(PAUSE_CHECK), |act, ctx| {
                 act.pause_wakeup = false;
                 act.step(ctx);
             });
@@ -606,6 +622,7 @@ impl ConsumerActor {
             if self.failure.is_none() && !self.draining {
                 source.pause_fetching(Some(until));
                 self.fetch_paused_until = Some(until);
+                self.successes_at_pause = self.target_health.successes();
             }
         }
         let start_offsets: BTreeMap<TopicPartition, i64> = batches

@@ -14,6 +14,9 @@
 //! that `group.share.delivery.count.limit` deliveries stretch over an outage many lock
 //! durations long: with a 3 s lock and the limit 5, about 50 s.
 //!
+//! A success of any task of the connector ([`TargetHealth`]) ends the other tasks' pauses: the
+//! target is back, and a task still waiting would only slow the recovery down.
+//!
 //! The backoff outlives a batch: while the target keeps failing, the next batch's first
 //! attempt also waits for the backoff (as far as its own locks allow); a success resets it.
 //!
@@ -106,6 +109,24 @@ impl LockFacts {
             None => LockExtension::Available,
             Some(why) => LockExtension::Unavailable(why),
         }
+    }
+}
+
+/// Puts that succeeded in any task of one connector, counted: the connector's tasks share one
+/// target, so one task's success tells the others, paused between deliveries, that it is
+/// back. A paused task ends its pause when the count moved since the pause began.
+#[derive(Debug, Clone, Default)]
+pub struct TargetHealth(Arc<AtomicU64>);
+
+impl TargetHealth {
+    /// A put of this connector succeeded.
+    pub fn succeeded(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Successes so far (compare two readings).
+    pub fn successes(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
     }
 }
 

@@ -51,7 +51,7 @@ use crate::messages::{
 use crate::dead_letter::with_reason;
 use crate::lock_retry::{
     commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure, GiveUpReason,
-    LockExtension, LockFacts, RetryState, Window,
+    LockExtension, LockFacts, RetryState, TargetHealth, Window,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -76,6 +76,8 @@ pub struct SinkContext {
     pub retry_lock_margin: Duration,
     /// Share mode: the lock duration and commit time, from the consumer.
     pub lock_facts: LockFacts,
+    /// Shared by the connector's tasks: told of every successful put.
+    pub target_health: TargetHealth,
 }
 
 /// What the sink stage keeps from batch to batch to retry within the locks.
@@ -635,6 +637,7 @@ async fn put_with_retries(
         }
         if any_ok {
             retries.state.succeeded();
+            ctx.target_health.succeeded();
         }
         if retry.is_empty() {
             return None;

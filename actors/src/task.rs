@@ -13,7 +13,7 @@ use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::messages::{Drain, Failing, Reporter};
 use crate::settings::TaskSettings;
-use crate::lock_retry::LockFacts;
+use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
 use crate::telemetry::{self, TaskIdentity};
@@ -43,6 +43,8 @@ pub struct TaskSpec {
     pub throttle: Option<Arc<Throttle>>,
     /// The tenant's in-flight bytes budget, shared with its other tasks.
     pub inflight_bytes: Option<Arc<InflightBytes>>,
+    /// Shared by the connector's tasks: a success of one ends the others' fetch pauses.
+    pub target_health: TargetHealth,
 }
 
 /// A running task.
@@ -98,6 +100,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             reporter,
             throttle,
             inflight_bytes,
+            target_health,
         } = spec;
         let failing = Failing::default();
         let lock_facts = LockFacts::default();
@@ -118,6 +121,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
                 delivery_attempt_limit: settings.delivery_attempt_limit,
                 retry_lock_margin: settings.retry_lock_margin,
                 lock_facts: lock_facts.clone(),
+                target_health: target_health.clone(),
             },
         )
         .start();
@@ -139,6 +143,7 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             identity,
             failing,
             lock_facts,
+            target_health,
             owner: ConsumerActor::batch_owner(ctx.address()),
         })
     });
@@ -500,6 +505,7 @@ mod tests {
             }),
             throttle: o.throttle,
             inflight_bytes: o.inflight_bytes,
+            target_health: TargetHealth::default(),
         });
         Run {
             seen,
