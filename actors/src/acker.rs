@@ -53,8 +53,10 @@ fn settle(verdicts: Verdicts) -> Settled {
             })
             .collect(),
         fail_task: verdicts.fail_task,
+        fail_for_good: verdicts.fail_for_good,
         trace: verdicts.trace,
         start_offsets: verdicts.start_offsets,
+        pause_fetch_until: verdicts.pause_fetch_until,
     }
 }
 

@@ -1,12 +1,14 @@
 //! ConnectorActor: one connector. It starts the plugin, splits its configuration into task
 //! configurations, runs each task on its own thread, restarts a failed task with backoff
-//! (after `task.restart.max.attempts` restarts in a row it stays FAILED with its error trace),
+//! (after `task.restart.max.attempts` restarts in a row, or at once after a failure a restart
+//! cannot help, it stays FAILED with its error trace),
 //! changes the number of tasks while records flow, and stops every task gracefully.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use crate::lock_retry::TargetHealth;
 use futures::FutureExt;
 use spillway_connectors::runtime_keys::{
     FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
@@ -85,6 +87,8 @@ pub struct ConnectorActor {
     stop_waiters: Vec<oneshot::Sender<()>>,
     /// Setting up the group and topics: tasks start when it is done.
     preparing: bool,
+    /// Shared by the tasks: a success of one ends the others' fetch pauses (share mode).
+    target_health: TargetHealth,
 }
 
 /// Change the number of tasks.
@@ -130,6 +134,7 @@ impl ConnectorActor {
             stopping: false,
             stop_waiters: Vec::new(),
             preparing: false,
+            target_health: TargetHealth::default(),
         }
     }
 
@@ -266,6 +271,7 @@ impl ConnectorActor {
             reporter: Self::reporter(ctx),
             throttle: plan.scope.throttle.clone(),
             inflight_bytes: plan.scope.inflight.clone(),
+            target_health: self.target_health.clone(),
         })
     }
 
@@ -496,6 +502,7 @@ impl Handler<TaskEvent> for ConnectorActor {
                 task,
                 generation,
                 trace,
+                for_good,
             } => {
                 let max = self.plan.settings.restart_max_attempts;
                 let stopping = self.stopping;
@@ -522,6 +529,11 @@ impl Handler<TaskEvent> for ConnectorActor {
                         self.board.set_task(&name, task, State::Failed, Some(trace));
                     }
                     self.finish_stop_if_done();
+                    return;
+                }
+                if for_good {
+                    error!(connector = %name, task, trace = %trace, "task failed for good: a restart cannot help");
+                    self.board.set_task(&name, task, State::Failed, Some(trace));
                     return;
                 }
                 slot.restarts += 1;

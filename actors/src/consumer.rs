@@ -8,6 +8,12 @@
 //! batches in flight, commits, leaves the group, passes [`Finish`] down the pipeline and
 //! reports the task's final event.
 //!
+//! Share mode: a batch whose records the sink stage gave up still failing (its target is down)
+//! comes back with a time before which nothing new is fetched (`pause_fetch_until`): the pause
+//! is set on the share consumer before the releases are committed, and no poll starts before
+//! it ends, so no record spends a delivery waiting out its lock meanwhile
+//! ([`crate::lock_retry`]).
+//!
 //! Nothing waits for a lock to expire when the task already knows a batch is lost: each batch
 //! carries a [`BatchAck`], and one dropped unsettled anywhere in the pipeline (a panic, a
 //! failed `put`, a failing task) comes back as [`Unsettled`]; the consumer keeps every batch's
@@ -30,6 +36,7 @@ use tracing::{info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
+use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
     Acknowledged, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent, TaskFailure,
     Unsettled,
@@ -73,6 +80,18 @@ pub struct ConsumerActor {
     busy: bool,
     draining: bool,
     failure: Option<String>,
+    /// The failure is for good: the task stays FAILED instead of being restarted.
+    failure_for_good: bool,
+    /// What the sink stage's retries need to know of the locks (lock duration, commit time).
+    lock_facts: LockFacts,
+    /// Share mode: the target is failing; no poll (and no fetch) before this instant.
+    fetch_paused_until: Option<Instant>,
+    /// A wake-up is scheduled for the end of the fetch pause.
+    pause_wakeup: bool,
+    /// The connector's successful puts, and their count when the pause began: a success of
+    /// another task ends the pause early.
+    target_health: TargetHealth,
+    successes_at_pause: u64,
     /// Shared with the converter and sink stages: set once the task is going to fail.
     failing: Failing,
     /// `task.shutdown.graceful.timeout.ms`: how long a stop may take.
@@ -109,6 +128,9 @@ pub struct ConsumerActor {
 /// (`fetch_buffer_batches`), which its commit does.
 const POLL_WHILE_IN_FLIGHT: Duration = Duration::from_millis(2);
 
+/// How often a task paused between deliveries looks for another task's success.
+const PAUSE_CHECK: Duration = Duration::from_millis(200);
+
 /// How often a task whose tenant's in-flight bytes budget is full looks again: another task
 /// of the tenant may commit meanwhile, and only this task's own commits wake it.
 const INFLIGHT_RECHECK: Duration = Duration::from_millis(20);
@@ -139,6 +161,10 @@ pub struct ConsumerSetup {
     pub failing: Failing,
     /// This actor's address as its batches' owner ([`ConsumerActor::batch_owner`]).
     pub owner: Arc<dyn BatchOwner>,
+    /// Shared with the sink stage: the lock duration and commit time it retries within.
+    pub lock_facts: LockFacts,
+    /// Shared by the connector's tasks.
+    pub target_health: TargetHealth,
 }
 
 /// A batch's verdicts as the consumer applies and commits them.
@@ -146,8 +172,10 @@ struct Settlement {
     seq: u64,
     acks: Vec<Ack>,
     fail_task: Option<String>,
+    fail_for_good: bool,
     trace: BatchTrace,
     start_offsets: BTreeMap<TopicPartition, i64>,
+    pause_fetch_until: Option<Instant>,
 }
 
 /// One batch between poll and commit.
@@ -240,6 +268,12 @@ impl ConsumerActor {
             busy: false,
             draining: false,
             failure: None,
+            failure_for_good: false,
+            lock_facts: s.lock_facts,
+            fetch_paused_until: None,
+            pause_wakeup: false,
+            target_health: s.target_health,
+            successes_at_pause: 0,
             failing: s.failing,
             shutdown_timeout: s.shutdown_timeout,
             stop_scheduled: false,
@@ -261,6 +295,14 @@ impl ConsumerActor {
     /// batches they still get), commit, leave the group, then report `Failed` with the first
     /// failure's trace.
     fn fail(&mut self, ctx: &mut Context<Self>, trace: String) {
+        self.fail_as(ctx, trace, false);
+    }
+
+    /// Like [`fail`](Self::fail); `for_good`: a restart cannot help, the task stays FAILED.
+    fn fail_as(&mut self, ctx: &mut Context<Self>, trace: String, for_good: bool) {
+        if self.failure.is_none() {
+            self.failure_for_good = for_good;
+        }
         self.failing.set();
         if self.failure.is_none() {
             warn!(task = self.task, trace = %trace, "task failing; releasing its records in flight");
@@ -320,8 +362,10 @@ impl ConsumerActor {
             seq,
             acks,
             fail_task: None,
+            fail_for_good: false,
             trace: BatchTrace::default(),
             start_offsets: BTreeMap::new(),
+            pause_fetch_until: None,
         });
         self.parked = false;
         Some(n)
@@ -348,11 +392,41 @@ impl ConsumerActor {
             }
         } else if self.batches.len() < self.max_inflight
             && !self.parked
+            && !self.fetch_paused(ctx)
             && !self.inflight_bytes_full(ctx)
             && !self.over_budget(ctx)
         {
             self.poll_step(ctx);
         }
+    }
+
+    /// True while the sink stage asked for a pause of fetching (its target is failing); then
+    /// a wake-up is scheduled for its end.
+    fn fetch_paused(&mut self, ctx: &mut Context<Self>) -> bool {
+        let Some(until) = self.fetch_paused_until else {
+            return false;
+        };
+        let now = Instant::now();
+        let target_back = self.target_health.successes() != self.successes_at_pause;
+        if now >= until || target_back {
+            if target_back && now < until {
+                info!(task = self.task, "another task's put succeeded: the target is back, fetching again");
+            }
+            self.fetch_paused_until = None;
+            if let Some(source) = self.source.as_mut() {
+                source.pause_fetching(None);
+            }
+            return false;
+        }
+        if !self.pause_wakeup {
+            self.pause_wakeup = true;
+            // Looks again at least every PAUSE_CHECK for another task's success.
+            ctx.run_later((until - now).min(PAUSE_CHECK), |act, ctx| {
+                act.pause_wakeup = false;
+                act.step(ctx);
+            });
+        }
+        true
     }
 
     /// True while the tenant's budget has not paid for the records already polled; then a
@@ -418,6 +492,7 @@ impl ConsumerActor {
             let result = result.unwrap_or_else(|panic| {
                 Err(RuntimeError::Source(format!("the consumer's poll {panic}")))
             });
+            act.lock_facts.set_lock_duration(source.lock_duration());
             if let Some(n) = source.partition_count() {
                 act.counters
                     .metrics
@@ -538,7 +613,18 @@ impl ConsumerActor {
             .iter()
             .flat_map(|b| b.acks.iter().cloned())
             .collect();
-        let failure = batches.iter().find_map(|b| b.fail_task.clone());
+        let failure = batches
+            .iter()
+            .find_map(|b| b.fail_task.clone().map(|trace| (trace, b.fail_for_good)));
+        // The target is failing: no new records until its next attempt (set before the
+        // commit, whose acknowledgement would otherwise be followed by a fetch at once).
+        if let Some(until) = batches.iter().filter_map(|b| b.pause_fetch_until).max() {
+            if self.failure.is_none() && !self.draining {
+                source.pause_fetching(Some(until));
+                self.fetch_paused_until = Some(until);
+                self.successes_at_pause = self.target_health.successes();
+            }
+        }
         let start_offsets: BTreeMap<TopicPartition, i64> = batches
             .iter()
             .flat_map(|b| b.start_offsets.iter().map(|(tp, o)| (tp.clone(), *o)))
@@ -586,6 +672,7 @@ impl ConsumerActor {
             act.source = Some(source);
             act.busy = false;
             act.parked = false;
+            act.lock_facts.set_commit_time(elapsed);
             // Done with, committed or not (what was not is redelivered by the broker).
             for seq in &seqs {
                 act.held.remove(seq);
@@ -645,7 +732,7 @@ impl ConsumerActor {
             }
             match failure {
                 // errors.tolerance=none: this batch is committed; the task fails now.
-                Some(trace) => act.fail(ctx, trace),
+                Some((trace, for_good)) => act.fail_as(ctx, trace, for_good),
                 None => act.step(ctx),
             }
         }));
@@ -705,6 +792,7 @@ impl ConsumerActor {
                     task: act.task,
                     generation: act.generation,
                     trace,
+                    for_good: act.failure_for_good,
                 },
                 None => TaskEvent::Stopped {
                     task: act.task,
@@ -748,6 +836,7 @@ impl Actor for ConsumerActor {
             act.busy = false;
             match result {
                 Ok(source) => {
+                    act.lock_facts.set_extension(source.lock_extension());
                     info!(
                         generation = act.generation,
                         "task started: its consumer is connected"
@@ -788,8 +877,10 @@ impl Handler<Settled> for ConsumerActor {
             seq,
             acks: msg.acks,
             fail_task: msg.fail_task,
+            fail_for_good: msg.fail_for_good,
             trace: msg.trace,
             start_offsets: msg.start_offsets,
+            pause_fetch_until: msg.pause_fetch_until,
         });
         self.parked = false;
         self.step(ctx);

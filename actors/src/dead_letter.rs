@@ -5,8 +5,26 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use spillway_core::dead_letter::ERROR_HEADER_PREFIX;
 use spillway_core::DeadLetterRecord;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord};
+
+/// Why Spillway dead-lettered a record when Connect has no header for it (share mode: the
+/// record was still failing on its last allowed delivery). Written whether or not
+/// `errors.deadletterqueue.context.headers.enable` is set: it is the only trace of why the
+/// record left the share group.
+pub const REASON_HEADER: &str = "reason";
+
+/// `letter` with `__connect.errors.reason` set to `reason`.
+pub fn with_reason(mut letter: DeadLetterRecord, reason: &str) -> DeadLetterRecord {
+    let name = format!("{ERROR_HEADER_PREFIX}{REASON_HEADER}");
+    letter.headers.retain(|(k, _)| *k != name);
+    letter
+        .headers
+        .push((name, Some(Bytes::copy_from_slice(reason.as_bytes()))));
+    letter
+}
 
 /// Where dead letters go. Shared by a connector's tasks.
 #[async_trait]
@@ -46,5 +64,29 @@ impl DeadLetterWriter for ProducerDeadLetters {
             .into_iter()
             .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_header_is_connects_prefix_and_replaces_an_older_reason() {
+        let letter = DeadLetterRecord {
+            topic: "dlq".into(),
+            key: None,
+            value: None,
+            headers: vec![("__connect.errors.reason".into(), Some(Bytes::from_static(b"old")))],
+            timestamp: None,
+        };
+        let letter = with_reason(letter, "still failing on its last allowed delivery");
+        assert_eq!(
+            letter.headers,
+            vec![(
+                "__connect.errors.reason".to_owned(),
+                Some(Bytes::from_static(b"still failing on its last allowed delivery"))
+            )]
+        );
     }
 }

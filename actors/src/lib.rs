@@ -22,6 +22,7 @@ pub mod egress;
 pub mod error;
 pub mod group_ids;
 pub mod limits;
+pub mod lock_retry;
 pub mod messages;
 pub mod metrics;
 pub mod panic_guard;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use actix::Message;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use spillway_core::{
     Ack, BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
@@ -77,10 +78,17 @@ pub struct Verdicts {
     /// Set when a record failed under `errors.tolerance=none`: the task fails once this
     /// batch's verdicts are committed.
     pub fail_task: Option<String>,
+    /// The failure is for good: restarting the task cannot help (a record named in it was
+    /// given up on its last allowed delivery, or the group's lock is too short), so it stays
+    /// FAILED rather than being restarted.
+    pub fail_for_good: bool,
     pub trace: BatchTrace,
     /// Classic mode: where the task asked partitions it opened to start
     /// (`SinkTask::start_offsets`).
     pub start_offsets: BTreeMap<TopicPartition, i64>,
+    /// Share mode: the target is failing; fetch no new records before this instant (the
+    /// retry backoff's next attempt), so none wait out their locks meanwhile.
+    pub pause_fetch_until: Option<Instant>,
 }
 
 /// A batch done: its verdicts, to acknowledge and commit, and one credit back.
@@ -91,8 +99,10 @@ pub struct Settled {
     pub ack: BatchAck,
     pub acks: Vec<Ack>,
     pub fail_task: Option<String>,
+    pub fail_for_good: bool,
     pub trace: BatchTrace,
     pub start_offsets: BTreeMap<TopicPartition, i64>,
+    pub pause_fetch_until: Option<Instant>,
 }
 
 /// Stop polling, finish the batches in flight, commit, leave the group, stop the task.
@@ -141,11 +151,13 @@ impl Failing {
 pub enum TaskEvent {
     /// The task committed its first batch since it started: it works.
     Progress { task: u32, generation: u64 },
-    /// The task failed; `trace` says why.
+    /// The task failed; `trace` says why. `for_good`: a restart cannot help, the task stays
+    /// FAILED.
     Failed {
         task: u32,
         generation: u64,
         trace: String,
+        for_good: bool,
     },
     /// The task stopped as asked.
     Stopped { task: u32, generation: u64 },

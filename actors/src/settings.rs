@@ -7,6 +7,7 @@ use spillway_core::config::{
     resolve_group_protocol, ConfigDef, ConfigKey, ConfigType, Importance, Validator,
 };
 use spillway_core::{ConfigError, ConfigMap};
+use tracing::warn;
 
 pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
 /// Most batches of one task between the consumer and the acker (memory bound: this many
@@ -25,9 +26,19 @@ pub const RESTART_BACKOFF_MS: &str = "task.restart.backoff.ms";
 pub const SHUTDOWN_GRACEFUL_TIMEOUT_MS: &str = "task.shutdown.graceful.timeout.ms";
 pub const POLL_TIMEOUT_MS: &str = "task.poll.timeout.ms";
 pub const COMMIT_TIMEOUT_MS: &str = "task.commit.timeout.ms";
-/// The share group's `group.share.delivery.attempt.limit` (a broker setting the consumer
-/// cannot read): releases at this delivery count are counted as archived by the limit.
-pub const SHARE_DELIVERY_ATTEMPT_LIMIT: &str = "share.delivery.attempt.limit";
+/// Kafka's `group.share.delivery.count.limit` (a broker setting, default 5): the broker
+/// archives a record instead of delivering it again once it has been delivered this often.
+/// The task never lets that happen to a record it has not delivered, dead-lettered or named in
+/// a FAILED status: on the last allowed delivery a record still failing goes to the dead
+/// letter queue or fails the task (docs/runtime.md, "Retries, locks and the delivery limit").
+/// The consumer cannot read the broker setting; this key says it (or the admin client sets
+/// [`TaskSettings::delivery_attempt_limit`] from DescribeConfigs where the cluster allows).
+pub const DELIVERY_COUNT_LIMIT: &str = "group.share.delivery.count.limit";
+/// The old name of [`DELIVERY_COUNT_LIMIT`]: still read, with a WARN.
+pub const DEPRECATED_DELIVERY_ATTEMPT_LIMIT: &str = "share.delivery.attempt.limit";
+/// Share mode: how long before the earliest acquisition lock of a batch its in-task retries
+/// stop, so that the RELEASE (or the dead letter) is committed while the lock still holds.
+pub const RETRY_LOCK_MARGIN_MS: &str = "share.retry.lock.margin.ms";
 
 /// The runtime keys, valid in the worker config and in a connector config.
 pub fn runtime_config_def() -> ConfigDef {
@@ -63,10 +74,41 @@ pub fn runtime_config_def() -> ConfigDef {
                 .validator(Validator::AtLeast(1)),
         )
         .define(
-            ConfigKey::new(SHARE_DELIVERY_ATTEMPT_LIMIT, ConfigType::Int, Importance::Low, "The share group's group.share.delivery.attempt.limit as set on the brokers (Kafka's default is 5); only used to count the records the broker archives at that limit (metric sink-record-archived-by-limit).")
+            ConfigKey::new(DELIVERY_COUNT_LIMIT, ConfigType::Int, Importance::Medium, "Share mode: the brokers' group.share.delivery.count.limit (Kafka's default is 5). A record still failing on its last allowed delivery goes to the dead letter queue (errors.tolerance=all) or fails the task naming it (errors.tolerance=none) instead of being archived by the broker.")
                 .default("5")
                 .validator(Validator::Between(2, 10)),
         )
+        .define(
+            ConfigKey::new(DEPRECATED_DELIVERY_ATTEMPT_LIMIT, ConfigType::Int, Importance::Low, "Deprecated: the old name of group.share.delivery.count.limit, read when that key is not set.")
+                .null_default()
+                .validator(Validator::Between(2, 10)),
+        )
+        .define(
+            ConfigKey::new(RETRY_LOCK_MARGIN_MS, ConfigType::Long, Importance::Low, "Share mode: a retriable put failure is retried in the task while the batch's acquisition locks have more than this left (plus the last put's time); then the records are released (or, on their last allowed delivery, dead-lettered). Twice the last commit's time is kept when that is more.")
+                .default("1000")
+                .validator(Validator::AtLeast(0)),
+        )
+}
+
+/// `group.share.delivery.count.limit`, or its deprecated name (with a WARN) when only that
+/// is set.
+fn delivery_count_limit(
+    merged: &ConfigMap,
+    parsed: &spillway_core::config::ParsedConfig,
+) -> Result<u16, ConfigError> {
+    let key = if !merged.contains_key(DELIVERY_COUNT_LIMIT)
+        && merged.contains_key(DEPRECATED_DELIVERY_ATTEMPT_LIMIT)
+    {
+        warn!(
+            deprecated = DEPRECATED_DELIVERY_ATTEMPT_LIMIT,
+            use_instead = DELIVERY_COUNT_LIMIT,
+            "{DEPRECATED_DELIVERY_ATTEMPT_LIMIT} is deprecated: set {DELIVERY_COUNT_LIMIT} (Kafka's name of the setting) instead"
+        );
+        DEPRECATED_DELIVERY_ATTEMPT_LIMIT
+    } else {
+        DELIVERY_COUNT_LIMIT
+    };
+    Ok(u16::try_from(parsed.int(key)?).unwrap_or(5))
 }
 
 /// How one connector's tasks run.
@@ -78,7 +120,10 @@ pub struct TaskSettings {
     pub shutdown_timeout: Duration,
     pub poll_timeout: Duration,
     pub commit_timeout: Duration,
+    /// Kafka's `group.share.delivery.count.limit` as the task knows it.
     pub delivery_attempt_limit: u16,
+    /// `share.retry.lock.margin.ms`.
+    pub retry_lock_margin: Duration,
 }
 
 impl Default for TaskSettings {
@@ -92,6 +137,7 @@ impl Default for TaskSettings {
             poll_timeout: Duration::from_millis(200),
             commit_timeout: Duration::from_secs(10),
             delivery_attempt_limit: 5,
+            retry_lock_margin: Duration::from_secs(1),
         }
     }
 }
@@ -127,8 +173,8 @@ impl TaskSettings {
             shutdown_timeout: ms(SHUTDOWN_GRACEFUL_TIMEOUT_MS)?,
             poll_timeout: ms(POLL_TIMEOUT_MS)?,
             commit_timeout: ms(COMMIT_TIMEOUT_MS)?,
-            delivery_attempt_limit: u16::try_from(parsed.int(SHARE_DELIVERY_ATTEMPT_LIMIT)?)
-                .unwrap_or(5),
+            delivery_attempt_limit: delivery_count_limit(&merged, &parsed)?,
+            retry_lock_margin: ms(RETRY_LOCK_MARGIN_MS)?,
         })
     }
 
@@ -189,6 +235,33 @@ mod tests {
             err.to_string(),
             "invalid value '0' for task.inflight.batches: must be at least 1"
         );
+    }
+
+    #[test]
+    fn the_delivery_limit_has_kafkas_name_and_the_old_name_still_works() {
+        let limit = |connector: &[(&str, &str)], worker: &[(&str, &str)]| {
+            TaskSettings::resolve(&config(connector), &config(worker))
+                .expect("valid")
+                .delivery_attempt_limit
+        };
+        assert_eq!(limit(&[], &[]), 5);
+        assert_eq!(limit(&[(DELIVERY_COUNT_LIMIT, "3")], &[]), 3);
+        assert_eq!(limit(&[], &[(DELIVERY_COUNT_LIMIT, "7")]), 7);
+        assert_eq!(limit(&[(DEPRECATED_DELIVERY_ATTEMPT_LIMIT, "4")], &[]), 4);
+        // Kafka's name wins over the deprecated one wherever it is set.
+        assert_eq!(
+            limit(
+                &[(DEPRECATED_DELIVERY_ATTEMPT_LIMIT, "4")],
+                &[(DELIVERY_COUNT_LIMIT, "6")]
+            ),
+            6
+        );
+        let err = TaskSettings::resolve(
+            &config(&[(DEPRECATED_DELIVERY_ATTEMPT_LIMIT, "1")]),
+            &ConfigMap::new(),
+        )
+        .expect_err("below Kafka's range");
+        assert!(err.to_string().contains(DEPRECATED_DELIVERY_ATTEMPT_LIMIT), "{err}");
     }
 
     #[test]

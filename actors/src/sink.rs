@@ -3,13 +3,25 @@
 //! fate into a verdict for the acker:
 //!
 //! - `put` succeeded (and the batch was flushed) → ACCEPT; a transform filtered it → ACCEPT.
-//! - retriable error → share mode: RELEASE, the broker redelivers it (KIP-1302); classic mode:
-//!   Connect's retry — the record is put again after a backoff, within `errors.retry.timeout`
-//!   (forever when it is -1 or unset), and counts as failed after that.
+//! - retriable error → share mode: put again after a jittered backoff while the records'
+//!   acquisition locks leave room for another attempt and the commit ([`crate::lock_retry`]),
+//!   then RELEASE, and the consumer fetches nothing new until the backoff's next attempt; on
+//!   the record's last allowed delivery (`group.share.delivery.count.limit`) it is not released
+//!   (the broker would archive it) but dead-lettered with a reason header, skipped with an
+//!   error (`errors.tolerance=all`), or it fails the task for good, named in the trace
+//!   (`errors.tolerance=none`). Classic mode: Connect's retry — the record is put again after
+//!   a backoff, within `errors.retry.timeout` (forever when it is -1 or unset), and counts as
+//!   failed after that.
 //! - conversion, transform or fatal `put` error → logged when `errors.log.enable`, written to the
 //!   dead letter queue when one is set, then REJECT under `errors.tolerance=all`; under `none`
 //!   the task fails after this batch is committed (the record is REJECTed when its dead letter
-//!   was written, RELEASEd otherwise, so it is never lost).
+//!   was written, RELEASEd otherwise, so it is never lost — except on its last allowed
+//!   delivery in share mode, where a RELEASE would archive it: it is REJECTed and the task
+//!   fails for good, naming it).
+//!
+//! Share mode, lock sanity: a group lock not longer than what the sink task keeps free before
+//! a lock runs out (`SinkTask::lock_margin`), or shorter than a batch's put, flush and commit
+//! twice in a row, fails the task for good with both values and the settings to change.
 //!
 //! Each batch is flushed before its verdicts leave, so ACCEPT means the sink has the record.
 //!
@@ -36,6 +48,11 @@ use crate::consumer::ConsumerActor;
 use crate::messages::{
     Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
 };
+use crate::dead_letter::with_reason;
+use crate::lock_retry::{
+    commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure, GiveUpReason,
+    LockExtension, LockFacts, RetryState, TargetHealth, Window,
+};
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
@@ -53,6 +70,25 @@ pub struct SinkContext {
     pub counters: Arc<TaskCounters>,
     /// Set by the consumer once the task is going to fail.
     pub failing: Failing,
+    /// Share mode: `group.share.delivery.count.limit`.
+    pub delivery_attempt_limit: u16,
+    /// Share mode: `share.retry.lock.margin.ms`.
+    pub retry_lock_margin: Duration,
+    /// Share mode: the lock duration and commit time, from the consumer.
+    pub lock_facts: LockFacts,
+    /// Shared by the connector's tasks: told of every successful put.
+    pub target_health: TargetHealth,
+}
+
+/// What the sink stage keeps from batch to batch to retry within the locks.
+struct Retries {
+    state: RetryState,
+    /// How long the last attempt (put, and flush when it succeeded) took.
+    last_attempt: Duration,
+    /// Batches in a row whose put, flush and commit took the lock's whole duration.
+    slow_batches: u32,
+    /// A retry was cut short by a lock that cannot be extended: said once per task.
+    told_no_extension: bool,
 }
 
 pub struct SinkActor {
@@ -66,6 +102,8 @@ pub struct SinkActor {
     /// Why the sink task cannot take batches any more (it failed to start, failed or
     /// panicked); the batches that still arrive are released.
     failed: Option<String>,
+    /// With the task while a batch runs (moved into its future and back).
+    retries: Option<Retries>,
 }
 
 /// A batch as `run_batch` works on it (its `BatchAck` stays with the handler, which settles
@@ -81,6 +119,8 @@ struct PutBatch {
 struct Decided {
     verdicts: Vec<Verdict>,
     fail_task: Option<String>,
+    fail_for_good: bool,
+    pause_fetch_until: Option<Instant>,
     trace: BatchTrace,
     start_offsets: BTreeMap<TopicPartition, i64>,
     changes: Vec<AssignmentChange>,
@@ -93,6 +133,12 @@ impl SinkActor {
         consumer: Addr<ConsumerActor>,
         ctx: SinkContext,
     ) -> Self {
+        let retries = Retries {
+            state: RetryState::new(ctx.errors.retry_delay_max),
+            last_attempt: Duration::ZERO,
+            slow_batches: 0,
+            told_no_extension: false,
+        };
         SinkActor {
             task: Some(task),
             acker,
@@ -100,6 +146,7 @@ impl SinkActor {
             ctx: Rc::new(ctx),
             open: Vec::new(),
             failed: None,
+            retries: Some(retries),
         }
     }
 
@@ -165,6 +212,12 @@ impl Handler<SinkBatch> for SinkActor {
             ack.release("the sink task is gone");
             return;
         };
+        let mut retries = self.retries.take().unwrap_or_else(|| Retries {
+            state: RetryState::new(self.ctx.errors.retry_delay_max),
+            last_attempt: Duration::ZERO,
+            slow_batches: 0,
+            told_no_extension: false,
+        });
         let sink_ctx = Rc::clone(&self.ctx);
         let work = PutBatch {
             changes,
@@ -173,10 +226,12 @@ impl Handler<SinkBatch> for SinkActor {
             group,
         };
         let fut = async move {
-            let result = guard_future(run_batch(task.as_mut(), work, &sink_ctx)).await;
-            (task, result)
+            let result =
+                guard_future(run_batch(task.as_mut(), work, &sink_ctx, &mut retries)).await;
+            (task, retries, result)
         };
-        ctx.wait(fut.into_actor(self).map(move |(task, result), act, _ctx| {
+        ctx.wait(fut.into_actor(self).map(move |(task, retries, result), act, _ctx| {
+            act.retries = Some(retries);
             match result {
                 Ok(Ok(decided)) => {
                     act.task = Some(task);
@@ -190,8 +245,10 @@ impl Handler<SinkBatch> for SinkActor {
                         ack,
                         verdicts: decided.verdicts,
                         fail_task: decided.fail_task,
+                        fail_for_good: decided.fail_for_good,
                         trace: decided.trace,
                         start_offsets: decided.start_offsets,
+                        pause_fetch_until: decided.pause_fetch_until,
                     });
                 }
                 Ok(Err(trace)) => {
@@ -274,16 +331,26 @@ impl Handler<Finish> for SinkActor {
     }
 }
 
-/// Connect's initial retry backoff.
+/// Connect's initial retry backoff (classic mode; share mode's is [`RetryState`]'s).
 const FIRST_BACKOFF: Duration = Duration::from_millis(300);
 
-/// Opens/closes what changed, puts the ready records (retrying in classic mode), flushes, and
-/// decides every record's verdict. `Err` is a failure of the task itself.
+/// Share mode: batches in a row whose put, flush and commit outlast the lock before the task
+/// fails (one slow batch may be a pause of the process; two are the batch size).
+const SLOW_BATCHES_TO_FAIL: u32 = 2;
+
+/// Opens/closes what changed, puts the ready records (retrying them), flushes, and decides
+/// every record's verdict. `Err` is a failure of the task itself.
 async fn run_batch(
     task: &mut dyn SinkTask,
     batch: PutBatch,
     ctx: &SinkContext,
+    retries: &mut Retries,
 ) -> Result<Decided, String> {
+    if ctx.share {
+        if let Some(refused) = lock_refusal(task, ctx) {
+            return Ok(give_back(batch, refused));
+        }
+    }
     let mut start_offsets = BTreeMap::new();
     for change in &batch.changes {
         match change {
@@ -313,8 +380,10 @@ async fn run_batch(
         .collect();
     let mut outcomes: BTreeMap<usize, PutOutcome> = BTreeMap::new();
     let put_span = batch.trace.span(BatchStage::Put);
+    let mut pause_fetch_until = None;
+    let mut slow_batch = None;
     if !ready.is_empty() {
-        put_with_retries(task, ready, ctx, &mut outcomes)
+        pause_fetch_until = put_with_retries(task, ready, ctx, retries, &mut outcomes)
             .instrument(put_span.clone())
             .await;
         let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
@@ -328,24 +397,35 @@ async fn run_batch(
             }
         }
         if !offsets.is_empty() {
-            if let Err(e) = task.flush(&offsets).instrument(put_span.clone()).await {
-                if !(e.is_retriable() && ctx.share) {
-                    return Err(format!("the sink task failed to flush: {e}"));
+            let flush_started = Instant::now();
+            match task.flush(&offsets).instrument(put_span.clone()).await {
+                Ok(()) => {
+                    if ctx.share && pause_fetch_until.is_none() {
+                        retries.last_attempt += flush_started.elapsed();
+                        slow_batch = slow_batch_check(task, ctx, retries);
+                    }
                 }
-                // Not durable: give the records back rather than accept them.
-                warn!(task = ctx.task, error = %e, "flush failed; releasing the batch");
-                for outcome in outcomes.values_mut() {
-                    if outcome.is_ok() {
-                        *outcome = PutOutcome::Retriable(e.clone());
+                Err(e) => {
+                    if !(e.is_retriable() && ctx.share) {
+                        return Err(format!("the sink task failed to flush: {e}"));
+                    }
+                    // Not durable: give the records back rather than accept them.
+                    warn!(task = ctx.task, error = %e, "flush failed; releasing the batch");
+                    for outcome in outcomes.values_mut() {
+                        if outcome.is_ok() {
+                            *outcome = PutOutcome::Retriable(e.clone());
+                        }
                     }
                 }
             }
         }
     }
     let mut fail_task = None;
+    let mut fail_for_good = false;
     let mut verdicts = Vec::with_capacity(batch.entries.len());
     for (i, entry) in batch.entries.into_iter().enumerate() {
         let record = entry.raw.coordinates();
+        let last_delivery = ctx.share && is_last_delivery(&entry.raw, ctx.delivery_attempt_limit);
         let failure = match (entry.processed, outcomes.remove(&i)) {
             (Processed::Filtered, _) => {
                 TaskCounters::add(&ctx.counters.filtered, 1);
@@ -356,7 +436,7 @@ async fn run_batch(
                 Some((stage, error))
             }
             (Processed::Ready(_), Some(PutOutcome::Ok)) => None,
-            (Processed::Ready(_), Some(PutOutcome::Retriable(e))) if ctx.share => {
+            (Processed::Ready(_), Some(PutOutcome::Retriable(e))) if ctx.share && !last_delivery => {
                 ctx.counters.metrics.retried(1);
                 ctx.counters.metrics.logged(ctx.errors.log_enable);
                 if ctx.errors.log_enable {
@@ -385,76 +465,251 @@ async fn run_batch(
             });
             continue;
         };
-        let (verdict, fatal) = failed_verdict(ctx, entry.raw, stage, &error);
+        let limit = last_delivery.then(|| LastDelivery {
+            count: entry.raw.delivery_count.unwrap_or(1),
+            limit: ctx.delivery_attempt_limit,
+        });
+        let (verdict, fatal) = failed_verdict(ctx, entry.raw, stage, &error, limit);
         verdicts.push(verdict);
         if fatal && fail_task.is_none() {
-            fail_task = Some(format!(
-                "{} failed at stage {} and errors.tolerance is none: {error}",
-                record,
-                stage.as_str()
-            ));
+            fail_task = Some(match limit {
+                Some(limit) => {
+                    fail_for_good = true;
+                    format!(
+                        "{record} failed at stage {} on its last allowed delivery ({limit}) and errors.tolerance is none: {error}. It was rejected rather than released, which would only have had the broker archive it; the task stays FAILED (a restart would not see the record again). Fix the cause, then write the record again, or set errors.tolerance=all with errors.deadletterqueue.topic.name to keep such records",
+                        stage.as_str()
+                    )
+                }
+                None => format!(
+                    "{} failed at stage {} and errors.tolerance is none: {error}",
+                    record,
+                    stage.as_str()
+                ),
+            });
+        }
+    }
+    if fail_task.is_none() {
+        if let Some(message) = slow_batch {
+            fail_task = Some(message);
+            fail_for_good = true;
         }
     }
     Ok(Decided {
         verdicts,
         fail_task,
+        fail_for_good,
+        pause_fetch_until,
         trace: batch.trace,
         start_offsets,
         changes: batch.changes,
     })
 }
 
-/// Puts `ready`; in classic mode retriable records are put again after a growing backoff
-/// until they succeed or `errors.retry.timeout` runs out.
+/// A record's delivery at the limit: the broker archives it if it is released (or its lock
+/// runs out) now.
+#[derive(Debug, Clone, Copy)]
+struct LastDelivery {
+    count: u16,
+    limit: u16,
+}
+
+impl std::fmt::Display for LastDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "delivery {} of group.share.delivery.count.limit={}",
+            self.count, self.limit
+        )
+    }
+}
+
+/// Whether `raw` is on its last allowed delivery (a share record without a delivery count
+/// counts as a first delivery).
+fn is_last_delivery(raw: &RawRecord, limit: u16) -> bool {
+    raw.delivery_count.unwrap_or(1) >= limit
+}
+
+/// Share mode: the group's lock duration is not longer than what the sink task keeps free
+/// before a lock runs out: the message that fails the task.
+fn lock_refusal(task: &dyn SinkTask, ctx: &SinkContext) -> Option<String> {
+    let lock = ctx.lock_facts.lock_duration()?;
+    let (margin, setting) = task.lock_margin()?;
+    lock_too_short(lock, margin, Some((margin, setting)))
+}
+
+/// Every record of `batch` released and the task failing for good with `message`: nothing
+/// was put (the records' deliveries are below the limit, or the limit is what is reported).
+fn give_back(batch: PutBatch, message: String) -> Decided {
+    error!(trace = %message, "the share group's lock is too short for this connector; the task fails");
+    let verdicts = batch
+        .entries
+        .iter()
+        .map(|e| Verdict {
+            record: e.raw.coordinates(),
+            disposition: Disposition::Release,
+            dead_letter: None,
+        })
+        .collect();
+    Decided {
+        verdicts,
+        fail_task: Some(message),
+        fail_for_good: true,
+        pause_fetch_until: None,
+        trace: batch.trace,
+        start_offsets: BTreeMap::new(),
+        // Nothing was opened.
+        changes: Vec::new(),
+    }
+}
+
+/// Share mode, after a batch went through without a retry: counts it as slow when its put,
+/// flush and the last commit took the lock's whole duration (less the task's margin); the
+/// second slow batch in a row fails the task.
+fn slow_batch_check(task: &dyn SinkTask, ctx: &SinkContext, retries: &mut Retries) -> Option<String> {
+    let lock = ctx.lock_facts.lock_duration()?;
+    match lock_too_short_for_batches(
+        lock,
+        retries.last_attempt,
+        ctx.lock_facts.commit_time(),
+        task.lock_margin(),
+    ) {
+        None => {
+            retries.slow_batches = 0;
+            None
+        }
+        Some(message) => {
+            retries.slow_batches += 1;
+            warn!(task = ctx.task, slow_batches = retries.slow_batches, "{message}");
+            (retries.slow_batches >= SLOW_BATCHES_TO_FAIL).then_some(message)
+        }
+    }
+}
+
+/// Puts `ready`, retrying retriable failures. Classic mode: again after a growing backoff
+/// until they succeed or `errors.retry.timeout` runs out. Share mode: within the records'
+/// locks ([`crate::lock_retry`]); returns, when some were given up still failing, until when
+/// the consumer should fetch nothing new.
 async fn put_with_retries(
     task: &mut dyn SinkTask,
     mut ready: Vec<(usize, SinkRecord)>,
     ctx: &SinkContext,
+    retries: &mut Retries,
     outcomes: &mut BTreeMap<usize, PutOutcome>,
-) {
+) -> Option<Instant> {
     let started = Instant::now();
+    let task_margin = task.lock_margin().map_or(Duration::ZERO, |(m, _)| m);
+    let margin = commit_margin(ctx.retry_lock_margin, ctx.lock_facts.commit_time()) + task_margin;
+    let window = |records: &[(usize, SinkRecord)], attempt: Duration| Window {
+        now: Instant::now(),
+        deadline: records.iter().filter_map(|(_, r)| r.lock_deadline).min(),
+        attempt,
+        margin,
+        started,
+        retry_timeout: ctx.errors.retry_timeout,
+    };
+    if ctx.share {
+        // The target failed lately: the first attempt waits for the backoff too, as far as
+        // this batch's locks allow.
+        let wait = retries
+            .state
+            .first_wait(&window(&ready, retries.last_attempt));
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
     let mut backoff = FIRST_BACKOFF;
     loop {
         let records: Vec<SinkRecord> = ready.iter().map(|(_, r)| r.clone()).collect();
         TaskCounters::add(&ctx.counters.put, records.len());
         let put_started = Instant::now();
         let result = PutOutcome::expand(task.put(&records).await, records.len());
+        retries.last_attempt = put_started.elapsed();
         let failed = result.iter().filter(|o| !o.is_ok()).count();
-        ctx.counters.metrics.put_done(put_started.elapsed(), failed);
+        ctx.counters.metrics.put_done(retries.last_attempt, failed);
         let mut retry = Vec::new();
+        let mut any_ok = false;
         for ((i, record), outcome) in ready.into_iter().zip(result) {
-            if matches!(outcome, PutOutcome::Retriable(_)) && !ctx.share {
+            any_ok |= outcome.is_ok();
+            if matches!(outcome, PutOutcome::Retriable(_)) {
                 retry.push((i, record));
             }
             outcomes.insert(i, outcome);
         }
-        let budget_left = match ctx.errors.retry_timeout {
-            RetryTimeout::Forever | RetryTimeout::Never => true,
-            RetryTimeout::For(limit) => started.elapsed() + backoff <= limit,
-        };
-        if retry.is_empty() || !budget_left {
-            return;
+        if any_ok {
+            retries.state.succeeded();
+            ctx.target_health.succeeded();
         }
-        ctx.counters.metrics.retried(retry.len());
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(ctx.errors.retry_delay_max.max(FIRST_BACKOFF));
+        if retry.is_empty() {
+            return None;
+        }
+        if ctx.share {
+            match retries
+                .state
+                .after_failure(&window(&retry, retries.last_attempt))
+            {
+                AfterFailure::Retry(wait) => {
+                    ctx.counters.metrics.retried(retry.len());
+                    tokio::time::sleep(wait).await;
+                }
+                AfterFailure::GiveUp { resume, why } => {
+                    let now = Instant::now();
+                    let spent = retry
+                        .iter()
+                        .filter_map(|(_, r)| r.delivery_count)
+                        .max()
+                        .unwrap_or(1);
+                    let lock = ctx.lock_facts.lock_duration().unwrap_or_default();
+                    let pause = delivery_pause(
+                        lock,
+                        spent,
+                        resume.saturating_duration_since(now),
+                        ctx.errors.retry_delay_max,
+                    );
+                    let resume = now + pause;
+                    retries.state.hold_off_until(resume);
+                    if why == GiveUpReason::LockDeadline && !retries.told_no_extension {
+                        if let LockExtension::Unavailable(reason) = ctx.lock_facts.extension() {
+                            retries.told_no_extension = true;
+                            warn!(task = ctx.task, records = retry.len(), reason, "retries end at the records' lock deadline: their locks cannot be extended");
+                        }
+                    }
+                    return Some(resume);
+                }
+            }
+        } else {
+            let budget_left = match ctx.errors.retry_timeout {
+                RetryTimeout::Forever | RetryTimeout::Never => true,
+                RetryTimeout::For(limit) => started.elapsed() + backoff <= limit,
+            };
+            if !budget_left {
+                return None;
+            }
+            ctx.counters.metrics.retried(retry.len());
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(ctx.errors.retry_delay_max.max(FIRST_BACKOFF));
+        }
         ready = retry;
     }
 }
 
-/// The verdict for a record that failed, and whether it fails the task.
+/// The verdict for a record that failed, and whether it fails the task. `last`: share mode,
+/// the record is on its last allowed delivery, so it is never released.
 fn failed_verdict(
     ctx: &SinkContext,
     raw: RawRecord,
     stage: Stage,
     error: &ConnectError,
+    last: Option<LastDelivery>,
 ) -> (Verdict, bool) {
     let record = raw.coordinates();
-    if ctx.errors.log_enable {
+    let at_limit = last.map(|l| l.to_string()).unwrap_or_default();
+    if ctx.errors.log_enable || last.is_some() {
+        // Giving a record up at the delivery limit is always logged: the broker will not
+        // deliver it again.
         if ctx.errors.log_include_messages {
-            error!(connector = %ctx.connector, task = ctx.task, record = %record, stage = stage.as_str(), key = ?raw.key, value = ?raw.value, headers = ?raw.headers, error = %error, "record failed");
+            error!(connector = %ctx.connector, task = ctx.task, record = %record, stage = stage.as_str(), delivery_limit = %at_limit, key = ?raw.key, value = ?raw.value, headers = ?raw.headers, error = %error, "record failed");
         } else {
-            error!(connector = %ctx.connector, task = ctx.task, record = %record, stage = stage.as_str(), error = %error, "record failed");
+            error!(connector = %ctx.connector, task = ctx.task, record = %record, stage = stage.as_str(), delivery_limit = %at_limit, error = %error, "record failed");
         }
     }
     let executing = match stage {
@@ -472,18 +727,30 @@ fn failed_verdict(
             executing,
             error,
         };
-        dead_letter_record(&raw, &dlq.topic, dlq.context_headers.then_some(&context))
+        let letter = dead_letter_record(&raw, &dlq.topic, dlq.context_headers.then_some(&context));
+        match last {
+            Some(l) => with_reason(
+                letter,
+                &format!(
+                    "still failing on its last allowed delivery ({l}): dead-lettered instead of being archived by the broker"
+                ),
+            ),
+            None => letter,
+        }
     });
     let fatal = ctx.errors.tolerance == ErrorTolerance::None;
     ctx.counters
         .metrics
-        .record_error(!fatal, ctx.errors.log_enable);
-    let disposition = if fatal && dead_letter.is_none() {
+        .record_error(!fatal, ctx.errors.log_enable || last.is_some());
+    let disposition = if fatal && dead_letter.is_none() && last.is_none() {
         // The task fails; the record stays available rather than being thrown away.
         Disposition::Release
     } else {
         Disposition::Reject {
-            reason: format!("{}: {error}", stage.as_str()),
+            reason: match last {
+                Some(l) => format!("{}: {error} (on its last allowed delivery, {l})", stage.as_str()),
+                None => format!("{}: {error}", stage.as_str()),
+            },
         }
     };
     (

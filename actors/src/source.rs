@@ -19,10 +19,13 @@ use spillway_core::{
     TopicPartition,
 };
 use spillway_kafka::classic::{ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent};
-use spillway_kafka::share::{AckError, AcknowledgeType, ShareConsumer, ShareRecord};
+use spillway_kafka::share::{
+    AckError, AcknowledgeType, LockRenewal, ShareConsumer, ShareRecord,
+};
 use tracing::{debug, warn};
 
 use crate::error::RuntimeError;
+use crate::lock_retry::LockExtension;
 
 /// A change of what the task consumes, delivered before the records read after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +82,21 @@ pub trait RecordSource {
     /// How many partitions the task reads now, when the source knows.
     fn partition_count(&self) -> Option<usize> {
         None
+    }
+    /// Share mode: the acquisition lock duration the brokers reported
+    /// (`AcquisitionLockTimeoutMs`), once known.
+    fn lock_duration(&self) -> Option<Duration> {
+        None
+    }
+    /// Share mode: fetch no new records before `until` (`None`: fetch as usual). The task's
+    /// target is failing, and records taken now would wait out their locks and spend a
+    /// delivery. Consumer groups need nothing here: the task simply does not poll.
+    fn pause_fetching(&mut self, until: Option<Instant>) {
+        let _ = until;
+    }
+    /// Whether the locks of held records can be extended (ShareAcknowledge RENEW, KIP-1222).
+    fn lock_extension(&self) -> LockExtension {
+        LockExtension::Unavailable("a consumer group holds no locks")
     }
     /// When the group drops a member that goes long without polling (librdkafka's
     /// `max.poll.interval.ms`): how long the task may go without a poll before it must call
@@ -159,6 +177,14 @@ impl ShareGroupSource {
 
     pub fn member_id(&self) -> &str {
         self.consumer.member_id()
+    }
+}
+
+/// The share consumer's answer as the runtime's seam.
+fn lock_extension_of(consumer: &ShareConsumer) -> LockExtension {
+    match consumer.lock_renewal() {
+        LockRenewal::Available => LockExtension::Available,
+        LockRenewal::Unavailable { reason } => LockExtension::Unavailable(reason),
     }
 }
 
@@ -306,6 +332,18 @@ impl RecordSource for ShareGroupSource {
 
     fn partition_count(&self) -> Option<usize> {
         Some(self.consumer.assigned_partitions())
+    }
+
+    fn lock_duration(&self) -> Option<Duration> {
+        self.consumer.acquisition_lock_timeout()
+    }
+
+    fn pause_fetching(&mut self, until: Option<Instant>) {
+        self.consumer.pause_fetching(until);
+    }
+
+    fn lock_extension(&self) -> LockExtension {
+        lock_extension_of(&self.consumer)
     }
 }
 

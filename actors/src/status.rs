@@ -74,6 +74,7 @@ impl TaskCounters {
             filtered: get(&self.filtered),
             committed_batches: get(&self.committed_batches),
             ack_failures: get(&self.ack_failures),
+            archived_by_limit: get(&self.metrics.archived_by_limit),
         }
     }
 }
@@ -90,6 +91,9 @@ pub struct Counts {
     pub filtered: u64,
     pub committed_batches: u64,
     pub ack_failures: u64,
+    /// Share mode: records released (or whose lock ran out) on their last allowed delivery,
+    /// which the broker archives (`sink-record-archived-by-limit-total`).
+    pub archived_by_limit: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -103,6 +107,7 @@ impl std::ops::AddAssign for Counts {
         self.filtered += o.filtered;
         self.committed_batches += o.committed_batches;
         self.ack_failures += o.ack_failures;
+        self.archived_by_limit += o.archived_by_limit;
     }
 }
 

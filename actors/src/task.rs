@@ -13,6 +13,7 @@ use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::messages::{Drain, Failing, Reporter};
 use crate::settings::TaskSettings;
+use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
 use crate::telemetry::{self, TaskIdentity};
@@ -42,6 +43,8 @@ pub struct TaskSpec {
     pub throttle: Option<Arc<Throttle>>,
     /// The tenant's in-flight bytes budget, shared with its other tasks.
     pub inflight_bytes: Option<Arc<InflightBytes>>,
+    /// Shared by the connector's tasks: a success of one ends the others' fetch pauses.
+    pub target_health: TargetHealth,
 }
 
 /// A running task.
@@ -97,8 +100,10 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             reporter,
             throttle,
             inflight_bytes,
+            target_health,
         } = spec;
         let failing = Failing::default();
+        let lock_facts = LockFacts::default();
         let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
         let sink = SinkActor::new(
             sink_task,
@@ -113,6 +118,10 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
                 config: task_config,
                 counters: Arc::clone(&counters),
                 failing: failing.clone(),
+                delivery_attempt_limit: settings.delivery_attempt_limit,
+                retry_lock_margin: settings.retry_lock_margin,
+                lock_facts: lock_facts.clone(),
+                target_health: target_health.clone(),
             },
         )
         .start();
@@ -133,6 +142,8 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             inflight_bytes,
             identity,
             failing,
+            lock_facts,
+            target_health,
             owner: ConsumerActor::batch_owner(ctx.address()),
         })
     });
@@ -494,6 +505,7 @@ mod tests {
             }),
             throttle: o.throttle,
             inflight_bytes: o.inflight_bytes,
+            target_health: TargetHealth::default(),
         });
         Run {
             seen,
@@ -690,14 +702,57 @@ mod tests {
         }
     }
 
+    /// A share record whose acquisition lock runs out `lock` from now.
+    fn locked(offset: i64, value: &str, lock: Duration) -> RawRecord {
+        let mut r = raw(offset, value);
+        r.lock_deadline = Some(std::time::Instant::now() + lock);
+        r.delivery_count = Some(1);
+        r
+    }
+
     #[actix::test]
-    async fn retriable_failures_are_released_in_share_mode() {
+    async fn retriable_failures_are_retried_within_the_lock_in_share_mode() {
         let sink = ScriptedSink {
             flaky_failures: 1,
             ..ScriptedSink::default()
         };
+        let lock = Duration::from_secs(30);
         let mut run = start(
-            vec![raw(0, "ok"), raw(1, "flaky-1"), raw(2, "ok2")],
+            vec![
+                locked(0, "ok", lock),
+                locked(1, "flaky-1", lock),
+                locked(2, "ok2", lock),
+            ],
+            sink.clone(),
+            Options::default(),
+        );
+        finish(&mut run, 3).await;
+        assert_eq!(
+            verdicts(&run),
+            vec![
+                (0, Disposition::Accept),
+                (1, Disposition::Accept),
+                (2, Disposition::Accept)
+            ]
+        );
+        assert_eq!(sink.attempts.lock().unwrap()["flaky-1"], 2);
+        assert_eq!(run.counters.snapshot().released, 0);
+    }
+
+    #[actix::test]
+    async fn retriable_failures_are_released_when_the_lock_leaves_no_room_for_a_retry() {
+        let sink = ScriptedSink {
+            flaky_failures: 1,
+            ..ScriptedSink::default()
+        };
+        // Less than share.retry.lock.margin.ms (1 s) is left: released after one attempt.
+        let lock = Duration::from_millis(500);
+        let mut run = start(
+            vec![
+                locked(0, "ok", lock),
+                locked(1, "flaky-1", lock),
+                locked(2, "ok2", lock),
+            ],
             sink.clone(),
             Options::default(),
         );
@@ -710,8 +765,46 @@ mod tests {
                 (2, Disposition::Accept)
             ]
         );
+        assert_eq!(sink.attempts.lock().unwrap()["flaky-1"], 1);
         assert_eq!(run.counters.snapshot().released, 1);
     }
+
+    #[actix::test]
+    async fn on_its_last_allowed_delivery_a_failing_record_is_rejected_and_fails_the_task_for_good(
+    ) {
+        let sink = ScriptedSink {
+            flaky_failures: 10,
+            ..ScriptedSink::default()
+        };
+        let mut last = locked(1, "flaky-1", Duration::from_millis(500));
+        last.delivery_count = Some(5);
+        let mut run = start(
+            vec![locked(0, "ok", Duration::from_millis(500)), last],
+            sink.clone(),
+            Options {
+                tolerance: ErrorTolerance::None,
+                ..Options::default()
+            },
+        );
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed {
+            trace, for_good, ..
+        } = event
+        else {
+            panic!("expected a failure: {event:?}");
+        };
+        assert!(for_good, "a restart would not see the record again");
+        assert!(
+            trace.contains("t-0@1") && trace.contains("group.share.delivery.count.limit=5"),
+            "{trace}"
+        );
+        let verdicts = verdicts(&run);
+        assert!(
+            matches!(verdicts[1], (1, Disposition::Reject { .. })),
+            "never released at the limit: {verdicts:?}"
+        );
+    }
+
 
     #[actix::test]
     async fn retriable_failures_are_retried_in_classic_mode_until_they_succeed() {

@@ -477,6 +477,15 @@ impl SinkTask for KafkaSinkTask {
         Ok(())
     }
 
+    /// Exactly-once: a transaction must commit `delivery.lock.margin.ms` before its records'
+    /// locks run out.
+    fn lock_margin(&self) -> Option<(Duration, &'static str)> {
+        match &self.state.as_ref()?.producer {
+            Producer::ExactlyOnce { ledger, .. } => Some((ledger.lock_margin, LOCK_MARGIN_MS)),
+            Producer::AtLeastOnce(_) => None,
+        }
+    }
+
     fn consumer_group(&mut self, group: &ConsumerGroupMetadata) {
         if let Some(Running {
             producer: Producer::ExactlyOnce { writer, .. },

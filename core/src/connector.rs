@@ -163,6 +163,14 @@ pub trait SinkTask: Send {
         Ok(())
     }
 
+    /// Share mode: how long before a record's acquisition lock runs out the task must be
+    /// done with it (an exactly-once sink commits its transaction by then), and the setting
+    /// that says so. The runtime keeps that time free when it retries, and fails the task
+    /// when the group's lock is not longer than it (every batch would be given up).
+    fn lock_margin(&self) -> Option<(std::time::Duration, &'static str)> {
+        None
+    }
+
     /// Releases the task's resources; called once, last.
     async fn stop(&mut self) -> Result<(), SinkError>;
 }

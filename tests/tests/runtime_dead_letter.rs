@@ -9,7 +9,9 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use runtime_support::{config, probe, share_broker, wait_until, worker};
+use runtime_support::{
+    assert_nothing_archived, config, probe, share_broker, wait_until, worker,
+};
 use spillway_tests::{produce, TestRecord};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -119,5 +121,6 @@ async fn malformed_json_goes_to_the_dead_letter_queue_with_context_headers() {
         );
         assert!(bad.contains_key(&at), "{at:?} was not a malformed record");
     }
+    assert_nothing_archived(&worker, "payments");
     worker.shutdown().await;
 }

@@ -23,6 +23,7 @@
 //! the broker and count as a delivery attempt (brief §5.4).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -164,6 +165,17 @@ pub struct ShareConsumer {
     router: JoinHandle<()>,
     /// The group's latest assignment to this member, for [`ShareConsumer::assigned_partitions`].
     assignment: watch::Receiver<Option<Arc<Assignment>>>,
+    /// What the broker tasks share: the lock duration they learnt, the fetch pause.
+    fetch: Arc<FetchContext>,
+}
+
+/// Whether held records' acquisition locks can be extended ([`ShareConsumer::lock_renewal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockRenewal {
+    /// The brokers accept ShareAcknowledge `RENEW` (KIP-1222) from this client.
+    Available,
+    /// They do not (or this client cannot ask): why.
+    Unavailable { reason: &'static str },
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -207,6 +219,8 @@ impl ShareConsumer {
                 request_timeout: config.request_timeout,
                 buffered_batches: config.fetch_buffer_batches,
             },
+            lock_timeout_ms: AtomicU64::new(0),
+            fetch_paused_until: Mutex::new(None),
         });
         let (subscription, subscription_rx) = watch::channel(Vec::new());
         let (assignment_tx, assignment_rx) = watch::channel(None);
@@ -227,6 +241,7 @@ impl ShareConsumer {
             },
         ));
         let brokers = Arc::new(Mutex::new(HashMap::new()));
+        let fetch = Arc::clone(&ctx);
         let router = tokio::spawn(route(Router {
             ctx,
             brokers: Arc::clone(&brokers),
@@ -251,7 +266,37 @@ impl ShareConsumer {
             heartbeat,
             router,
             assignment: assignment_rx,
+            fetch,
         })
+    }
+
+    /// The acquisition lock duration the brokers reported last (ShareFetch's
+    /// `AcquisitionLockTimeoutMs`); `None` before the first response that said.
+    pub fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        match self.fetch.lock_timeout_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// Sends no ShareFetch before `until` (`None`: fetch again as usual). For an application
+    /// whose target is down: records acquired now would only wait out their locks and come
+    /// back with a higher delivery count. Acknowledgements still go out (as
+    /// ShareAcknowledge); records already buffered stay buffered.
+    pub fn pause_fetching(&self, until: Option<Instant>) {
+        *locked(&self.fetch.fetch_paused_until) = until;
+        // A broker task waiting for the pause to end looks again at its next tick.
+        self.app_ready.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether the brokers can extend the acquisition locks of records this consumer holds
+    /// (ShareAcknowledge `RENEW`, KIP-1222, ShareFetch/ShareAcknowledge v2 in Kafka 4.2).
+    /// This client speaks v1 of the share APIs (kafka-protocol 0.18 has no v2), so it says
+    /// why not; an application must then finish with a record before its lock deadline.
+    pub fn lock_renewal(&self) -> LockRenewal {
+        LockRenewal::Unavailable {
+            reason: "the share APIs are spoken at v1 (ShareAcknowledge RENEW, KIP-1222, needs v2)",
+        }
     }
 
     /// How many partitions the group assigned to this member (0 before the first assignment).

@@ -10,6 +10,7 @@
 //! twice (brief §4.5).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -87,6 +88,23 @@ pub(crate) struct FetchContext {
     /// Wakes the consumer's router: leaders moved or metadata looks stale.
     pub router: Arc<Notify>,
     pub params: FetchParams,
+    /// The acquisition lock duration the brokers reported last (`AcquisitionLockTimeoutMs`),
+    /// in ms; 0 until a ShareFetch response said.
+    pub lock_timeout_ms: AtomicU64,
+    /// The application asked for no new records before this instant (its target is down and
+    /// records acquired now would only wait out their locks): no ShareFetch is sent until
+    /// then; acknowledgements still go out on their own.
+    pub fetch_paused_until: Mutex<Option<Instant>>,
+}
+
+impl FetchContext {
+    fn fetch_paused(&self) -> bool {
+        let paused = *self
+            .fetch_paused_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        paused.is_some_and(|until| Instant::now() < until)
+    }
 }
 
 /// What a broker task hands to `poll`.
@@ -231,6 +249,9 @@ impl BrokerTask {
     /// re-sends them in every response and walks their lock states for every offset it
     /// writes back (brief §8.6 #14, #32). Records whose locks have run out no longer count.
     fn may_fetch(&self) -> bool {
+        if self.ctx.fetch_paused() {
+            return false;
+        }
         // Only for an application that asks for more: a member that stopped polling must
         // not keep acquiring records it will never process.
         if self.app_asked
@@ -432,6 +453,10 @@ impl BrokerTask {
         let received = Instant::now();
         if response.acquisition_lock_timeout_ms > 0 {
             self.lock_timeout = Duration::from_millis(response.acquisition_lock_timeout_ms as u64);
+            self.ctx.lock_timeout_ms.store(
+                response.acquisition_lock_timeout_ms as u64,
+                Ordering::Relaxed,
+            );
         }
         // A response without AcquisitionLockTimeoutMs keeps the last one reported (at first the
         // broker default), so a record's deadline is never "already passed" for lack of a field.

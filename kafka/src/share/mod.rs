@@ -28,7 +28,7 @@ pub use ack::{
     AcknowledgeType, AcknowledgementBatch, PartitionAcknowledgements, ShareGroupMetadata,
     TransactionAcknowledgements, TransactionOutcome,
 };
-pub use consumer::{ShareConsumer, ShareConsumerConfig};
+pub use consumer::{LockRenewal, ShareConsumer, ShareConsumerConfig};
 
 use crate::cluster::ClusterError;
 use crate::connection::ConnectionError;

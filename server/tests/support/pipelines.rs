@@ -5,8 +5,11 @@
 //! The share connector (`flaky` sink, tenant `acme`) reads `SHARE_RECORDS` JSON records plus
 //! one record that is not JSON (rejected, dead-lettered), fails the first delivery of each
 //! offset in `FLAKY_ONCE` retriably (released, redelivered, accepted) and every delivery of
-//! `FLAKY_ALWAYS` (released twice; the broker archives it at its delivery limit of 2). The
-//! classic connector (file sink, tenant `default`) reads `CLASSIC_RECORDS` records.
+//! `FLAKY_ALWAYS` (released at its first delivery; at its second, the last the delivery limit
+//! of 2 allows, dead-lettered and rejected rather than released, so the broker archives
+//! nothing). `errors.retry.timeout=1` keeps share mode from retrying within the 15 s locks, so
+//! each delivery is put once. The classic connector (file sink, tenant `default`) reads
+//! `CLASSIC_RECORDS` records.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -123,7 +126,9 @@ pub async fn start() -> Pipelines {
                 "errors.tolerance": "all",
                 "errors.deadletterqueue.topic.name": DLQ_TOPIC,
                 "consumer.override.group.protocol": "share",
-                "share.delivery.attempt.limit": DELIVERY_LIMIT.to_string(),
+                "group.share.delivery.count.limit": DELIVERY_LIMIT.to_string(),
+                "errors.retry.timeout": "1",
+                "errors.retry.delay.max.ms": "300",
                 "flaky.once": flaky_once,
                 "flaky.always": FLAKY_ALWAYS.to_string(),
             }}),

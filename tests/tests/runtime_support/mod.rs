@@ -228,6 +228,24 @@ fn probe_def() -> ConfigDef {
         )
         .define(
             ConfigKey::new(
+                "probe.poison",
+                ConfigType::String,
+                Importance::Low,
+                "partition:offset of a record every put fails (fatally, or retriably with probe.poison.retriable).",
+            )
+            .default(""),
+        )
+        .define(
+            ConfigKey::new(
+                "probe.poison.retriable",
+                ConfigType::Boolean,
+                Importance::Low,
+                "The poison record fails retriably (a target that never takes it) instead of fatally.",
+            )
+            .default("false"),
+        )
+        .define(
+            ConfigKey::new(
                 "probe.fail.until.ms",
                 ConfigType::Long,
                 Importance::Low,
@@ -268,6 +286,9 @@ struct ProbeTask {
     delay: Duration,
     fail_every: i64,
     fail_for: Duration,
+    /// (partition, offset) of the record every put fails, and whether retriably.
+    poison: Option<(i32, i64)>,
+    poison_retriable: bool,
     first_put: Option<Instant>,
     /// Records that already failed once (shared by nobody: a redelivery may reach another
     /// task, which then succeeds anyway since only first attempts fail).
@@ -285,6 +306,10 @@ impl SinkTask for ProbeTask {
         self.delay = Duration::from_millis(get("probe.put.delay.ms").parse().unwrap_or(0));
         self.fail_every = get("probe.fail.every").parse().unwrap_or(0);
         self.fail_for = Duration::from_millis(get("probe.fail.until.ms").parse().unwrap_or(0));
+        self.poison = get("probe.poison")
+            .split_once(':')
+            .and_then(|(p, o)| Some((p.parse().ok()?, o.parse().ok()?)));
+        self.poison_retriable = get("probe.poison.retriable") == "true";
         Ok(())
     }
 
@@ -322,6 +347,15 @@ impl SinkTask for ProbeTask {
         let mut received = probe.received.lock().unwrap_or_else(|e| e.into_inner());
         for r in records {
             let c = &r.original;
+            if self.poison == Some((c.partition, c.offset)) {
+                let message = format!("poison record {c} (delivery {:?})", r.delivery_count);
+                outcomes.push(if self.poison_retriable {
+                    PutOutcome::Retriable(SinkError::retriable(message))
+                } else {
+                    PutOutcome::Fatal(SinkError::fatal(message))
+                });
+                continue;
+            }
             let first_attempt = r.delivery_count.is_none_or(|d| d <= 1);
             if self.fail_every > 0
                 && c.offset % self.fail_every == 0
@@ -386,4 +420,21 @@ pub fn coordinates(produced: &[Produced]) -> Vec<(String, i32, i64)> {
         .iter()
         .map(|p| (p.topic.clone(), p.partition, p.offset))
         .collect()
+}
+
+/// Share mode: no task of connector `name` released a record on its last allowed delivery or
+/// let its lock run out there (`sink-record-archived-by-limit-total` is 0): the broker
+/// archived nothing Spillway did not deliver, dead-letter or name in a FAILED status.
+pub fn assert_nothing_archived(worker: &Worker, name: &str) {
+    let status = worker.status(name).expect("registered");
+    let archived: Vec<(u32, u64)> = status
+        .tasks
+        .iter()
+        .map(|t| (t.id, t.counts.archived_by_limit))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(
+        archived.is_empty(),
+        "records archived by the delivery limit, per task: {archived:?}"
+    );
 }
