@@ -69,7 +69,7 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         )
         .await;
     let settings = &status["connector"]["group_settings"];
-    assert_eq!(settings["group"], "connect-queue", "{status}");
+    assert_eq!(settings["group"], "connect-share-queue", "{status}");
     let reset = settings["settings"]
         .as_array()
         .expect("settings")
@@ -141,7 +141,7 @@ async fn a_share_connectors_start_offsets_are_read_altered_and_reset_while_stopp
         proxy
             .admin()
             .expect("emulating")
-            .share_start_offsets("connect-queue")
+            .share_start_offsets("connect-share-queue")
             .get(&("queue".to_owned(), 0)),
         Some(&5),
         "AlterShareGroupOffsets reached the group"

@@ -62,7 +62,7 @@ async fn without_the_admin_apis_a_share_connector_runs_and_its_status_says_what_
     .await;
     let status = worker.status("plain").expect("registered");
     let report = status.group_settings.clone().expect("report");
-    assert_eq!(report.group, "connect-plain");
+    assert_eq!(report.group, "connect-share-plain");
     let warnings = report.warnings.join("\n");
     assert!(
         warnings.contains("cannot describe group configs")
@@ -117,7 +117,7 @@ async fn without_the_admin_apis_an_explicit_earliest_for_a_new_group_fails_its_t
     let status = worker.status("explicit").expect("registered");
     let trace = status.tasks[0].trace.clone().expect("a trace");
     for part in [
-        "share group 'connect-explicit' is new",
+        "share group 'connect-share-explicit' is new",
         "consumer.override.auto.offset.reset",
         "does not support DescribeConfigs",
         "kafka-configs.sh",
@@ -255,7 +255,7 @@ async fn a_new_share_connector_delivers_the_whole_backlog_with_the_broker_left_a
     let configs = setup
         .admin()
         .await
-        .describe_configs(&ConfigResource::Group("connect-fresh".into()), &[])
+        .describe_configs(&ConfigResource::Group("connect-share-fresh".into()), &[])
         .await
         .expect("describe");
     let entry = configs.get("share.auto.offset.reset").expect("listed");
@@ -270,7 +270,7 @@ async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_repla
     setup.broker.create_topic("shared", 1);
     setup.broker.set_share_max_delivery_attempts(7);
     let admin = setup.admin().await;
-    for group in ["connect-kept", "connect-replaced"] {
+    for group in ["connect-share-kept", "connect-share-replaced"] {
         admin
             .incremental_alter_configs(
                 &ConfigResource::Group(group.into()),
@@ -322,7 +322,7 @@ async fn a_value_someone_else_set_on_the_group_is_kept_and_an_explicit_one_repla
     );
     // The first group still has the other team's value.
     let kept = admin
-        .describe_configs(&ConfigResource::Group("connect-kept".into()), &[])
+        .describe_configs(&ConfigResource::Group("connect-share-kept".into()), &[])
         .await
         .expect("describe");
     assert_eq!(
@@ -345,7 +345,7 @@ async fn without_alter_configs_permission_the_connector_warns_or_fails_for_an_ex
     let report = report_of(&worker, "lenient").await;
     let warnings = report.warnings.join("\n");
     assert!(
-        warnings.contains("ALTER_CONFIGS") && warnings.contains("group 'connect-lenient'"),
+        warnings.contains("ALTER_CONFIGS") && warnings.contains("group 'connect-share-lenient'"),
         "{warnings}"
     );
     let reset = setting(&report, "share.auto.offset.reset");
@@ -363,7 +363,7 @@ async fn without_alter_configs_permission_the_connector_warns_or_fails_for_an_ex
         .expect("a valid configuration");
     let trace = wait_failed(&worker, "strict").await;
     for part in [
-        "share group 'connect-strict' is new",
+        "share group 'connect-share-strict' is new",
         "consumer.override.auto.offset.reset",
         "ALTER_CONFIGS",
     ] {
