@@ -283,9 +283,9 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
         .faults()
         .delay_responses(FIND_COORDINATOR, Duration::ZERO);
     wait_until(Duration::from_secs(60), "the task fails", || {
-        worker
-            .status("late")
-            .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed))
+        worker.status("late").is_some_and(|s| {
+            !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Failed)
+        })
     })
     .await;
     let status = worker.status("late").expect("known");
@@ -347,9 +347,9 @@ async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
         .faults()
         .delay_responses(FIND_COORDINATOR, Duration::ZERO);
     wait_until(Duration::from_secs(60), "the share task fails", || {
-        worker
-            .status("queue")
-            .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed))
+        worker.status("queue").is_some_and(|s| {
+            !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Failed)
+        })
     })
     .await;
     let status = worker.status("queue").expect("known");

@@ -509,7 +509,11 @@ async fn a_lock_duration_the_brokers_refuse_does_not_keep_the_start_position_out
         "{warnings}"
     );
     for (name, value, from) in [
-        ("share.auto.offset.reset", "earliest", "set by Spillway (its default"),
+        (
+            "share.auto.offset.reset",
+            "earliest",
+            "set by Spillway (its default",
+        ),
         (
             "share.isolation.level",
             "read_committed",
