@@ -1,4 +1,6 @@
-//! `spillway demo`: the whole story on one machine. It starts the dev broker, produces sample
+//! `spillway demo`: the whole story on one machine. It starts the dev broker (behind the test-kit
+//! proxy, which answers Kafka's admin requests, so share groups keep Kafka's default start and
+//! the share connector sets earliest itself), produces sample
 //! orders, and runs two file sinks side by side in one worker — one on a share group with three
 //! tasks (KIP-1302), one on a classic consumer group — while more orders arrive. It prints live
 //! progress and ends with a summary that checks every record arrived in both files; it fails
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use spillway_actors::{ConnectorStatus, Worker};
 use spillway_connectors::ConnectorRegistry;
-use spillway_tests::{numbered_records, DevBroker, TestProducer};
+use spillway_tests::{numbered_records, ProxiedDevBroker, TestProducer};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -88,17 +90,21 @@ pub async fn run(options: DemoOptions) -> Result<()> {
         let _ = std::fs::remove_file(f);
     }
 
-    println!("starting the dev broker (librdkafka's mock cluster)...");
-    let broker = tokio::task::spawn_blocking(|| {
-        let broker = DevBroker::start(1);
-        broker.set_share_auto_offset_reset("earliest");
-        broker.set_share_heartbeat_interval(500);
-        broker
+    println!(
+        "starting the dev broker (librdkafka's mock cluster, behind the test-kit proxy that answers Kafka's admin requests)..."
+    );
+    // Share groups are left at Kafka's default start (latest): the share connector asks for
+    // earliest itself through IncrementalAlterConfigs, as it does on a real cluster, so the
+    // backlog produced before it starts is delivered.
+    let cluster = tokio::task::spawn_blocking(|| {
+        let cluster = ProxiedDevBroker::start(1, &[]).map_err(anyhow::Error::msg)?;
+        cluster.broker().set_share_heartbeat_interval(500);
+        Ok::<_, anyhow::Error>(cluster)
     })
     .await
-    .context("the dev broker launcher panicked")?;
-    broker.create_topic(TOPIC, partitions);
-    let bootstrap = broker.bootstrap();
+    .context("the dev broker launcher panicked")??;
+    cluster.broker().create_topic(TOPIC, partitions);
+    let bootstrap = cluster.bootstrap();
     let first_half = records / 2;
     let all = numbered_records(records, 100, partitions);
     let (early, late) = all.split_at(first_half as usize);
@@ -212,7 +218,28 @@ pub async fn run(options: DemoOptions) -> Result<()> {
             t.ack_failures
         );
     }
-    drop(broker);
+    if let Some(report) = statuses
+        .iter()
+        .find(|s| s.name == SHARE)
+        .and_then(|s| s.group_settings.as_ref())
+    {
+        println!(
+            "  share group {} (from the connector's status):",
+            report.group
+        );
+        for setting in &report.settings {
+            println!(
+                "    {} = {} ({})",
+                setting.name,
+                setting.value.as_deref().unwrap_or("unknown"),
+                setting.source
+            );
+        }
+        for warning in &report.warnings {
+            println!("    warning: {warning}");
+        }
+    }
+    drop(cluster);
     if missing_total > 0 {
         bail!("{missing_total} records did not arrive");
     }
