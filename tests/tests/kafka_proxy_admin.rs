@@ -929,6 +929,14 @@ async fn denied_operations_are_refused_per_resource_as_kafka_does() {
     cluster.admin().deny(AdminOperation::DescribeConfigs);
     let denied = raw.describe(&[(GROUP, "g"), (BROKER, "1")], false).await;
     assert_eq!((denied[0].error_code, denied[1].error_code), (30, 31));
+    // Allowed to create but not to describe: created, without its configs in the answer.
+    cluster.admin().allow(AdminOperation::Create);
+    let created = raw.create_topic("made-unseen", 1, 1, &[], false).await;
+    assert_eq!(
+        (created.error_code, created.topic_config_error_code),
+        (0, 29)
+    );
+    assert_eq!(created.configs.map(|c| c.len()), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -622,22 +622,28 @@ impl AdminEmulation {
                             .map(|t| t.id)
                             .unwrap_or_default(),
                     };
-                    result.configs = Some(
-                        TOPIC_CONFIGS
-                            .iter()
-                            .map(|(key, default, _)| {
-                                let mut c = CreatableTopicConfigs::default();
-                                c.name = StrBytes::from_static_str(key.name);
-                                let (value, source) = match props.get(key.name) {
-                                    Some(v) => (v.clone(), SOURCE_TOPIC),
-                                    None => (default.to_string(), SOURCE_DEFAULT),
-                                };
-                                c.value = Some(StrBytes::from_string(value));
-                                c.config_source = source;
-                                c
-                            })
-                            .collect(),
-                    );
+                    // Kafka leaves the configs out for a principal that may not describe them.
+                    if self.denied(AdminOperation::DescribeConfigs) {
+                        result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED;
+                        result.configs = Some(Vec::new());
+                    } else {
+                        result.configs = Some(
+                            TOPIC_CONFIGS
+                                .iter()
+                                .map(|(key, default, _)| {
+                                    let mut c = CreatableTopicConfigs::default();
+                                    c.name = StrBytes::from_static_str(key.name);
+                                    let (value, source) = match props.get(key.name) {
+                                        Some(v) => (v.clone(), SOURCE_TOPIC),
+                                        None => (default.to_string(), SOURCE_DEFAULT),
+                                    };
+                                    c.value = Some(StrBytes::from_string(value));
+                                    c.config_source = source;
+                                    c
+                                })
+                                .collect(),
+                        );
+                    }
                 }
                 Err((code, message)) => {
                     result.error_code = code;
