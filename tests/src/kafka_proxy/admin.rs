@@ -571,6 +571,11 @@ impl AdminEmulation {
                     });
             }
         }
+        // Visible in test output: a group's value now applies to every share group.
+        eprintln!(
+            "kafka proxy admin emulation: dev broker share settings {} (cluster-wide: every share group gets them)",
+            Value::Object(settings.clone())
+        );
         let mut command = settings;
         command.insert("cmd".into(), json!("share_settings"));
         self.launcher(move |c| c.command(Value::Object(command)).map(|_| ()))
