@@ -369,6 +369,20 @@ async fn without_alter_configs_permission_the_connector_warns_or_fails_for_an_ex
     ] {
         assert!(trace.contains(part), "{part}: {trace}");
     }
+    // Once the permission is granted, restarting the task sets the group up and runs it.
+    setup
+        .proxy
+        .admin()
+        .expect("emulating")
+        .allow(AdminOperation::AlterConfigs);
+    worker.restart_task("strict", 0).await.expect("restart");
+    wait_running(&worker, "strict").await;
+    let report = report_of(&worker, "strict").await;
+    assert_eq!(
+        setting(&report, "share.auto.offset.reset").value.as_deref(),
+        Some("earliest"),
+        "{report:?}"
+    );
     worker.shutdown().await;
 }
 
@@ -509,7 +523,11 @@ async fn a_lock_duration_the_brokers_refuse_does_not_keep_the_start_position_out
         "{warnings}"
     );
     for (name, value, from) in [
-        ("share.auto.offset.reset", "earliest", "set by Spillway (its default"),
+        (
+            "share.auto.offset.reset",
+            "earliest",
+            "set by Spillway (its default",
+        ),
         (
             "share.isolation.level",
             "read_committed",
