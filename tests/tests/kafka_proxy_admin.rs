@@ -81,6 +81,21 @@ impl Raw {
         Req: Encodable + HeaderVersion,
         Resp: Decodable + HeaderVersion,
     {
+        self.call_as(api_key, version, version, body).await
+    }
+
+    /// Sends one request at `version` and decodes the response as `answer_version`.
+    async fn call_as<Req, Resp>(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        answer_version: i16,
+        body: &Req,
+    ) -> Resp
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable + HeaderVersion,
+    {
         self.correlation += 1;
         let mut header = RequestHeader::default();
         header.request_api_key = api_key;
@@ -105,12 +120,13 @@ impl Raw {
         let mut frame = tokio::time::timeout(Duration::from_secs(30), read)
             .await
             .unwrap_or_else(|_| panic!("no answer to api_key={api_key} within 30s"));
-        let header = ResponseHeader::decode(&mut frame, Resp::header_version(version)).unwrap();
+        let header =
+            ResponseHeader::decode(&mut frame, Resp::header_version(answer_version)).unwrap();
         assert_eq!(
             header.correlation_id, self.correlation,
             "answers come in order"
         );
-        Resp::decode(&mut frame, version).unwrap()
+        Resp::decode(&mut frame, answer_version).unwrap()
     }
 
     async fn api_versions(&mut self) -> ApiVersionsResponse {
@@ -378,6 +394,27 @@ async fn api_versions_list_the_admin_apis_only_with_the_emulation() {
     assert_eq!(range(DESCRIBE_CONFIGS), (1, 4));
     assert_eq!(range(INCREMENTAL_ALTER_CONFIGS), (0, 1));
     assert_eq!(range(ALTER_SHARE_GROUP_OFFSETS), (0, 0));
+    // A version above the dev broker's gets UNSUPPORTED_VERSION in v0, naming the range, as
+    // Kafka answers, so clients step down.
+    let mut raw = Raw::connect(&first_listener(&emulating)).await;
+    let mut request = ApiVersionsRequest::default();
+    request.client_software_name = StrBytes::from_static_str("raw-admin");
+    request.client_software_version = StrBytes::from_static_str("1");
+    let refused: ApiVersionsResponse = raw.call_as(API_VERSIONS, 3, 0, &request).await;
+    let versions = without
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == API_VERSIONS)
+        .unwrap();
+    assert_eq!(refused.error_code, 35);
+    assert_eq!(
+        refused
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, k.min_version, k.max_version))
+            .collect::<Vec<_>>(),
+        vec![(API_VERSIONS, versions.min_version, versions.max_version)]
+    );
     // Everything the dev broker has is still there, with its own ranges.
     for k in &without.api_keys {
         let ours = with
@@ -929,6 +966,14 @@ async fn denied_operations_are_refused_per_resource_as_kafka_does() {
     cluster.admin().deny(AdminOperation::DescribeConfigs);
     let denied = raw.describe(&[(GROUP, "g"), (BROKER, "1")], false).await;
     assert_eq!((denied[0].error_code, denied[1].error_code), (30, 31));
+    // Allowed to create but not to describe: created, without its configs in the answer.
+    cluster.admin().allow(AdminOperation::Create);
+    let created = raw.create_topic("made-unseen", 1, 1, &[], false).await;
+    assert_eq!(
+        (created.error_code, created.topic_config_error_code),
+        (0, 29)
+    );
+    assert_eq!(created.configs.map(|c| c.len()), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -972,4 +1017,133 @@ async fn an_admin_only_connection_never_touches_the_dev_broker() {
     assert_eq!(cluster.proxy().upstream_connections_opened(), 0);
     raw.partitions(&["anything"]).await;
     assert_eq!(cluster.proxy().upstream_connections_opened(), 1);
+}
+
+/// librdkafka's admin client negotiates versions with the proxy's ApiVersions (it starts at a
+/// version the dev broker lacks and steps down) and uses the emulated APIs; through a proxy
+/// without the emulation it finds CreateTopics unsupported, as on the bare dev broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdkafka_admin_client_creates_and_describes_through_the_emulation_only() {
+    use rdkafka::admin::{
+        AdminClient, AdminOptions, ConfigSource, NewTopic, ResourceSpecifier, TopicReplication,
+    };
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    let cluster = ProxiedDevBroker::start(1, &[]).expect("dev broker behind the proxy");
+    let admin = |bootstrap: String| -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("socket.timeout.ms", "10000")
+            .create()
+            .expect("admin client")
+    };
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(20)));
+    let client = admin(cluster.bootstrap());
+    let topic = NewTopic::new("via-rdkafka", 2, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact");
+    let created = client
+        .create_topics([&topic], &options)
+        .await
+        .expect("CreateTopics answered");
+    assert_eq!(created, vec![Ok("via-rdkafka".to_string())]);
+    let again = client
+        .create_topics([&topic], &options)
+        .await
+        .expect("CreateTopics answered");
+    assert_eq!(
+        again,
+        vec![Err((
+            "via-rdkafka".to_string(),
+            RDKafkaErrorCode::TopicAlreadyExists
+        ))]
+    );
+
+    let described = client
+        .describe_configs(
+            [
+                &ResourceSpecifier::Topic("via-rdkafka"),
+                &ResourceSpecifier::Broker(1),
+            ],
+            &options,
+        )
+        .await
+        .expect("DescribeConfigs answered");
+    let topic_configs = described[0].as_ref().expect("topic described");
+    let policy = topic_configs.get("cleanup.policy").expect("cleanup.policy");
+    assert_eq!(
+        (policy.value.as_deref(), &policy.source),
+        (Some("compact"), &ConfigSource::DynamicTopic)
+    );
+    let broker_configs = described[1].as_ref().expect("broker described");
+    let limit = broker_configs
+        .get("group.share.delivery.count.limit")
+        .expect("delivery limit");
+    assert_eq!(
+        (limit.value.as_deref(), limit.is_read_only),
+        (Some("5"), true)
+    );
+
+    let plain = KafkaProxy::start(
+        &cluster.broker().bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext),
+    )
+    .expect("proxy starts");
+    // The dev broker names no real controller, so librdkafka never finds one to ask.
+    let short = AdminOptions::new().request_timeout(Some(Duration::from_secs(3)));
+    let unsupported = admin(plain.bootstrap())
+        .create_topics(
+            [&NewTopic::new("never", 1, TopicReplication::Fixed(1))],
+            &short,
+        )
+        .await;
+    assert!(
+        !matches!(unsupported.as_deref(), Ok([Ok(_)])),
+        "CreateTopics must not succeed without the emulation: {unsupported:?}"
+    );
+}
+
+/// On a SASL listener the proxy's ApiVersions answer lists the SASL APIs with the emulated ones,
+/// and an emulated request before authentication closes the connection, as Kafka does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_listener_advertises_sasl_and_admin_apis_and_admin_waits_for_authentication() {
+    let cluster = ProxiedDevBroker::start_with(
+        1,
+        &[],
+        ProxyOptions::new(ProxySecurity::SaslPlaintext).with_user("alice", "alice-secret"),
+    )
+    .expect("dev broker behind the proxy");
+    let mut raw = Raw::connect(&first_listener(cluster.proxy())).await;
+    let versions = raw.api_versions().await;
+    let keys: BTreeSet<i16> = versions.api_keys.iter().map(|k| k.api_key).collect();
+    for key in [17, 36, CREATE_TOPICS, DESCRIBE_CONFIGS] {
+        assert!(keys.contains(&key), "api_key={key} advertised: {keys:?}");
+    }
+    // DescribeConfigs before SaslHandshake: the connection closes without an answer.
+    let mut request = DescribeConfigsRequest::default();
+    let mut resource = DescribeConfigsResource::default();
+    resource.resource_type = GROUP;
+    resource.resource_name = StrBytes::from_static_str("g");
+    request.resources = vec![resource];
+    let mut header = RequestHeader::default();
+    header.request_api_key = DESCRIBE_CONFIGS;
+    header.request_api_version = 4;
+    header.correlation_id = 99;
+    let mut buf = bytes::BytesMut::new();
+    header
+        .encode(&mut buf, DescribeConfigsRequest::header_version(4))
+        .unwrap();
+    request.encode(&mut buf, 4).unwrap();
+    let mut frame = (buf.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&buf);
+    raw.socket.write_all(&frame).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(10), raw.socket.read(&mut byte))
+        .await
+        .expect("the proxy closes the connection");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "closed, not answered: {read:?}"
+    );
 }

@@ -338,7 +338,8 @@ impl KafkaProxy {
                         addresses.push((*node, *local));
                     }
                     let faults = ProxyFaults::default();
-                    let rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
+                    let mut rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
+                    rewriter.name_controller = emulating;
                     let mut local = LocalApis::new(upstream_versions.clone(), uses_sasl);
                     let admin = admin_options.map(|options| {
                         // Its Metadata lookups go to the lowest-numbered broker.
@@ -350,6 +351,9 @@ impl KafkaProxy {
                         let versions = upstream_versions.unwrap_or_default();
                         Arc::new(AdminEmulation::new(options, denied, first, &versions))
                     });
+                    // Emulated APIs register here, one line each (keyed by API key); while any
+                    // is registered the proxy answers ApiVersions itself, which needs
+                    // `upstream_versions` (fetched when `emulating`).
                     if let Some(admin) = &admin {
                         local.register(Arc::new(Arc::clone(admin)));
                     }

@@ -55,6 +55,10 @@ pub(crate) struct Rewriter {
     pub endpoints: HashMap<i32, (String, u16)>,
     pub sasl: bool,
     pub kafka42: bool,
+    /// Name a real broker as the controller (the mock names node 0, which does not exist, so
+    /// clients cannot send controller requests such as CreateTopics); set with the admin
+    /// emulation, which answers them.
+    pub name_controller: bool,
     pub faults: ProxyFaults,
     /// Topic ids seen in Metadata answers, to match faults given by topic name.
     topic_names: Mutex<HashMap<Uuid, String>>,
@@ -73,6 +77,7 @@ impl Rewriter {
             endpoints,
             sasl,
             kafka42,
+            name_controller: false,
             faults,
             topic_names: Mutex::new(HashMap::new()),
             sent_assignments: Mutex::new(HashMap::new()),
@@ -110,7 +115,7 @@ impl Rewriter {
                 for broker in &mut r.brokers {
                     changed |= self.set(broker.node_id.0, &mut broker.host, &mut broker.port);
                 }
-                changed
+                changed | self.controller(&mut r.controller_id.0)
             }),
             FIND_COORDINATOR => edit::<FindCoordinatorResponse>(frame, version, |r| {
                 if version < 4 {
@@ -128,7 +133,7 @@ impl Rewriter {
                 for b in &mut r.brokers {
                     changed |= self.set(b.broker_id.0, &mut b.host, &mut b.port);
                 }
-                changed
+                changed | self.controller(&mut r.controller_id.0)
             }),
             SHARE_FETCH => edit::<ShareFetchResponse>(frame, version, |r| {
                 let mut changed = false;
@@ -187,6 +192,21 @@ impl Rewriter {
                 })
             }
             _ => Ok(frame),
+        }
+    }
+
+    /// With `name_controller`, replaces a controller id that names no broker by the lowest
+    /// broker id, as a Kafka cluster always names a live broker.
+    fn controller(&self, id: &mut i32) -> bool {
+        if !self.name_controller || self.endpoints.contains_key(id) {
+            return false;
+        }
+        match self.endpoints.keys().min() {
+            Some(lowest) => {
+                *id = *lowest;
+                true
+            }
+            None => false,
         }
     }
 
