@@ -593,3 +593,56 @@ async fn group_settings_are_set_over_sasl_ssl_with_the_consumers_security_settin
     wait_running(&worker, "secured").await;
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_change_sets_the_group_again() {
+    let setup = emulated(|o| o);
+    setup.broker.create_topic("changing", 1);
+    let worker = setup.worker();
+    worker
+        .start_connector(probe_connector("changing", "changing", &[]))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "changing").await;
+    assert_eq!(
+        setting(&report, "share.record.lock.duration.ms")
+            .value
+            .as_deref(),
+        Some("30000"),
+        "{report:?}"
+    );
+    wait_running(&worker, "changing").await;
+    worker
+        .reconfigure_connector(probe_connector(
+            "changing",
+            "changing",
+            &[("consumer.override.share.record.lock.duration.ms", "20000")],
+        ))
+        .await
+        .expect("reconfigured");
+    wait_until(
+        Duration::from_secs(30),
+        "the new lock duration in force",
+        || {
+            worker
+                .status("changing")
+                .and_then(|s| s.group_settings)
+                .is_some_and(|r| {
+                    setting(&r, "share.record.lock.duration.ms")
+                        .value
+                        .as_deref()
+                        == Some("20000")
+                })
+        },
+    )
+    .await;
+    let report = report_of(&worker, "changing").await;
+    assert!(
+        setting(&report, "share.record.lock.duration.ms")
+            .source
+            .contains("consumer.override.share.record.lock.duration.ms"),
+        "{report:?}"
+    );
+    wait_running(&worker, "changing").await;
+    worker.shutdown().await;
+}
