@@ -317,6 +317,8 @@ impl ConnectorActor {
             return;
         }
         self.preparing = true;
+        // Listed at once, as Connect lists tasks not yet running: UNASSIGNED.
+        self.list_unassigned_tasks();
         let preparation = preparation.clone();
         let admin = Arc::clone(&self.plan.admin);
         let prepare = async move { preparation.run(&admin, &name).await };
@@ -353,6 +355,13 @@ impl ConnectorActor {
                 }
             }
         }));
+    }
+
+    /// Put the tasks on the status board (UNASSIGNED) before they run.
+    fn list_unassigned_tasks(&self) {
+        for id in 0..self.task_configs.len() as u32 {
+            self.board.task_counters(&self.plan.key, id);
+        }
     }
 
     fn start_tasks(&mut self, ctx: &mut Context<Self>) {
@@ -568,11 +577,16 @@ impl Handler<SetTaskCount> for ConnectorActor {
     fn handle(&mut self, msg: SetTaskCount, ctx: &mut Context<Self>) -> Self::Result {
         let name = self.name().to_owned();
         let wanted = msg.0.max(1);
+        let listed = self.task_configs.len() as u32;
         self.split(wanted).map_err(RuntimeError::Task)?;
         let wanted = self.task_configs.len() as u32;
         self.plan.config.tasks_max = wanted as usize;
         if self.preparing {
             // The tasks start, this many, once the group and topics are set up.
+            for id in wanted..listed {
+                self.board.remove_task(&name, id);
+            }
+            self.list_unassigned_tasks();
             return Ok(());
         }
         for (id, slot) in self.slots.iter_mut() {
