@@ -89,6 +89,8 @@ pub struct ConnectorActor {
     preparing: bool,
     /// Shared by the tasks: a success of one ends the others' fetch pauses (share mode).
     target_health: TargetHealth,
+    /// The setup failed: the tasks are FAILED without having run.
+    preparation_failed: bool,
 }
 
 /// Change the number of tasks.
@@ -135,6 +137,7 @@ impl ConnectorActor {
             stop_waiters: Vec::new(),
             preparing: false,
             target_health: TargetHealth::default(),
+            preparation_failed: false,
         }
     }
 
@@ -310,6 +313,63 @@ impl ConnectorActor {
         }
     }
 
+    /// Set up the share group and topics (`Preparation`), then start the tasks; when that
+    /// fails, every task is FAILED with the reason (restarting one tries again).
+    fn prepare_then_start(&mut self, ctx: &mut Context<Self>) {
+        let name = self.name().to_owned();
+        let preparation = &self.plan.preparation;
+        if preparation.share.is_none() && preparation.dead_letter_queue.is_none() {
+            self.start_tasks(ctx);
+            return;
+        }
+        self.preparing = true;
+        // Listed at once, as Connect lists tasks not yet running: UNASSIGNED.
+        self.list_unassigned_tasks();
+        let preparation = preparation.clone();
+        let admin = Arc::clone(&self.plan.admin);
+        let prepare = async move { preparation.run(&admin, &name).await };
+        ctx.spawn(prepare.into_actor(self).map(|result, act, ctx| {
+            act.preparing = false;
+            if act.stopping {
+                act.finish_stop_if_done();
+                return;
+            }
+            let name = act.name().to_owned();
+            match result {
+                Ok(prepared) => {
+                    act.preparation_failed = false;
+                    if let Some(report) = prepared.report {
+                        if let Some(limit) = report.delivery_count_limit {
+                            // The brokers' value is the truth; the setting is a fallback.
+                            if limit != act.plan.settings.delivery_attempt_limit {
+                                info!(connector = %name, brokers = limit, setting = act.plan.settings.delivery_attempt_limit, "using the brokers' group.share.delivery.count.limit");
+                            }
+                            act.plan.settings.delivery_attempt_limit = limit;
+                        }
+                        act.board.set_group_settings(&name, report);
+                    }
+                    act.start_tasks(ctx);
+                }
+                Err(reason) => {
+                    error!(connector = %name, %reason, "the connector's tasks cannot run");
+                    act.preparation_failed = true;
+                    for id in 0..act.task_configs.len() as u32 {
+                        act.board.task_counters(&name, id);
+                        act.board
+                            .set_task(&name, id, State::Failed, Some(reason.clone()));
+                    }
+                }
+            }
+        }));
+    }
+
+    /// Put the tasks on the status board (UNASSIGNED) before they run.
+    fn list_unassigned_tasks(&self) {
+        for id in 0..self.task_configs.len() as u32 {
+            self.board.task_counters(&self.plan.key, id);
+        }
+    }
+
     fn start_tasks(&mut self, ctx: &mut Context<Self>) {
         info!(connector = %self.plan.key, protocol = %self.plan.protocol_text, group = %self.plan.group_id, tasks = self.task_configs.len(), "starting tasks");
         for id in 0..self.task_configs.len() as u32 {
@@ -405,46 +465,7 @@ impl Actor for ConnectorActor {
             self.board.set_connector(&name, State::Failed, Some(e));
             return;
         }
-        let preparation = &self.plan.preparation;
-        if preparation.share.is_none() && preparation.dead_letter_queue.is_none() {
-            self.start_tasks(ctx);
-            return;
-        }
-        self.preparing = true;
-        let preparation = preparation.clone();
-        let admin = Arc::clone(&self.plan.admin);
-        let prepare = async move { preparation.run(&admin, &name).await };
-        ctx.spawn(prepare.into_actor(self).map(|result, act, ctx| {
-            act.preparing = false;
-            if act.stopping {
-                act.finish_stop_if_done();
-                return;
-            }
-            let name = act.name().to_owned();
-            match result {
-                Ok(prepared) => {
-                    if let Some(report) = prepared.report {
-                        if let Some(limit) = report.delivery_count_limit {
-                            // The brokers' value is the truth; the setting is a fallback.
-                            if limit != act.plan.settings.delivery_attempt_limit {
-                                info!(connector = %name, brokers = limit, setting = act.plan.settings.delivery_attempt_limit, "using the brokers' group.share.delivery.count.limit");
-                            }
-                            act.plan.settings.delivery_attempt_limit = limit;
-                        }
-                        act.board.set_group_settings(&name, report);
-                    }
-                    act.start_tasks(ctx);
-                }
-                Err(reason) => {
-                    error!(connector = %name, %reason, "the connector's tasks cannot run");
-                    for id in 0..act.task_configs.len() as u32 {
-                        act.board.task_counters(&name, id);
-                        act.board
-                            .set_task(&name, id, State::Failed, Some(reason.clone()));
-                    }
-                }
-            }
-        }));
+        self.prepare_then_start(ctx);
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
@@ -568,11 +589,16 @@ impl Handler<SetTaskCount> for ConnectorActor {
     fn handle(&mut self, msg: SetTaskCount, ctx: &mut Context<Self>) -> Self::Result {
         let name = self.name().to_owned();
         let wanted = msg.0.max(1);
+        let listed = self.task_configs.len() as u32;
         self.split(wanted).map_err(RuntimeError::Task)?;
         let wanted = self.task_configs.len() as u32;
         self.plan.config.tasks_max = wanted as usize;
         if self.preparing {
             // The tasks start, this many, once the group and topics are set up.
+            for id in wanted..listed {
+                self.board.remove_task(&name, id);
+            }
+            self.list_unassigned_tasks();
             return Ok(());
         }
         for (id, slot) in self.slots.iter_mut() {
@@ -650,6 +676,14 @@ impl Handler<RestartTask> for ConnectorActor {
             return Err(RuntimeError::Task(format!(
                 "connector {name} is setting up its share group and topics; its tasks start after that"
             )));
+        }
+        if self.preparation_failed {
+            if id as usize >= self.task_configs.len() {
+                return Err(unknown());
+            }
+            info!(connector = %name, task = id, "setting up the share group and topics again");
+            self.prepare_then_start(ctx);
+            return Ok(());
         }
         let slot = self.slots.get_mut(&id).ok_or_else(unknown)?;
         if slot.retiring {

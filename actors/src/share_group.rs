@@ -236,31 +236,17 @@ async fn apply_group_configs(
             }
         }
     }
-    let set_result = if to_set.is_empty() {
-        Ok(())
-    } else {
-        let changes: Vec<(&str, AlterOp)> = to_set
-            .iter()
-            .map(|w| (w.config, AlterOp::Set(w.value.clone())))
-            .collect();
-        admin.incremental_alter_configs(&resource, &changes).await
-    };
-    if let Err(e) = &set_result {
-        let values = to_set
-            .iter()
-            .map(|w| format!("{}={}", w.config, w.value))
-            .collect::<Vec<_>>()
-            .join(", ");
-        warn!(connector, %group, error = %e, "the share group's configs could not be set ({values})");
-        report
-            .warnings
-            .push(format!("could not set {values} on the group: {e}"));
+    let set = set_group_configs(admin, &resource, &to_set).await;
+    for (w, e) in &set.failed {
+        warn!(connector, %group, config = w.config, value = %w.value, error = %e, "the share group's config could not be set");
+        report.warnings.push(format!(
+            "could not set {}={} on the group: {e}",
+            w.config, w.value
+        ));
     }
     // What is in force now.
     for (name, default) in KAFKA_DEFAULTS {
-        let set_now = set_result.is_ok() && to_set.iter().find(|w| w.config == name).is_some();
-        let setting = if set_now {
-            let w = to_set.iter().find(|w| w.config == name).expect("checked");
+        let setting = if let Some(w) = set.done.iter().find(|w| w.config == name) {
             SettingInForce {
                 name: name.to_owned(),
                 value: Some(w.value.clone()),
@@ -314,6 +300,53 @@ async fn apply_group_configs(
     report.delivery_count_limit =
         delivery_count_limit(admin, connector, &mut report.warnings).await;
     Ok(report)
+}
+
+/// What IncrementalAlterConfigs did with each wanted value.
+struct SetOutcome<'a> {
+    done: Vec<&'a Wanted>,
+    /// Each value that could not be set, with Kafka's answer.
+    failed: Vec<(&'a Wanted, String)>,
+}
+
+/// Set `to_set` on the group in one request. Kafka validates a resource's changes together, so
+/// when it refuses them for a reason other than a missing permission or API (a value outside
+/// the brokers' bounds), each is tried alone: one bad value does not keep the others out.
+async fn set_group_configs<'a>(
+    admin: &AdminClient,
+    resource: &ConfigResource,
+    to_set: &[&'a Wanted],
+) -> SetOutcome<'a> {
+    let change = |w: &Wanted| (w.config, AlterOp::Set(w.value.clone()));
+    let mut outcome = SetOutcome {
+        done: Vec::new(),
+        failed: Vec::new(),
+    };
+    if to_set.is_empty() {
+        return outcome;
+    }
+    let all: Vec<(&str, AlterOp)> = to_set.iter().map(|w| change(w)).collect();
+    match admin.incremental_alter_configs(resource, &all).await {
+        Ok(()) => outcome.done.extend(to_set.iter().copied()),
+        Err(e) if to_set.len() == 1 || e.is_authorization() || e.is_unsupported() => {
+            let e = e.to_string();
+            outcome
+                .failed
+                .extend(to_set.iter().map(|w| (*w, e.clone())));
+        }
+        Err(_) => {
+            for w in to_set {
+                match admin
+                    .incremental_alter_configs(resource, &[change(w)])
+                    .await
+                {
+                    Ok(()) => outcome.done.push(w),
+                    Err(e) => outcome.failed.push((w, e.to_string())),
+                }
+            }
+        }
+    }
+    outcome
 }
 
 fn explicit_keys(config: &str) -> String {

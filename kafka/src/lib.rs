@@ -2,7 +2,8 @@
 //!
 //! Layers, bottom up: [`connection`] (one broker socket, pipelined requests) → [`cluster`]
 //! (brokers, topics, leaders, one persistent connection per broker) → [`share`] (the KIP-932
-//! share-group consumer: membership, sessions, fetch, acknowledgements).
+//! share-group consumer: membership, sessions, fetch, acknowledgements). [`admin`] speaks Kafka's
+//! admin API (configs, topics, share-group offsets) on the same cluster layer.
 
 pub mod admin;
 pub mod backoff;

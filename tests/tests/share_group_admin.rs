@@ -19,7 +19,7 @@ use spillway_kafka::cluster::Cluster;
 use spillway_kafka::security::ClientSecurity;
 use spillway_tests::kafka_proxy::AdminOperation;
 use spillway_tests::{
-    numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity,
+    numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity, SaslMechanism,
 };
 
 /// A dev broker left at Kafka's share-group default (latest), short heartbeats.
@@ -143,7 +143,7 @@ fn emulated(options: impl FnOnce(ProxyOptions) -> ProxyOptions) -> Emulated {
     let broker = latest_broker();
     let proxy = KafkaProxy::start(
         &broker.bootstrap(),
-        options(ProxyOptions::new(ProxySecurity::Plaintext).with_admin_emulation(broker.control())),
+        options(ProxyOptions::new(ProxySecurity::Plaintext)).with_admin_emulation(broker.control()),
     )
     .expect("proxy starts");
     Emulated { broker, proxy }
@@ -369,6 +369,20 @@ async fn without_alter_configs_permission_the_connector_warns_or_fails_for_an_ex
     ] {
         assert!(trace.contains(part), "{part}: {trace}");
     }
+    // Once the permission is granted, restarting the task sets the group up and runs it.
+    setup
+        .proxy
+        .admin()
+        .expect("emulating")
+        .allow(AdminOperation::AlterConfigs);
+    worker.restart_task("strict", 0).await.expect("restart");
+    wait_running(&worker, "strict").await;
+    let report = report_of(&worker, "strict").await;
+    assert_eq!(
+        setting(&report, "share.auto.offset.reset").value.as_deref(),
+        Some("earliest"),
+        "{report:?}"
+    );
     worker.shutdown().await;
 }
 
@@ -528,5 +542,107 @@ async fn a_lock_duration_the_brokers_refuse_does_not_keep_the_start_position_out
     assert_ne!(lock.value.as_deref(), Some("3600000"), "{report:?}");
     assert!(lock.source.contains("not set on the group"), "{lock:?}");
     wait_running(&worker, "bounded").await;
+    worker.shutdown().await;
+}
+
+/// The admin client opens its connections as the connector's consumer settings say (TLS and
+/// SASL), like the share consumer.
+#[tokio::test(flavor = "multi_thread")]
+async fn group_settings_are_set_over_sasl_ssl_with_the_consumers_security_settings() {
+    let setup = emulated(|_| {
+        ProxyOptions::new(ProxySecurity::SaslSsl)
+            .with_mechanisms(&[SaslMechanism::ScramSha512])
+            .with_user("alice", "alice-secret")
+    });
+    setup.broker.create_topic("secured", 1);
+    let ca = setup
+        .proxy
+        .pki()
+        .expect("TLS on")
+        .ca_path
+        .display()
+        .to_string();
+    let worker = Worker::start(
+        config(&[
+            ("bootstrap.servers", &setup.proxy.bootstrap()),
+            ("task.poll.timeout.ms", "100"),
+            ("consumer.security.protocol", "SASL_SSL"),
+            ("consumer.ssl.truststore.type", "PEM"),
+            ("consumer.ssl.truststore.location", &ca),
+            ("consumer.sasl.mechanism", "SCRAM-SHA-512"),
+            (
+                "consumer.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="alice-secret";"#,
+            ),
+        ]),
+        ConnectorRegistry::builtin()
+            .with(&["probe"], || Box::new(runtime_support::ProbeConnector::default())),
+    )
+    .expect("worker starts");
+    worker
+        .start_connector(probe_connector("secured", "secured", &[]))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "secured").await;
+    assert!(report.warnings.is_empty(), "{report:?}");
+    assert_eq!(
+        setting(&report, "share.auto.offset.reset").value.as_deref(),
+        Some("earliest"),
+        "{report:?}"
+    );
+    wait_running(&worker, "secured").await;
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_change_sets_the_group_again() {
+    let setup = emulated(|o| o);
+    setup.broker.create_topic("changing", 1);
+    let worker = setup.worker();
+    worker
+        .start_connector(probe_connector("changing", "changing", &[]))
+        .await
+        .expect("starts");
+    let report = report_of(&worker, "changing").await;
+    assert_eq!(
+        setting(&report, "share.record.lock.duration.ms")
+            .value
+            .as_deref(),
+        Some("30000"),
+        "{report:?}"
+    );
+    wait_running(&worker, "changing").await;
+    worker
+        .reconfigure_connector(probe_connector(
+            "changing",
+            "changing",
+            &[("consumer.override.share.record.lock.duration.ms", "20000")],
+        ))
+        .await
+        .expect("reconfigured");
+    wait_until(
+        Duration::from_secs(30),
+        "the new lock duration in force",
+        || {
+            worker
+                .status("changing")
+                .and_then(|s| s.group_settings)
+                .is_some_and(|r| {
+                    setting(&r, "share.record.lock.duration.ms")
+                        .value
+                        .as_deref()
+                        == Some("20000")
+                })
+        },
+    )
+    .await;
+    let report = report_of(&worker, "changing").await;
+    assert!(
+        setting(&report, "share.record.lock.duration.ms")
+            .source
+            .contains("consumer.override.share.record.lock.duration.ms"),
+        "{report:?}"
+    );
+    wait_running(&worker, "changing").await;
     worker.shutdown().await;
 }

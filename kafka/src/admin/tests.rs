@@ -40,6 +40,12 @@ struct Fake {
     active_groups: BTreeSet<String>,
     /// Api keys of the requests seen.
     seen: Vec<i16>,
+    /// Api keys of the requests seen, with the listener that got each.
+    seen_at: Vec<(i16, SocketAddr)>,
+    /// The brokers Metadata lists (empty: the listener alone, as broker 1).
+    cluster: Vec<(i32, SocketAddr)>,
+    /// The group coordinator FindCoordinator names (default: the listener, as broker 1).
+    coordinator: Option<(i32, SocketAddr)>,
     connections: usize,
 }
 
@@ -89,6 +95,7 @@ fn answer(fake: &Shared, addr: SocketAddr, mut frame: Bytes) -> Bytes {
     let header = RequestHeader::decode(&mut frame, api.request_header_version(version)).unwrap();
     let mut state = fake.lock().unwrap();
     state.seen.push(key);
+    state.seen_at.push((key, addr));
     let denied = state.denied.contains(&key);
     let mut body = BytesMut::new();
     match api {
@@ -115,20 +122,30 @@ fn answer(fake: &Shared, addr: SocketAddr, mut frame: Bytes) -> Bytes {
         }
         ApiKey::Metadata => {
             let mut r = MetadataResponse::default();
-            let mut b = MetadataResponseBroker::default();
-            b.node_id = BrokerId(1);
-            b.host = str(&addr.ip().to_string());
-            b.port = i32::from(addr.port());
-            r.brokers = vec![b];
+            let cluster = match state.cluster.is_empty() {
+                true => vec![(1, addr)],
+                false => state.cluster.clone(),
+            };
+            r.brokers = cluster
+                .into_iter()
+                .map(|(id, at)| {
+                    let mut b = MetadataResponseBroker::default();
+                    b.node_id = BrokerId(id);
+                    b.host = str(&at.ip().to_string());
+                    b.port = i32::from(at.port());
+                    b
+                })
+                .collect();
             r.encode(&mut body, version).unwrap();
         }
         ApiKey::FindCoordinator => {
             let mut r = FindCoordinatorResponse::default();
             let mut c = Coordinator::default();
+            let (id, at) = state.coordinator.unwrap_or((1, addr));
             c.key = str("g");
-            c.node_id = BrokerId(1);
-            c.host = str(&addr.ip().to_string());
-            c.port = i32::from(addr.port());
+            c.node_id = BrokerId(id);
+            c.host = str(&at.ip().to_string());
+            c.port = i32::from(at.port());
             r.coordinators = vec![c];
             r.encode(&mut body, version).unwrap();
         }
@@ -557,4 +574,72 @@ async fn one_client_per_cluster_and_security_setting_with_one_connection() {
         1,
         "every request reuses the one connection"
     );
+}
+
+#[tokio::test]
+async fn requests_go_where_kafkas_admin_client_sends_them() {
+    let fake = full_fake();
+    let first = fake_broker(Arc::clone(&fake)).await;
+    let second = fake_broker(Arc::clone(&fake)).await;
+    {
+        let mut state = fake.lock().unwrap();
+        state.cluster = vec![(1, first), (2, second)];
+        state.coordinator = Some((2, second));
+    }
+    let admin = AdminClient::connect(
+        &first.to_string(),
+        "test",
+        T,
+        crate::security::ClientSecurity::plaintext(),
+    )
+    .await
+    .expect("connects");
+    assert_eq!(admin.broker_ids(), [1, 2]);
+    let at = |fake: &Shared, key: i16| -> Vec<SocketAddr> {
+        fake.lock()
+            .unwrap()
+            .seen_at
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, a)| *a)
+            .collect()
+    };
+    // Group configs: any broker (the first known). One broker's configs: that broker.
+    admin
+        .describe_configs(&ConfigResource::Group("g".into()), &[])
+        .await
+        .expect("group configs");
+    admin
+        .incremental_alter_configs(
+            &ConfigResource::Group("g".into()),
+            &[(
+                "share.isolation.level",
+                AlterOp::Set("read_committed".into()),
+            )],
+        )
+        .await
+        .expect("alter");
+    assert_eq!(at(&fake, 44), [first]);
+    admin
+        .describe_configs(&ConfigResource::Broker(Some(2)), &[])
+        .await
+        .expect("broker configs");
+    assert_eq!(at(&fake, 32), [first, second]);
+    // Share-group offsets: the group's coordinator, found with FindCoordinator.
+    admin
+        .alter_share_offsets("g", &[("t".into(), 0, 3)])
+        .await
+        .expect("alter offsets");
+    admin
+        .describe_share_offsets("g", &[])
+        .await
+        .expect("describe offsets");
+    admin
+        .delete_share_offsets("g", &["t".into()])
+        .await
+        .expect("delete offsets");
+    for key in [90, 91, 92] {
+        assert_eq!(at(&fake, key), [second], "api key {key}");
+    }
+    assert_eq!(at(&fake, 10).len(), 3, "one FindCoordinator per call");
 }
