@@ -81,6 +81,21 @@ impl Raw {
         Req: Encodable + HeaderVersion,
         Resp: Decodable + HeaderVersion,
     {
+        self.call_as(api_key, version, version, body).await
+    }
+
+    /// Sends one request at `version` and decodes the response as `answer_version`.
+    async fn call_as<Req, Resp>(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        answer_version: i16,
+        body: &Req,
+    ) -> Resp
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable + HeaderVersion,
+    {
         self.correlation += 1;
         let mut header = RequestHeader::default();
         header.request_api_key = api_key;
@@ -105,12 +120,13 @@ impl Raw {
         let mut frame = tokio::time::timeout(Duration::from_secs(30), read)
             .await
             .unwrap_or_else(|_| panic!("no answer to api_key={api_key} within 30s"));
-        let header = ResponseHeader::decode(&mut frame, Resp::header_version(version)).unwrap();
+        let header =
+            ResponseHeader::decode(&mut frame, Resp::header_version(answer_version)).unwrap();
         assert_eq!(
             header.correlation_id, self.correlation,
             "answers come in order"
         );
-        Resp::decode(&mut frame, version).unwrap()
+        Resp::decode(&mut frame, answer_version).unwrap()
     }
 
     async fn api_versions(&mut self) -> ApiVersionsResponse {
@@ -378,6 +394,27 @@ async fn api_versions_list_the_admin_apis_only_with_the_emulation() {
     assert_eq!(range(DESCRIBE_CONFIGS), (1, 4));
     assert_eq!(range(INCREMENTAL_ALTER_CONFIGS), (0, 1));
     assert_eq!(range(ALTER_SHARE_GROUP_OFFSETS), (0, 0));
+    // A version above the dev broker's gets UNSUPPORTED_VERSION in v0, naming the range, as
+    // Kafka answers, so clients step down.
+    let mut raw = Raw::connect(&first_listener(&emulating)).await;
+    let mut request = ApiVersionsRequest::default();
+    request.client_software_name = StrBytes::from_static_str("raw-admin");
+    request.client_software_version = StrBytes::from_static_str("1");
+    let refused: ApiVersionsResponse = raw.call_as(API_VERSIONS, 3, 0, &request).await;
+    let versions = without
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == API_VERSIONS)
+        .unwrap();
+    assert_eq!(refused.error_code, 35);
+    assert_eq!(
+        refused
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, k.min_version, k.max_version))
+            .collect::<Vec<_>>(),
+        vec![(API_VERSIONS, versions.min_version, versions.max_version)]
+    );
     // Everything the dev broker has is still there, with its own ranges.
     for k in &without.api_keys {
         let ours = with
@@ -929,6 +966,14 @@ async fn denied_operations_are_refused_per_resource_as_kafka_does() {
     cluster.admin().deny(AdminOperation::DescribeConfigs);
     let denied = raw.describe(&[(GROUP, "g"), (BROKER, "1")], false).await;
     assert_eq!((denied[0].error_code, denied[1].error_code), (30, 31));
+    // Allowed to create but not to describe: created, without its configs in the answer.
+    cluster.admin().allow(AdminOperation::Create);
+    let created = raw.create_topic("made-unseen", 1, 1, &[], false).await;
+    assert_eq!(
+        (created.error_code, created.topic_config_error_code),
+        (0, 29)
+    );
+    assert_eq!(created.configs.map(|c| c.len()), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

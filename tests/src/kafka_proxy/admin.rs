@@ -571,6 +571,11 @@ impl AdminEmulation {
                     });
             }
         }
+        // Visible in test output: a group's value now applies to every share group.
+        eprintln!(
+            "kafka proxy admin emulation: dev broker share settings {} (cluster-wide: every share group gets them)",
+            Value::Object(settings.clone())
+        );
         let mut command = settings;
         command.insert("cmd".into(), json!("share_settings"));
         self.launcher(move |c| c.command(Value::Object(command)).map(|_| ()))
@@ -622,22 +627,28 @@ impl AdminEmulation {
                             .map(|t| t.id)
                             .unwrap_or_default(),
                     };
-                    result.configs = Some(
-                        TOPIC_CONFIGS
-                            .iter()
-                            .map(|(key, default, _)| {
-                                let mut c = CreatableTopicConfigs::default();
-                                c.name = StrBytes::from_static_str(key.name);
-                                let (value, source) = match props.get(key.name) {
-                                    Some(v) => (v.clone(), SOURCE_TOPIC),
-                                    None => (default.to_string(), SOURCE_DEFAULT),
-                                };
-                                c.value = Some(StrBytes::from_string(value));
-                                c.config_source = source;
-                                c
-                            })
-                            .collect(),
-                    );
+                    // Kafka leaves the configs out for a principal that may not describe them.
+                    if self.denied(AdminOperation::DescribeConfigs) {
+                        result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED;
+                        result.configs = Some(Vec::new());
+                    } else {
+                        result.configs = Some(
+                            TOPIC_CONFIGS
+                                .iter()
+                                .map(|(key, default, _)| {
+                                    let mut c = CreatableTopicConfigs::default();
+                                    c.name = StrBytes::from_static_str(key.name);
+                                    let (value, source) = match props.get(key.name) {
+                                        Some(v) => (v.clone(), SOURCE_TOPIC),
+                                        None => (default.to_string(), SOURCE_DEFAULT),
+                                    };
+                                    c.value = Some(StrBytes::from_string(value));
+                                    c.config_source = source;
+                                    c
+                                })
+                                .collect(),
+                        );
+                    }
                 }
                 Err((code, message)) => {
                     result.error_code = code;

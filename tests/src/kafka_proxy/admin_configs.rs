@@ -426,7 +426,7 @@ pub(crate) fn broker_configs(
         ("num.partitions", 1, 1),
         ("default.replication.factor", 1, 1),
     ];
-    entries
+    let mut configs: BTreeMap<&'static str, BrokerConfig> = entries
         .into_iter()
         .map(|(name, value, default)| {
             (
@@ -438,7 +438,18 @@ pub(crate) fn broker_configs(
                 },
             )
         })
-        .collect()
+        .collect();
+    // Share groups are enabled by the `share.version` feature on Kafka 4.2 (`group.share.enable`
+    // is internal and never described); the protocols list keeps its default.
+    configs.insert(
+        "group.coordinator.rebalance.protocols",
+        BrokerConfig {
+            value: "classic,consumer,streams".into(),
+            kafka_default: "classic,consumer,streams".into(),
+            kind: Kind::List,
+        },
+    );
+    configs
 }
 
 /// A group's effective config: its own values over the defaults the broker gives.
