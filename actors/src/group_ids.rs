@@ -162,7 +162,8 @@ pub fn conflict_reason(
         "set consumer.override.group.id to an id no other group uses".to_owned()
     };
     let other_kind = match other.group_type.as_str() {
-        "classic" | "consumer" => format!("a {} consumer group", other.group_type),
+        "classic" => "a classic consumer group".to_owned(),
+        "consumer" => "a consumer group".to_owned(),
         kind => format!("a {kind} group"),
     };
     let delete = match other.group_type.as_str() {

@@ -229,6 +229,10 @@ impl Worker {
                 for warning in warnings {
                     warn!(connector = %name, %group, "{warning}");
                 }
+                if wanted == Membership::Share && !chosen {
+                    self.warn_of_a_former_share_group(scope, config, &name, &group)
+                        .await;
+                }
                 Ok(())
             }
             GroupIdVerdict::Taken { other, warnings } => {
@@ -240,6 +244,35 @@ impl Worker {
             GroupIdVerdict::Unchecked { reason } => {
                 warn!(connector = %name, %group, "cannot check whether another type of group holds the group id ({reason}); the connector's consumer will meet the broker's answer itself");
                 Ok(())
+            }
+        }
+    }
+
+    /// A share connector on its default id `connect-share-<name>` whose consumer group id
+    /// `connect-<name>` is a share group: the connector ran in share mode before the defaults
+    /// differed, and now starts a new share group (at `share.auto.offset.reset`) instead of
+    /// going on where the old one stands. Said in the log with the key that keeps the old one.
+    async fn warn_of_a_former_share_group(
+        &self,
+        scope: &TenantScope,
+        config: &ConfigMap,
+        name: &str,
+        group: &str,
+    ) {
+        let Some((mut query, _)) = self.group_id_query(scope, config) else {
+            return;
+        };
+        let Ok(parsed) = SinkConnectorConfig::parse(config) else {
+            return;
+        };
+        let former = scope.group_id(&parsed, spillway_core::config::GroupProtocol::Classic);
+        query.group = former.clone();
+        query.wanted = Membership::Consumer;
+        if let GroupIdVerdict::Taken { other, .. } =
+            self.group_ids.check(query, GROUP_CHECK_TIMEOUT).await
+        {
+            if other.group_type == "share" {
+                warn!(connector = %name, %group, "share group '{former}' exists: this connector's share group id was '{former}' before share mode got its own default; it now reads through the share group '{group}', which starts where share.auto.offset.reset says. To go on where '{former}' stands, set consumer.override.group.id={former} (a later rollback to a consumer group then needs that share group deleted or another id)");
             }
         }
     }

@@ -172,32 +172,12 @@ pub async fn check_group_id(
     else {
         return Ok(check);
     };
-    let group_type = if version >= LIST_GROUPS_TYPED {
-        listed.group_type.to_string()
-    } else {
-        // Before v5 only the protocol type tells: `share` for a share group, `consumer` for a
-        // classic or consumer group of consumer clients.
-        match (listed.protocol_type.as_str(), wanted) {
-            ("share", Membership::Consumer) => "share".to_owned(),
-            ("share", Membership::Share) => return Ok(check),
-            (_, Membership::Consumer) => return Ok(check),
-            (other, Membership::Share) => {
-                if other.is_empty() {
-                    "classic".to_owned()
-                } else {
-                    other.to_owned()
-                }
-            }
-        }
-    };
     let state = listed.group_state.to_string();
-    // An empty streams group gives way to a classic join (Kafka converts it).
-    if wanted == Membership::Consumer
-        && group_type == "streams"
-        && state.eq_ignore_ascii_case("Empty")
-    {
+    let typed = (version >= LIST_GROUPS_TYPED).then(|| listed.group_type.as_str());
+    let Some(group_type) = refusing_group(typed, listed.protocol_type.as_str(), &state, wanted)
+    else {
         return Ok(check);
-    }
+    };
     let members = if group_type == "classic" {
         classic_members(&conn, group, cluster).await
     } else {
@@ -221,6 +201,35 @@ pub async fn check_group_id(
         members,
     });
     Ok(check)
+}
+
+/// The type of a listed group that refuses a member of kind `wanted`, or `None` when it takes
+/// it. `typed` is ListGroups v5's group type; before v5 only the protocol type tells (`share`
+/// for a share group, `consumer` for a classic or consumer group of consumer clients, another
+/// name for a classic group of other clients such as Connect workers).
+fn refusing_group(
+    typed: Option<&str>,
+    protocol_type: &str,
+    state: &str,
+    wanted: Membership,
+) -> Option<String> {
+    let group_type = match typed {
+        Some(t) => t.to_ascii_lowercase(),
+        None if protocol_type == "share" => "share".to_owned(),
+        None if protocol_type == "consumer" => "consumer".to_owned(),
+        None => "classic".to_owned(),
+    };
+    let refuses = match wanted {
+        Membership::Share => group_type != "share",
+        // A consumer join goes to a classic or consumer group, and converts an empty streams
+        // group (Kafka 4.2 `classicGroupJoin`, `getOrMaybeCreateConsumerGroup`).
+        Membership::Consumer => match group_type.as_str() {
+            "classic" | "consumer" => false,
+            "streams" => !state.eq_ignore_ascii_case("Empty"),
+            _ => true,
+        },
+    };
+    refuses.then_some(group_type)
 }
 
 /// A classic group's member count (DescribeGroups), where the broker answers it.
@@ -351,6 +360,50 @@ mod tests {
             &["classic", "consumer", "streams"]
         );
         assert_eq!(Membership::Consumer.refusing_types(), &["share", "streams"]);
+    }
+
+    #[test]
+    fn a_listed_group_refuses_only_members_of_another_type_in_every_listgroups_version() {
+        use Membership::{Consumer, Share};
+        assert_eq!(
+            refusing_group(Some("classic"), "consumer", "Empty", Share).as_deref(),
+            Some("classic")
+        );
+        assert_eq!(
+            refusing_group(Some("share"), "share", "Stable", Share),
+            None
+        );
+        assert_eq!(
+            refusing_group(Some("share"), "share", "Empty", Consumer).as_deref(),
+            Some("share")
+        );
+        assert_eq!(
+            refusing_group(Some("consumer"), "consumer", "Stable", Consumer),
+            None
+        );
+        assert_eq!(
+            refusing_group(Some("streams"), "streams", "Empty", Consumer),
+            None
+        );
+        assert_eq!(
+            refusing_group(Some("streams"), "streams", "Stable", Consumer).as_deref(),
+            Some("streams")
+        );
+        // ListGroups v0-4: the protocol type.
+        assert_eq!(
+            refusing_group(None, "share", "", Consumer).as_deref(),
+            Some("share")
+        );
+        assert_eq!(refusing_group(None, "share", "", Share), None);
+        assert_eq!(
+            refusing_group(None, "consumer", "", Share).as_deref(),
+            Some("consumer")
+        );
+        assert_eq!(
+            refusing_group(None, "connect", "", Share).as_deref(),
+            Some("classic")
+        );
+        assert_eq!(refusing_group(None, "consumer", "", Consumer), None);
     }
 
     #[test]

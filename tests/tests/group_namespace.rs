@@ -7,6 +7,7 @@
 
 mod runtime_support;
 
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use runtime_support::{config, coordinates, probe, share_broker, wait_until, worker_on};
@@ -16,6 +17,40 @@ use spillway_tests::kafka_proxy::{GroupType, KafkaProxy, ProxyOptions, ProxySecu
 use spillway_tests::{numbered_records, produce, DeliveryReport, DevBroker};
 
 const FIND_COORDINATOR: i16 = 10;
+
+/// What the worker logged (WARN and above) in this test binary.
+fn captured_logs() -> &'static Mutex<Vec<u8>> {
+    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || Capture(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
+        logs
+    })
+}
+
+struct Capture(&'static Mutex<Vec<u8>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> String {
+    String::from_utf8_lossy(&captured_logs().lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+}
 
 fn namespace_proxy(broker: &DevBroker) -> KafkaProxy {
     KafkaProxy::start(
@@ -363,6 +398,55 @@ async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
     assert!(
         all_running(&worker, "ledger"),
         "the consumer group's connector is unharmed"
+    );
+    worker.shutdown().await;
+}
+
+/// A share connector from before share mode had its own default id ran on `connect-<name>`;
+/// moved to the default `connect-share-<name>`, it starts a new share group, and the log says
+/// how to keep the old one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_connector_that_ran_on_the_consumer_default_id_is_told_how_to_keep_that_group() {
+    captured_logs();
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("trail", 1);
+    let proxy = namespace_proxy(&broker);
+    produce(
+        &broker.bootstrap(),
+        "trail",
+        numbered_records(20, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let p = probe("trail-sink");
+    worker
+        .start_connector(probe_config(
+            "trail-sink",
+            "trail",
+            true,
+            Some("connect-trail-sink"),
+        ))
+        .await
+        .expect("starts on the former default id");
+    wait_until(Duration::from_secs(30), "share delivers", || {
+        p.distinct() >= 20
+    })
+    .await;
+    assert!(!logs().contains("share group 'connect-trail-sink' exists"));
+    worker
+        .reconfigure_connector(probe_config("trail-sink", "trail", true, None))
+        .await
+        .expect("moves to the share default");
+    assert_eq!(
+        worker.status("trail-sink").expect("known").group_id,
+        "connect-share-trail-sink"
+    );
+    let text = logs();
+    assert!(
+        text.contains("share group 'connect-trail-sink' exists")
+            && text.contains("set consumer.override.group.id=connect-trail-sink"),
+        "{text}"
     );
     worker.shutdown().await;
 }
