@@ -9,9 +9,14 @@
 //!   the record's last allowed delivery (`group.share.delivery.count.limit`) it is not released
 //!   (the broker would archive it) but dead-lettered with a reason header, skipped with an
 //!   error (`errors.tolerance=all`), or it fails the task for good, named in the trace
-//!   (`errors.tolerance=none`). Classic mode: Connect's retry — the record is put again after
-//!   a backoff, within `errors.retry.timeout` (forever when it is -1 or unset), and counts as
-//!   failed after that.
+//!   (`errors.tolerance=none`). `errors.retry.timeout=0` allows no retry (one attempt, then
+//!   RELEASE). Classic mode: Connect's retry — the record is put again after a backoff,
+//!   within `errors.retry.timeout` (forever when it is -1, the default; not at all when 0),
+//!   and counts as failed after that (`errors.tolerance` decides).
+//! - task-level `put` error ([`SinkError::TaskLevel`]: the target refuses the configuration,
+//!   or the task returned the wrong number of outcomes) → no retry, no verdict: the task fails
+//!   and the whole batch is released (classic: nothing committed), whatever `errors.tolerance`
+//!   says; the restart policy applies.
 //! - conversion, transform or fatal `put` error → logged when `errors.log.enable`, written to the
 //!   dead letter queue when one is set, then REJECT under `errors.tolerance=all`; under `none`
 //!   the task fails after this batch is committed (the record is REJECTed when its dead letter
@@ -386,6 +391,9 @@ async fn run_batch(
         pause_fetch_until = put_with_retries(task, ready, ctx, retries, &mut outcomes)
             .instrument(put_span.clone())
             .await;
+        if let Some(error) = outcomes.values().find_map(PutOutcome::task_level) {
+            return Err(task_level_failure(ctx, error));
+        }
         let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for (i, outcome) in &outcomes {
             if outcome.is_ok() {
@@ -449,9 +457,10 @@ async fn run_batch(
                 });
                 continue;
             }
-            (Processed::Ready(_), Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e))) => {
-                Some((Stage::TaskPut, ConnectError::Sink(e)))
-            }
+            (
+                Processed::Ready(_),
+                Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e) | PutOutcome::TaskLevel(e)),
+            ) => Some((Stage::TaskPut, ConnectError::Sink(e))),
             (Processed::Ready(_), None) => Some((
                 Stage::TaskPut,
                 ConnectError::Sink(SinkError::fatal("put returned no outcome")),
@@ -503,6 +512,18 @@ async fn run_batch(
         start_offsets,
         changes: batch.changes,
     })
+}
+
+/// The trace of a task failing for a task-level `put` error ([`SinkError::TaskLevel`]): the
+/// records are fine, so the batch is released (classic: left uncommitted) whatever
+/// `errors.tolerance` says, and the restart policy applies.
+fn task_level_failure(ctx: &SinkContext, error: &SinkError) -> String {
+    ctx.counters.metrics.logged(true);
+    error!(connector = %ctx.connector, task = ctx.task, error = %error, "the sink task cannot write to its target (not the records' fault); the task fails and its batch is released");
+    format!(
+        "the sink task failed with a task-level error (errors.tolerance does not apply: the records are not at fault, so none was rejected; the batch was released): {}",
+        error.message()
+    )
 }
 
 /// A record's delivery at the limit: the broker archives it if it is released (or its lock
@@ -626,6 +647,8 @@ async fn put_with_retries(
         retries.last_attempt = put_started.elapsed();
         let failed = result.iter().filter(|o| !o.is_ok()).count();
         ctx.counters.metrics.put_done(retries.last_attempt, failed);
+        // A task-level error fails the task: no retry, the batch is released.
+        let fails_task = result.iter().any(|o| o.task_level().is_some());
         let mut retry = Vec::new();
         let mut any_ok = false;
         for ((i, record), outcome) in ready.into_iter().zip(result) {
@@ -639,7 +662,7 @@ async fn put_with_retries(
             retries.state.succeeded();
             ctx.target_health.succeeded();
         }
-        if retry.is_empty() {
+        if retry.is_empty() || fails_task {
             return None;
         }
         if ctx.share {
@@ -678,8 +701,9 @@ async fn put_with_retries(
             }
         } else {
             let budget_left = match ctx.errors.retry_timeout {
-                RetryTimeout::Forever | RetryTimeout::Never => true,
-                RetryTimeout::For(limit) => started.elapsed() + backoff <= limit,
+                RetryTimeout::Infinite => true,
+                RetryTimeout::NoRetry => false,
+                RetryTimeout::Within(limit) => started.elapsed() + backoff <= limit,
             };
             if !budget_left {
                 return None;

@@ -466,7 +466,7 @@ mod tests {
             share: o.share,
             errors: ErrorHandling {
                 tolerance: o.tolerance,
-                retry_timeout: RetryTimeout::Never,
+                retry_timeout: RetryTimeout::Infinite,
                 retry_delay_max: Duration::from_millis(20),
                 log_enable: true,
                 log_include_messages: false,
