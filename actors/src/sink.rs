@@ -240,6 +240,11 @@ impl Handler<SinkBatch> for SinkActor {
             match result {
                 Ok(Ok(decided)) => {
                     act.task = Some(task);
+                    if let Some(trace) = &decided.fail_task {
+                        // Connect stops a task at its first failure: batches that arrive
+                        // before the consumer knows are released, not put.
+                        act.failed.get_or_insert_with(|| trace.clone());
+                    }
                     for change in decided.changes {
                         match change {
                             AssignmentChange::Opened(a) => act.open.push(a),
@@ -391,8 +396,8 @@ async fn run_batch(
         pause_fetch_until = put_with_retries(task, ready, ctx, retries, &mut outcomes)
             .instrument(put_span.clone())
             .await;
-        if let Some(error) = outcomes.values().find_map(PutOutcome::task_level) {
-            return Err(task_level_failure(ctx, error));
+        if let Some(error) = outcomes.values().find_map(PutOutcome::task_level).cloned() {
+            return Ok(task_level_failure(ctx, batch, start_offsets, &error));
         }
         let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for (i, outcome) in &outcomes {
@@ -514,16 +519,62 @@ async fn run_batch(
     })
 }
 
-/// The trace of a task failing for a task-level `put` error ([`SinkError::TaskLevel`]): the
-/// records are fine, so the batch is released (classic: left uncommitted) whatever
-/// `errors.tolerance` says, and the restart policy applies.
-fn task_level_failure(ctx: &SinkContext, error: &SinkError) -> String {
+/// A task-level `put` error ([`SinkError::TaskLevel`]): the records are fine, so every record
+/// of the batch is released (classic: no offset is committed past it) whatever
+/// `errors.tolerance` says, and the task fails under the restart policy. Share mode, a record
+/// on its last allowed delivery would only be archived by the broker if released: it is
+/// dead-lettered when a DLQ is set (REJECTed otherwise, logged), and the task fails for good
+/// naming it, since a restart would spend another delivery of every record it fetches.
+fn task_level_failure(
+    ctx: &SinkContext,
+    batch: PutBatch,
+    start_offsets: BTreeMap<TopicPartition, i64>,
+    error: &SinkError,
+) -> Decided {
     ctx.counters.metrics.logged(true);
     error!(connector = %ctx.connector, task = ctx.task, error = %error, "the sink task cannot write to its target (not the records' fault); the task fails and its batch is released");
-    format!(
-        "the sink task failed with a task-level error (errors.tolerance does not apply: the records are not at fault, so none was rejected; the batch was released): {}",
+    let mut at_limit = Vec::new();
+    let cause = ConnectError::Sink(error.clone());
+    let verdicts = batch
+        .entries
+        .into_iter()
+        .map(|entry| {
+            if ctx.share && is_last_delivery(&entry.raw, ctx.delivery_attempt_limit) {
+                at_limit.push(entry.raw.coordinates());
+                let limit = LastDelivery {
+                    count: entry.raw.delivery_count.unwrap_or(1),
+                    limit: ctx.delivery_attempt_limit,
+                };
+                failed_verdict(ctx, entry.raw, Stage::TaskPut, &cause, Some(limit)).0
+            } else {
+                Verdict {
+                    record: entry.raw.coordinates(),
+                    disposition: Disposition::Release,
+                    dead_letter: None,
+                }
+            }
+        })
+        .collect();
+    let mut trace = format!(
+        "the sink task failed with a task-level error, which errors.tolerance does not cover (the records are not at fault: none was rejected, the batch was released): {}",
         error.message()
-    )
+    );
+    if let Some(first) = at_limit.first() {
+        trace.push_str(&format!(
+            ". {} record(s), first {first}, were on their last allowed delivery (group.share.delivery.count.limit={}): dead-lettered when errors.deadletterqueue.topic.name is set, else rejected; the task stays FAILED so that no more deliveries are spent: fix the target's configuration, then restart the task",
+            at_limit.len(),
+            ctx.delivery_attempt_limit
+        ));
+    }
+    Decided {
+        verdicts,
+        fail_task: Some(trace),
+        fail_for_good: !at_limit.is_empty(),
+        pause_fetch_until: None,
+        trace: batch.trace,
+        start_offsets,
+        changes: batch.changes,
+    }
 }
 
 /// A record's delivery at the limit: the broker archives it if it is released (or its lock

@@ -902,6 +902,39 @@ mod tests {
     }
 
     #[actix::test]
+    async fn a_task_level_error_on_a_records_last_delivery_dead_letters_it_and_fails_for_good() {
+        let dlq = Arc::new(MemoryDeadLetters::default());
+        let lock = Duration::from_secs(30);
+        let mut last = locked(1, "refused-1", lock);
+        last.delivery_count = Some(5);
+        let mut run = start(
+            vec![locked(0, "ok", lock), last, locked(2, "ok2", lock)],
+            ScriptedSink::default(),
+            Options {
+                dlq: Some(Arc::clone(&dlq)),
+                inflight: 1,
+                ..Options::default()
+            },
+        );
+        let TaskEvent::Failed {
+            trace, for_good, ..
+        } = next_final_event(&mut run).await
+        else {
+            panic!("expected a failure");
+        };
+        assert!(for_good, "a restart would spend more deliveries: {trace}");
+        assert!(
+            trace.contains("first t-0@1") && trace.contains("group.share.delivery.count.limit=5"),
+            "{trace}"
+        );
+        let v = verdicts(&run);
+        assert_eq!(v[0], (0, Disposition::Release));
+        assert!(matches!(v[1], (1, Disposition::Reject { .. })), "{v:?}");
+        assert_eq!(v[2], (2, Disposition::Release));
+        assert_eq!(dlq.written.lock().unwrap().len(), 1, "kept, not archived");
+    }
+
+    #[actix::test]
     async fn the_wrong_number_of_outcomes_fails_the_task_naming_the_contract() {
         for tolerance in [ErrorTolerance::All, ErrorTolerance::None] {
             let sink = ScriptedSink {
