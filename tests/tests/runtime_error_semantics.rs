@@ -79,7 +79,11 @@ fn json_records(n: u64, partitions: i32) -> Vec<TestRecord> {
 /// Runs an HTTP connector with `errors.tolerance=all` against a receiver that refuses it at
 /// first, and checks that every record arrives, none was rejected, and a task failed with the
 /// 401 in its trace and was restarted.
-async fn refused_at_first_then_everything_arrives(worker: &Worker, name: &str, mode: &[(&str, &str)]) {
+async fn refused_at_first_then_everything_arrives(
+    worker: &Worker,
+    name: &str,
+    mode: &[(&str, &str)],
+) {
     let (url, receiver) = start_receiver().await;
     let mut c = config(&[
         ("name", name),
@@ -150,7 +154,10 @@ async fn refused_at_first_then_everything_arrives(worker: &Worker, name: &str, m
     let totals = worker.status(name).expect("registered").totals();
     assert_eq!(totals.rejected, 0, "no record rejected: {totals:?}");
     assert_eq!(totals.dead_lettered, 0, "{totals:?}");
-    assert!(totals.released > 0, "the refused batches were released: {totals:?}");
+    assert!(
+        totals.released > 0,
+        "the refused batches were released: {totals:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -43,8 +43,10 @@ pub fn is_retriable_status(status: StatusCode) -> bool {
 ///
 /// Other 4xx (400, 409, 413, 422, ...) are about the request's content: the records' fault.
 pub fn refuses_the_configuration(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 401 | 403 | 404 | 405 | 407 | 410 | 415 | 421 | 426)
-        || status.is_redirection()
+    matches!(
+        status.as_u16(),
+        401 | 403 | 404 | 405 | 407 | 410 | 415 | 421 | 426
+    ) || status.is_redirection()
 }
 
 /// A `Retry-After` value (delay-seconds or an HTTP date) as a wait from `now`.

@@ -260,7 +260,10 @@ mod tests {
             detail: "connection refused".into(),
             code: None,
         };
-        assert!(down.is_retriable(), "a server that is down is worth waiting for");
+        assert!(
+            down.is_retriable(),
+            "a server that is down is worth waiting for"
+        );
         assert!(!down.is_task_level());
         let constraint = PostgresSinkError::Statement {
             table: "orders".into(),
