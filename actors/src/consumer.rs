@@ -410,7 +410,10 @@ impl ConsumerActor {
         let target_back = self.target_health.successes() != self.successes_at_pause;
         if now >= until || target_back {
             if target_back && now < until {
-                info!(task = self.task, "another task's put succeeded: the target is back, fetching again");
+                info!(
+                    task = self.task,
+                    "another task's put succeeded: the target is back, fetching again"
+                );
             }
             self.fetch_paused_until = None;
             if let Some(source) = self.source.as_mut() {

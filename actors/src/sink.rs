@@ -45,13 +45,13 @@ use tracing::{error, warn, Instrument};
 
 use crate::acker::AckerActor;
 use crate::consumer::ConsumerActor;
-use crate::messages::{
-    Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
-};
 use crate::dead_letter::with_reason;
 use crate::lock_retry::{
-    commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure, GiveUpReason,
-    LockExtension, LockFacts, RetryState, TargetHealth, Window,
+    commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure,
+    GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
+};
+use crate::messages::{
+    Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -230,42 +230,45 @@ impl Handler<SinkBatch> for SinkActor {
                 guard_future(run_batch(task.as_mut(), work, &sink_ctx, &mut retries)).await;
             (task, retries, result)
         };
-        ctx.wait(fut.into_actor(self).map(move |(task, retries, result), act, _ctx| {
-            act.retries = Some(retries);
-            match result {
-                Ok(Ok(decided)) => {
-                    act.task = Some(task);
-                    for change in decided.changes {
-                        match change {
-                            AssignmentChange::Opened(a) => act.open.push(a),
-                            AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
+        ctx.wait(
+            fut.into_actor(self)
+                .map(move |(task, retries, result), act, _ctx| {
+                    act.retries = Some(retries);
+                    match result {
+                        Ok(Ok(decided)) => {
+                            act.task = Some(task);
+                            for change in decided.changes {
+                                match change {
+                                    AssignmentChange::Opened(a) => act.open.push(a),
+                                    AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
+                                }
+                            }
+                            act.acker.do_send(Verdicts {
+                                ack,
+                                verdicts: decided.verdicts,
+                                fail_task: decided.fail_task,
+                                fail_for_good: decided.fail_for_good,
+                                trace: decided.trace,
+                                start_offsets: decided.start_offsets,
+                                pause_fetch_until: decided.pause_fetch_until,
+                            });
+                        }
+                        Ok(Err(trace)) => {
+                            act.task = Some(task);
+                            act.failed = Some(trace.clone());
+                            // The batch's records are released and the task fails with `trace`.
+                            ack.release(trace);
+                        }
+                        Err(panic) => {
+                            // Never called again, not even `close`/`stop`: its state is unknown.
+                            drop(task);
+                            let trace = format!("the sink task {panic}");
+                            act.failed = Some(trace.clone());
+                            ack.release(trace);
                         }
                     }
-                    act.acker.do_send(Verdicts {
-                        ack,
-                        verdicts: decided.verdicts,
-                        fail_task: decided.fail_task,
-                        fail_for_good: decided.fail_for_good,
-                        trace: decided.trace,
-                        start_offsets: decided.start_offsets,
-                        pause_fetch_until: decided.pause_fetch_until,
-                    });
-                }
-                Ok(Err(trace)) => {
-                    act.task = Some(task);
-                    act.failed = Some(trace.clone());
-                    // The batch's records are released and the task fails with `trace`.
-                    ack.release(trace);
-                }
-                Err(panic) => {
-                    // Never called again, not even `close`/`stop`: its state is unknown.
-                    drop(task);
-                    let trace = format!("the sink task {panic}");
-                    act.failed = Some(trace.clone());
-                    ack.release(trace);
-                }
-            }
-        }));
+                }),
+        );
     }
 }
 
@@ -436,7 +439,9 @@ async fn run_batch(
                 Some((stage, error))
             }
             (Processed::Ready(_), Some(PutOutcome::Ok)) => None,
-            (Processed::Ready(_), Some(PutOutcome::Retriable(e))) if ctx.share && !last_delivery => {
+            (Processed::Ready(_), Some(PutOutcome::Retriable(e)))
+                if ctx.share && !last_delivery =>
+            {
                 ctx.counters.metrics.retried(1);
                 ctx.counters.metrics.logged(ctx.errors.log_enable);
                 if ctx.errors.log_enable {
@@ -565,7 +570,11 @@ fn give_back(batch: PutBatch, message: String) -> Decided {
 /// Share mode, after a batch went through without a retry: counts it as slow when its put,
 /// flush and the last commit took the lock's whole duration (less the task's margin); the
 /// second slow batch in a row fails the task.
-fn slow_batch_check(task: &dyn SinkTask, ctx: &SinkContext, retries: &mut Retries) -> Option<String> {
+fn slow_batch_check(
+    task: &dyn SinkTask,
+    ctx: &SinkContext,
+    retries: &mut Retries,
+) -> Option<String> {
     let lock = ctx.lock_facts.lock_duration()?;
     match lock_too_short_for_batches(
         lock,
@@ -579,7 +588,11 @@ fn slow_batch_check(task: &dyn SinkTask, ctx: &SinkContext, retries: &mut Retrie
         }
         Some(message) => {
             retries.slow_batches += 1;
-            warn!(task = ctx.task, slow_batches = retries.slow_batches, "{message}");
+            warn!(
+                task = ctx.task,
+                slow_batches = retries.slow_batches,
+                "{message}"
+            );
             (retries.slow_batches >= SLOW_BATCHES_TO_FAIL).then_some(message)
         }
     }
@@ -748,7 +761,10 @@ fn failed_verdict(
     } else {
         Disposition::Reject {
             reason: match last {
-                Some(l) => format!("{}: {error} (on its last allowed delivery, {l})", stage.as_str()),
+                Some(l) => format!(
+                    "{}: {error} (on its last allowed delivery, {l})",
+                    stage.as_str()
+                ),
                 None => format!("{}: {error}", stage.as_str()),
             },
         }

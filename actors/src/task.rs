@@ -11,9 +11,9 @@ use crate::acker::AckerActor;
 use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
 use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
+use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{Drain, Failing, Reporter};
 use crate::settings::TaskSettings;
-use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
 use crate::telemetry::{self, TaskIdentity};
@@ -770,8 +770,8 @@ mod tests {
     }
 
     #[actix::test]
-    async fn on_its_last_allowed_delivery_a_failing_record_is_rejected_and_fails_the_task_for_good(
-    ) {
+    async fn on_its_last_allowed_delivery_a_failing_record_is_rejected_and_fails_the_task_for_good()
+    {
         let sink = ScriptedSink {
             flaky_failures: 10,
             ..ScriptedSink::default()
@@ -804,7 +804,6 @@ mod tests {
             "never released at the limit: {verdicts:?}"
         );
     }
-
 
     #[actix::test]
     async fn retriable_failures_are_retried_in_classic_mode_until_they_succeed() {

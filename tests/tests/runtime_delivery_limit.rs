@@ -15,9 +15,7 @@ use axum::http::StatusCode;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use runtime_support::{
-    assert_nothing_archived, config, probe, share_broker, wait_until, worker,
-};
+use runtime_support::{assert_nothing_archived, config, probe, share_broker, wait_until, worker};
 use spillway_actors::State;
 use spillway_tests::{produce, TestRecord};
 
@@ -42,7 +40,11 @@ async fn receive(AxumState(r): AxumState<Arc<Receiver>>, body: Bytes) -> StatusC
             *r.outage_until.lock().expect("lock") = Some(now + r.outage);
         }
     }
-    if r.outage_until.lock().expect("lock").is_some_and(|t| now < t) {
+    if r.outage_until
+        .lock()
+        .expect("lock")
+        .is_some_and(|t| now < t)
+    {
         *r.answered_503.lock().expect("lock") += 1;
         return StatusCode::SERVICE_UNAVAILABLE;
     }
@@ -123,9 +125,11 @@ async fn a_20_s_outage_of_an_http_target_loses_nothing_with_a_3_s_lock_and_limit
         ]))
         .await
         .expect("connector starts");
-    wait_until(Duration::from_secs(150), "every record at the receiver", || {
-        receiver.taken.lock().expect("lock").len() as u64 >= RECORDS
-    })
+    wait_until(
+        Duration::from_secs(150),
+        "every record at the receiver",
+        || receiver.taken.lock().expect("lock").len() as u64 >= RECORDS,
+    )
     .await;
     let first = receiver
         .first_request
@@ -160,10 +164,7 @@ async fn a_20_s_outage_of_an_http_target_loses_nothing_with_a_3_s_lock_and_limit
 }
 
 /// The partition and offset of the record numbered `n` by `json_records(_, 3)`.
-fn poison_of(
-    produced: &[spillway_tests::Produced],
-    n: usize,
-) -> (i32, i64) {
+fn poison_of(produced: &[spillway_tests::Produced], n: usize) -> (i32, i64) {
     (produced[n].partition, produced[n].offset)
 }
 
@@ -186,7 +187,10 @@ async fn poison_under_tolerance_none(retriable: bool, broker_limit: i32) {
             ("connector.class", "probe"),
             ("probe.id", name),
             ("probe.poison", &poison),
-            ("probe.poison.retriable", if retriable { "true" } else { "false" }),
+            (
+                "probe.poison.retriable",
+                if retriable { "true" } else { "false" },
+            ),
             ("topics", name),
             ("tasks.max", "3"),
             ("consumer.override.group.protocol", "share"),
@@ -333,7 +337,7 @@ async fn a_record_still_failing_on_its_last_delivery_goes_to_the_dead_letter_que
     let (value, headers) = letters.first().expect("the dead letter");
     assert_eq!(
         value.as_deref(),
-        Some(format!("{{\"n\":42}}").as_bytes()),
+        Some(&b"{\"n\":42}"[..]),
         "the original value"
     );
     let reason = headers
