@@ -89,6 +89,9 @@ struct Retries {
     slow_batches: u32,
     /// A retry was cut short by a lock that cannot be extended: said once per task.
     told_no_extension: bool,
+    /// The connector's successful puts when this task last gave records up: more since then
+    /// means the target is back, and the next batch need not wait for the backoff.
+    successes_at_give_up: u64,
 }
 
 pub struct SinkActor {
@@ -138,6 +141,7 @@ impl SinkActor {
             last_attempt: Duration::ZERO,
             slow_batches: 0,
             told_no_extension: false,
+            successes_at_give_up: 0,
         };
         SinkActor {
             task: Some(task),
@@ -217,6 +221,7 @@ impl Handler<SinkBatch> for SinkActor {
             last_attempt: Duration::ZERO,
             slow_batches: 0,
             told_no_extension: false,
+            successes_at_give_up: 0,
         });
         let sink_ctx = Rc::clone(&self.ctx);
         let work = PutBatch {
@@ -621,6 +626,10 @@ async fn put_with_retries(
         retry_timeout: ctx.errors.retry_timeout,
     };
     if ctx.share {
+        if ctx.target_health.successes() != retries.successes_at_give_up {
+            // Another task's put succeeded since: the target is back.
+            retries.state.succeeded();
+        }
         // The target failed lately: the first attempt waits for the backoff too, as far as
         // this batch's locks allow.
         let wait = retries
@@ -680,6 +689,7 @@ async fn put_with_retries(
                     );
                     let resume = now + pause;
                     retries.state.hold_off_until(resume);
+                    retries.successes_at_give_up = ctx.target_health.successes();
                     if why == GiveUpReason::LockDeadline && !retries.told_no_extension {
                         if let LockExtension::Unavailable(reason) = ctx.lock_facts.extension() {
                             retries.told_no_extension = true;
