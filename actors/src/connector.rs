@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use actix::prelude::*;
 use crate::lock_retry::TargetHealth;
+use actix::prelude::*;
 use futures::FutureExt;
 use spillway_connectors::runtime_keys::{
     FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,

@@ -77,7 +77,10 @@ mod tests {
             topic: "dlq".into(),
             key: None,
             value: None,
-            headers: vec![("__connect.errors.reason".into(), Some(Bytes::from_static(b"old")))],
+            headers: vec![(
+                "__connect.errors.reason".into(),
+                Some(Bytes::from_static(b"old")),
+            )],
             timestamp: None,
         };
         let letter = with_reason(letter, "still failing on its last allowed delivery");
@@ -85,7 +88,9 @@ mod tests {
             letter.headers,
             vec![(
                 "__connect.errors.reason".to_owned(),
-                Some(Bytes::from_static(b"still failing on its last allowed delivery"))
+                Some(Bytes::from_static(
+                    b"still failing on its last allowed delivery"
+                ))
             )]
         );
     }

@@ -63,7 +63,9 @@ struct LockFactsInner {
 impl LockFacts {
     pub fn set_lock_duration(&self, lock: Option<Duration>) {
         if let Some(lock) = lock {
-            self.0.lock_ms.store(lock.as_millis() as u64, Ordering::Relaxed);
+            self.0
+                .lock_ms
+                .store(lock.as_millis() as u64, Ordering::Relaxed);
         }
     }
 
@@ -408,7 +410,10 @@ mod tests {
         assert!(classic.fits(Duration::from_secs(3600)));
         let mut state = RetryState::new(Duration::from_secs(60));
         for _ in 0..20 {
-            assert!(matches!(state.after_failure(&classic), AfterFailure::Retry(_)));
+            assert!(matches!(
+                state.after_failure(&classic),
+                AfterFailure::Retry(_)
+            ));
         }
     }
 
@@ -503,11 +508,17 @@ mod tests {
     #[test]
     fn a_lock_at_or_below_the_tasks_margin_is_refused_naming_both_values_and_the_settings() {
         let margin = Some((Duration::from_secs(5), "delivery.lock.margin.ms"));
-        let message =
-            lock_too_short(Duration::from_secs(4), Duration::from_secs(5), margin).expect("too short");
+        let message = lock_too_short(Duration::from_secs(4), Duration::from_secs(5), margin)
+            .expect("too short");
         assert!(message.contains("4000 ms"), "{message}");
-        assert!(message.contains("delivery.lock.margin.ms=5000"), "{message}");
-        assert!(message.contains("share.record.lock.duration.ms"), "{message}");
+        assert!(
+            message.contains("delivery.lock.margin.ms=5000"),
+            "{message}"
+        );
+        assert!(
+            message.contains("share.record.lock.duration.ms"),
+            "{message}"
+        );
         assert!(lock_too_short(Duration::from_secs(6), Duration::from_secs(5), margin).is_none());
         let measured = lock_too_short_for_batches(
             Duration::from_secs(3),
@@ -516,7 +527,10 @@ mod tests {
             None,
         )
         .expect("3.1 s of work under a 3 s lock");
-        assert!(measured.contains("3000 ms") && measured.contains("2500 ms"), "{measured}");
+        assert!(
+            measured.contains("3000 ms") && measured.contains("2500 ms"),
+            "{measured}"
+        );
         assert!(lock_too_short_for_batches(
             Duration::from_secs(3),
             Duration::from_millis(1000),

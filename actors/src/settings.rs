@@ -261,7 +261,10 @@ mod tests {
             &ConfigMap::new(),
         )
         .expect_err("below Kafka's range");
-        assert!(err.to_string().contains(DEPRECATED_DELIVERY_ATTEMPT_LIMIT), "{err}");
+        assert!(
+            err.to_string().contains(DEPRECATED_DELIVERY_ATTEMPT_LIMIT),
+            "{err}"
+        );
     }
 
     #[test]

@@ -50,13 +50,13 @@ use tracing::{error, warn, Instrument};
 
 use crate::acker::AckerActor;
 use crate::consumer::ConsumerActor;
-use crate::messages::{
-    Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
-};
 use crate::dead_letter::with_reason;
 use crate::lock_retry::{
-    commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure, GiveUpReason,
-    LockExtension, LockFacts, RetryState, TargetHealth, Window,
+    commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure,
+    GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
+};
+use crate::messages::{
+    Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -94,6 +94,9 @@ struct Retries {
     slow_batches: u32,
     /// A retry was cut short by a lock that cannot be extended: said once per task.
     told_no_extension: bool,
+    /// The connector's successful puts when this task last gave records up: more since then
+    /// means the target is back, and the next batch need not wait for the backoff.
+    successes_at_give_up: u64,
 }
 
 pub struct SinkActor {
@@ -143,6 +146,7 @@ impl SinkActor {
             last_attempt: Duration::ZERO,
             slow_batches: 0,
             told_no_extension: false,
+            successes_at_give_up: 0,
         };
         SinkActor {
             task: Some(task),
@@ -222,6 +226,7 @@ impl Handler<SinkBatch> for SinkActor {
             last_attempt: Duration::ZERO,
             slow_batches: 0,
             told_no_extension: false,
+            successes_at_give_up: 0,
         });
         let sink_ctx = Rc::clone(&self.ctx);
         let work = PutBatch {
@@ -235,47 +240,50 @@ impl Handler<SinkBatch> for SinkActor {
                 guard_future(run_batch(task.as_mut(), work, &sink_ctx, &mut retries)).await;
             (task, retries, result)
         };
-        ctx.wait(fut.into_actor(self).map(move |(task, retries, result), act, _ctx| {
-            act.retries = Some(retries);
-            match result {
-                Ok(Ok(decided)) => {
-                    act.task = Some(task);
-                    if let Some(trace) = &decided.fail_task {
-                        // Connect stops a task at its first failure: batches that arrive
-                        // before the consumer knows are released, not put.
-                        act.failed.get_or_insert_with(|| trace.clone());
-                    }
-                    for change in decided.changes {
-                        match change {
-                            AssignmentChange::Opened(a) => act.open.push(a),
-                            AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
+        ctx.wait(
+            fut.into_actor(self)
+                .map(move |(task, retries, result), act, _ctx| {
+                    act.retries = Some(retries);
+                    match result {
+                        Ok(Ok(decided)) => {
+                            act.task = Some(task);
+                            if let Some(trace) = &decided.fail_task {
+                                // Connect stops a task at its first failure: batches that
+                                // arrive before the consumer knows are released, not put.
+                                act.failed.get_or_insert_with(|| trace.clone());
+                            }
+                            for change in decided.changes {
+                                match change {
+                                    AssignmentChange::Opened(a) => act.open.push(a),
+                                    AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
+                                }
+                            }
+                            act.acker.do_send(Verdicts {
+                                ack,
+                                verdicts: decided.verdicts,
+                                fail_task: decided.fail_task,
+                                fail_for_good: decided.fail_for_good,
+                                trace: decided.trace,
+                                start_offsets: decided.start_offsets,
+                                pause_fetch_until: decided.pause_fetch_until,
+                            });
+                        }
+                        Ok(Err(trace)) => {
+                            act.task = Some(task);
+                            act.failed = Some(trace.clone());
+                            // The batch's records are released and the task fails with `trace`.
+                            ack.release(trace);
+                        }
+                        Err(panic) => {
+                            // Never called again, not even `close`/`stop`: its state is unknown.
+                            drop(task);
+                            let trace = format!("the sink task {panic}");
+                            act.failed = Some(trace.clone());
+                            ack.release(trace);
                         }
                     }
-                    act.acker.do_send(Verdicts {
-                        ack,
-                        verdicts: decided.verdicts,
-                        fail_task: decided.fail_task,
-                        fail_for_good: decided.fail_for_good,
-                        trace: decided.trace,
-                        start_offsets: decided.start_offsets,
-                        pause_fetch_until: decided.pause_fetch_until,
-                    });
-                }
-                Ok(Err(trace)) => {
-                    act.task = Some(task);
-                    act.failed = Some(trace.clone());
-                    // The batch's records are released and the task fails with `trace`.
-                    ack.release(trace);
-                }
-                Err(panic) => {
-                    // Never called again, not even `close`/`stop`: its state is unknown.
-                    drop(task);
-                    let trace = format!("the sink task {panic}");
-                    act.failed = Some(trace.clone());
-                    ack.release(trace);
-                }
-            }
-        }));
+                }),
+        );
     }
 }
 
@@ -449,7 +457,9 @@ async fn run_batch(
                 Some((stage, error))
             }
             (Processed::Ready(_), Some(PutOutcome::Ok)) => None,
-            (Processed::Ready(_), Some(PutOutcome::Retriable(e))) if ctx.share && !last_delivery => {
+            (Processed::Ready(_), Some(PutOutcome::Retriable(e)))
+                if ctx.share && !last_delivery =>
+            {
                 ctx.counters.metrics.retried(1);
                 ctx.counters.metrics.logged(ctx.errors.log_enable);
                 if ctx.errors.log_enable {
@@ -637,7 +647,11 @@ fn give_back(batch: PutBatch, message: String) -> Decided {
 /// Share mode, after a batch went through without a retry: counts it as slow when its put,
 /// flush and the last commit took the lock's whole duration (less the task's margin); the
 /// second slow batch in a row fails the task.
-fn slow_batch_check(task: &dyn SinkTask, ctx: &SinkContext, retries: &mut Retries) -> Option<String> {
+fn slow_batch_check(
+    task: &dyn SinkTask,
+    ctx: &SinkContext,
+    retries: &mut Retries,
+) -> Option<String> {
     let lock = ctx.lock_facts.lock_duration()?;
     match lock_too_short_for_batches(
         lock,
@@ -651,7 +665,11 @@ fn slow_batch_check(task: &dyn SinkTask, ctx: &SinkContext, retries: &mut Retrie
         }
         Some(message) => {
             retries.slow_batches += 1;
-            warn!(task = ctx.task, slow_batches = retries.slow_batches, "{message}");
+            warn!(
+                task = ctx.task,
+                slow_batches = retries.slow_batches,
+                "{message}"
+            );
             (retries.slow_batches >= SLOW_BATCHES_TO_FAIL).then_some(message)
         }
     }
@@ -680,6 +698,10 @@ async fn put_with_retries(
         retry_timeout: ctx.errors.retry_timeout,
     };
     if ctx.share {
+        if ctx.target_health.successes() != retries.successes_at_give_up {
+            // Another task's put succeeded since: the target is back.
+            retries.state.succeeded();
+        }
         // The target failed lately: the first attempt waits for the backoff too, as far as
         // this batch's locks allow.
         let wait = retries
@@ -741,6 +763,7 @@ async fn put_with_retries(
                     );
                     let resume = now + pause;
                     retries.state.hold_off_until(resume);
+                    retries.successes_at_give_up = ctx.target_health.successes();
                     if why == GiveUpReason::LockDeadline && !retries.told_no_extension {
                         if let LockExtension::Unavailable(reason) = ctx.lock_facts.extension() {
                             retries.told_no_extension = true;
@@ -823,7 +846,10 @@ fn failed_verdict(
     } else {
         Disposition::Reject {
             reason: match last {
-                Some(l) => format!("{}: {error} (on its last allowed delivery, {l})", stage.as_str()),
+                Some(l) => format!(
+                    "{}: {error} (on its last allowed delivery, {l})",
+                    stage.as_str()
+                ),
                 None => format!("{}: {error}", stage.as_str()),
             },
         }

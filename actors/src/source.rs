@@ -19,9 +19,7 @@ use spillway_core::{
     TopicPartition,
 };
 use spillway_kafka::classic::{ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent};
-use spillway_kafka::share::{
-    AckError, AcknowledgeType, LockRenewal, ShareConsumer, ShareRecord,
-};
+use spillway_kafka::share::{AckError, AcknowledgeType, LockRenewal, ShareConsumer, ShareRecord};
 use tracing::{debug, warn};
 
 use crate::error::RuntimeError;

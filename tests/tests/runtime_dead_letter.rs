@@ -9,9 +9,7 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use runtime_support::{
-    assert_nothing_archived, config, probe, share_broker, wait_until, worker,
-};
+use runtime_support::{assert_nothing_archived, config, probe, share_broker, wait_until, worker};
 use spillway_tests::{produce, TestRecord};
 
 #[tokio::test(flavor = "multi_thread")]

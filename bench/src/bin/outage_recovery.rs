@@ -187,7 +187,10 @@ async fn run(args: &Args, outage: Duration) -> Result<Run> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let totals = worker.status(name).context("the connector's status")?.totals();
+    let totals = worker
+        .status(name)
+        .context("the connector's status")?
+        .totals();
     worker.shutdown().await;
     server.abort();
     drop(producer);
@@ -201,7 +204,11 @@ async fn run(args: &Args, outage: Duration) -> Result<Run> {
         .lock()
         .expect("lock")
         .context("the receiver took nothing")?;
-    let last_taken = receiver.last_taken.lock().expect("lock").unwrap_or(first_taken);
+    let last_taken = receiver
+        .last_taken
+        .lock()
+        .expect("lock")
+        .unwrap_or(first_taken);
     let outage_end = receiver.outage_end().unwrap_or(first_request);
     let refused = receiver.refused.load(Ordering::Relaxed);
     Ok(Run {
@@ -232,14 +239,26 @@ async fn main() -> Result<()> {
         "outage recovery: {} records, {} tasks, lock {} ms, delivery limit {}, HTTP 503 for {} s",
         args.records, args.tasks, args.lock_ms, args.delivery_limit, args.outage_secs
     );
-    println!("  no outage                     : {:>9.0} rec/s", baseline.rate);
-    println!("  during the outage             : {:>9.0} rec/s taken, {:.1} requests/s refused", 0.0, outage_run.refused_per_s);
+    println!(
+        "  no outage                     : {:>9.0} rec/s",
+        baseline.rate
+    );
+    println!(
+        "  during the outage             : {:>9.0} rec/s taken, {:.1} requests/s refused",
+        0.0, outage_run.refused_per_s
+    );
     println!(
         "  first record after the outage : {:>9.1} s after it ended",
         outage_run.first_after.as_secs_f64()
     );
-    println!("  after the outage              : {:>9.0} rec/s", outage_run.rate);
-    println!("  ratio (after / no outage)     : {ratio:.2} (goal >= {:.2})", args.min_ratio);
+    println!(
+        "  after the outage              : {:>9.0} rec/s",
+        outage_run.rate
+    );
+    println!(
+        "  ratio (after / no outage)     : {ratio:.2} (goal >= {:.2})",
+        args.min_ratio
+    );
     println!(
         "  delivered {} of {}; archived by the limit {}, dead-lettered {}, rejected {}",
         outage_run.delivered,
@@ -251,7 +270,10 @@ async fn main() -> Result<()> {
     let mut missed = Vec::new();
     for (what, run) in [("no-outage", &baseline), ("outage", &outage_run)] {
         if run.delivered < args.records {
-            missed.push(format!("{what} run delivered {} of {}", run.delivered, args.records));
+            missed.push(format!(
+                "{what} run delivered {} of {}",
+                run.delivered, args.records
+            ));
         }
         if run.archived + run.dead_lettered + run.rejected > 0 {
             missed.push(format!(
@@ -261,7 +283,10 @@ async fn main() -> Result<()> {
         }
     }
     if ratio < args.min_ratio {
-        missed.push(format!("recovery ratio {ratio:.2} below {:.2}", args.min_ratio));
+        missed.push(format!(
+            "recovery ratio {ratio:.2} below {:.2}",
+            args.min_ratio
+        ));
     }
     if !missed.is_empty() {
         bail!("goal missed: {}", missed.join("; "));
