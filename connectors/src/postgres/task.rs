@@ -431,9 +431,13 @@ fn connect_error(target: &str, error: &deadpool_postgres::PoolError) -> Postgres
         deadpool_postgres::PoolError::Backend(e) => e.code().map(|c| c.code().to_owned()),
         _ => None,
     };
+    let detail = match &code {
+        Some(code) => format!("{error} (SQLSTATE {code})"),
+        None => error.to_string(),
+    };
     PostgresSinkError::Connect {
         target: target.to_owned(),
-        detail: error.to_string(),
+        detail,
         code,
     }
 }
