@@ -719,10 +719,13 @@ impl ConsumerActor {
                     if committed.failures.is_empty() {
                         TaskCounters::add(&counters.committed_batches, credits);
                     }
-                    // Releases of a lost batch are no progress: a task failing on every batch
-                    // must still run out of restarts.
+                    // Releases are no progress (of a lost batch, or of one a task-level error
+                    // gave back): a task failing on every batch must still run out of
+                    // restarts, with its backoff growing.
                     if !act.progressed
-                        && acks.iter().any(|a| !a.implicit)
+                        && acks
+                            .iter()
+                            .any(|a| !a.implicit && a.disposition != Disposition::Release)
                         && committed.failures.is_empty()
                     {
                         act.progressed = true;

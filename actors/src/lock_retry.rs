@@ -198,10 +198,12 @@ impl Window {
 
     fn budget_allows(&self, wait: Duration) -> bool {
         match self.retry_timeout {
-            // Connect's default (0) and -1: no bound but the lock's, as for classic `put`
-            // retries, which Connect repeats until they succeed.
-            RetryTimeout::Forever | RetryTimeout::Never => true,
-            RetryTimeout::For(limit) => self.now + wait <= self.started + limit,
+            // -1 (the default): no bound but the lock's, as Connect retries a retriable `put`
+            // until it succeeds.
+            RetryTimeout::Infinite => true,
+            // 0: Connect's "no retries"; the records are released after one attempt.
+            RetryTimeout::NoRetry => false,
+            RetryTimeout::Within(limit) => self.now + wait <= self.started + limit,
         }
     }
 }
@@ -351,7 +353,7 @@ mod tests {
             attempt: Duration::from_millis(100),
             margin: Duration::from_millis(1000),
             started: now,
-            retry_timeout: RetryTimeout::Never,
+            retry_timeout: RetryTimeout::Infinite,
         }
     }
 
@@ -422,13 +424,27 @@ mod tests {
         let w = Window {
             now: now + Duration::from_millis(900),
             started: now,
-            retry_timeout: RetryTimeout::For(Duration::from_secs(1)),
+            retry_timeout: RetryTimeout::Within(Duration::from_secs(1)),
             ..window(now, Some(Duration::from_secs(30)))
         };
         // 300 ms ± 20 % from 900 ms is past the 1 s budget.
         match state.after_failure(&w) {
             AfterFailure::GiveUp { why, .. } => assert_eq!(why, GiveUpReason::RetryTimeout),
             other => panic!("expected the budget to end it: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_retry_timeout_of_zero_never_retries_even_with_a_long_lock() {
+        let now = Instant::now();
+        let mut state = RetryState::new(Duration::from_secs(60));
+        let w = Window {
+            retry_timeout: RetryTimeout::NoRetry,
+            ..window(now, Some(Duration::from_secs(30)))
+        };
+        match state.after_failure(&w) {
+            AfterFailure::GiveUp { why, .. } => assert_eq!(why, GiveUpReason::RetryTimeout),
+            other => panic!("errors.retry.timeout=0 means no retries: {other:?}"),
         }
     }
 

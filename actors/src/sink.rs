@@ -9,9 +9,14 @@
 //!   the record's last allowed delivery (`group.share.delivery.count.limit`) it is not released
 //!   (the broker would archive it) but dead-lettered with a reason header, skipped with an
 //!   error (`errors.tolerance=all`), or it fails the task for good, named in the trace
-//!   (`errors.tolerance=none`). Classic mode: Connect's retry — the record is put again after
-//!   a backoff, within `errors.retry.timeout` (forever when it is -1 or unset), and counts as
-//!   failed after that.
+//!   (`errors.tolerance=none`). `errors.retry.timeout=0` allows no retry (one attempt, then
+//!   RELEASE). Classic mode: Connect's retry — the record is put again after a backoff,
+//!   within `errors.retry.timeout` (forever when it is -1, the default; not at all when 0),
+//!   and counts as failed after that (`errors.tolerance` decides).
+//! - task-level `put` error ([`SinkError::TaskLevel`]: the target refuses the configuration,
+//!   or the task returned the wrong number of outcomes) → no retry, no verdict: the task fails
+//!   and the whole batch is released (classic: nothing committed), whatever `errors.tolerance`
+//!   says; the restart policy applies.
 //! - conversion, transform or fatal `put` error → logged when `errors.log.enable`, written to the
 //!   dead letter queue when one is set, then REJECT under `errors.tolerance=all`; under `none`
 //!   the task fails after this batch is committed (the record is REJECTed when its dead letter
@@ -89,6 +94,9 @@ struct Retries {
     slow_batches: u32,
     /// A retry was cut short by a lock that cannot be extended: said once per task.
     told_no_extension: bool,
+    /// The connector's successful puts when this task last gave records up: more since then
+    /// means the target is back, and the next batch need not wait for the backoff.
+    successes_at_give_up: u64,
 }
 
 pub struct SinkActor {
@@ -138,6 +146,7 @@ impl SinkActor {
             last_attempt: Duration::ZERO,
             slow_batches: 0,
             told_no_extension: false,
+            successes_at_give_up: 0,
         };
         SinkActor {
             task: Some(task),
@@ -217,6 +226,7 @@ impl Handler<SinkBatch> for SinkActor {
             last_attempt: Duration::ZERO,
             slow_batches: 0,
             told_no_extension: false,
+            successes_at_give_up: 0,
         });
         let sink_ctx = Rc::clone(&self.ctx);
         let work = PutBatch {
@@ -237,6 +247,11 @@ impl Handler<SinkBatch> for SinkActor {
                     match result {
                         Ok(Ok(decided)) => {
                             act.task = Some(task);
+                            if let Some(trace) = &decided.fail_task {
+                                // Connect stops a task at its first failure: batches that
+                                // arrive before the consumer knows are released, not put.
+                                act.failed.get_or_insert_with(|| trace.clone());
+                            }
                             for change in decided.changes {
                                 match change {
                                     AssignmentChange::Opened(a) => act.open.push(a),
@@ -389,6 +404,9 @@ async fn run_batch(
         pause_fetch_until = put_with_retries(task, ready, ctx, retries, &mut outcomes)
             .instrument(put_span.clone())
             .await;
+        if let Some(error) = outcomes.values().find_map(PutOutcome::task_level).cloned() {
+            return Ok(task_level_failure(ctx, batch, start_offsets, &error));
+        }
         let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for (i, outcome) in &outcomes {
             if outcome.is_ok() {
@@ -454,9 +472,10 @@ async fn run_batch(
                 });
                 continue;
             }
-            (Processed::Ready(_), Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e))) => {
-                Some((Stage::TaskPut, ConnectError::Sink(e)))
-            }
+            (
+                Processed::Ready(_),
+                Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e) | PutOutcome::TaskLevel(e)),
+            ) => Some((Stage::TaskPut, ConnectError::Sink(e))),
             (Processed::Ready(_), None) => Some((
                 Stage::TaskPut,
                 ConnectError::Sink(SinkError::fatal("put returned no outcome")),
@@ -508,6 +527,64 @@ async fn run_batch(
         start_offsets,
         changes: batch.changes,
     })
+}
+
+/// A task-level `put` error ([`SinkError::TaskLevel`]): the records are fine, so every record
+/// of the batch is released (classic: no offset is committed past it) whatever
+/// `errors.tolerance` says, and the task fails under the restart policy. Share mode, a record
+/// on its last allowed delivery would only be archived by the broker if released: it is
+/// dead-lettered when a DLQ is set (REJECTed otherwise, logged), and the task fails for good
+/// naming it, since a restart would spend another delivery of every record it fetches.
+fn task_level_failure(
+    ctx: &SinkContext,
+    batch: PutBatch,
+    start_offsets: BTreeMap<TopicPartition, i64>,
+    error: &SinkError,
+) -> Decided {
+    ctx.counters.metrics.logged(true);
+    error!(connector = %ctx.connector, task = ctx.task, error = %error, "the sink task cannot write to its target (not the records' fault); the task fails and its batch is released");
+    let mut at_limit = Vec::new();
+    let cause = ConnectError::Sink(error.clone());
+    let verdicts = batch
+        .entries
+        .into_iter()
+        .map(|entry| {
+            if ctx.share && is_last_delivery(&entry.raw, ctx.delivery_attempt_limit) {
+                at_limit.push(entry.raw.coordinates());
+                let limit = LastDelivery {
+                    count: entry.raw.delivery_count.unwrap_or(1),
+                    limit: ctx.delivery_attempt_limit,
+                };
+                failed_verdict(ctx, entry.raw, Stage::TaskPut, &cause, Some(limit)).0
+            } else {
+                Verdict {
+                    record: entry.raw.coordinates(),
+                    disposition: Disposition::Release,
+                    dead_letter: None,
+                }
+            }
+        })
+        .collect();
+    let mut trace = format!(
+        "the sink task failed with a task-level error, which errors.tolerance does not cover (the records are not at fault: none was rejected, the batch was released): {}",
+        error.message()
+    );
+    if let Some(first) = at_limit.first() {
+        trace.push_str(&format!(
+            ". {} record(s), first {first}, were on their last allowed delivery (group.share.delivery.count.limit={}): dead-lettered when errors.deadletterqueue.topic.name is set, else rejected; the task stays FAILED so that no more deliveries are spent: fix the target's configuration, then restart the task",
+            at_limit.len(),
+            ctx.delivery_attempt_limit
+        ));
+    }
+    Decided {
+        verdicts,
+        fail_task: Some(trace),
+        fail_for_good: !at_limit.is_empty(),
+        pause_fetch_until: None,
+        trace: batch.trace,
+        start_offsets,
+        changes: batch.changes,
+    }
 }
 
 /// A record's delivery at the limit: the broker archives it if it is released (or its lock
@@ -621,6 +698,10 @@ async fn put_with_retries(
         retry_timeout: ctx.errors.retry_timeout,
     };
     if ctx.share {
+        if ctx.target_health.successes() != retries.successes_at_give_up {
+            // Another task's put succeeded since: the target is back.
+            retries.state.succeeded();
+        }
         // The target failed lately: the first attempt waits for the backoff too, as far as
         // this batch's locks allow.
         let wait = retries
@@ -639,6 +720,8 @@ async fn put_with_retries(
         retries.last_attempt = put_started.elapsed();
         let failed = result.iter().filter(|o| !o.is_ok()).count();
         ctx.counters.metrics.put_done(retries.last_attempt, failed);
+        // A task-level error fails the task: no retry, the batch is released.
+        let fails_task = result.iter().any(|o| o.task_level().is_some());
         let mut retry = Vec::new();
         let mut any_ok = false;
         for ((i, record), outcome) in ready.into_iter().zip(result) {
@@ -652,7 +735,7 @@ async fn put_with_retries(
             retries.state.succeeded();
             ctx.target_health.succeeded();
         }
-        if retry.is_empty() {
+        if retry.is_empty() || fails_task {
             return None;
         }
         if ctx.share {
@@ -680,6 +763,7 @@ async fn put_with_retries(
                     );
                     let resume = now + pause;
                     retries.state.hold_off_until(resume);
+                    retries.successes_at_give_up = ctx.target_health.successes();
                     if why == GiveUpReason::LockDeadline && !retries.told_no_extension {
                         if let LockExtension::Unavailable(reason) = ctx.lock_facts.extension() {
                             retries.told_no_extension = true;
@@ -691,8 +775,9 @@ async fn put_with_retries(
             }
         } else {
             let budget_left = match ctx.errors.retry_timeout {
-                RetryTimeout::Forever | RetryTimeout::Never => true,
-                RetryTimeout::For(limit) => started.elapsed() + backoff <= limit,
+                RetryTimeout::Infinite => true,
+                RetryTimeout::NoRetry => false,
+                RetryTimeout::Within(limit) => started.elapsed() + backoff <= limit,
             };
             if !budget_left {
                 return None;

@@ -271,6 +271,8 @@ mod tests {
         /// The call that panics ("start", "open", "put", "flush", "acknowledged", "close",
         /// "stop"), as a plugin with a bug would.
         panic_in: Option<&'static str>,
+        /// `put` returns one outcome fewer than records (a task breaking its contract).
+        wrong_count: bool,
     }
 
     impl ScriptedSink {
@@ -325,6 +327,10 @@ mod tests {
                     *n += 1;
                     if text.starts_with("fatal") {
                         PutOutcome::Fatal(SinkError::fatal(format!("cannot store {text}")))
+                    } else if text.starts_with("refused") {
+                        PutOutcome::TaskLevel(SinkError::task_level(
+                            "POST http://target/in answered 401 Unauthorized",
+                        ))
                     } else if text.starts_with("flaky") && *n <= self.flaky_failures {
                         PutOutcome::Retriable(SinkError::retriable("target busy"))
                     } else {
@@ -332,6 +338,7 @@ mod tests {
                         PutOutcome::Ok
                     }
                 })
+                .skip(usize::from(self.wrong_count))
                 .collect())
         }
 
@@ -384,6 +391,7 @@ mod tests {
         /// A value converter that panics on the first record it sees.
         panicking_converter: bool,
         shutdown_timeout: Duration,
+        retry_timeout: RetryTimeout,
     }
 
     /// A converter with a bug.
@@ -429,6 +437,7 @@ mod tests {
                 inflight_bytes: None,
                 panicking_converter: false,
                 shutdown_timeout: TaskSettings::default().shutdown_timeout,
+                retry_timeout: RetryTimeout::Infinite,
             }
         }
     }
@@ -466,7 +475,7 @@ mod tests {
             share: o.share,
             errors: ErrorHandling {
                 tolerance: o.tolerance,
-                retry_timeout: RetryTimeout::Never,
+                retry_timeout: o.retry_timeout,
                 retry_delay_max: Duration::from_millis(20),
                 log_enable: true,
                 log_include_messages: false,
@@ -825,6 +834,205 @@ mod tests {
             vec![(0, Disposition::Accept), (1, Disposition::Accept)]
         );
         assert_eq!(sink.attempts.lock().unwrap()["flaky-a"], 3);
+    }
+
+    /// The task failed (to be restarted: not for good) and returns its trace.
+    async fn failed_for_a_restart(run: &mut Run) -> String {
+        let event = next_final_event(run).await;
+        let TaskEvent::Failed {
+            trace, for_good, ..
+        } = event
+        else {
+            panic!("expected a failure: {event:?}");
+        };
+        assert!(!for_good, "the restart policy applies: {trace}");
+        trace
+    }
+
+    /// Every record of the first batch (offsets 0..3) went back, none was rejected.
+    fn assert_batch_released(run: &Run) {
+        let v = verdicts(run);
+        assert_eq!(
+            v.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+            vec![0, 1, 2],
+            "{v:?}"
+        );
+        assert!(
+            v.iter().all(|(_, d)| *d == Disposition::Release),
+            "released, never rejected nor accepted: {v:?}"
+        );
+        assert_eq!(run.counters.snapshot().rejected, 0);
+        assert_eq!(run.counters.snapshot().dead_lettered, 0);
+    }
+
+    #[actix::test]
+    async fn a_task_level_put_error_under_tolerance_all_fails_the_task_and_releases_the_batch() {
+        for share in [true, false] {
+            let dlq = Arc::new(MemoryDeadLetters::default());
+            let sink = ScriptedSink::default();
+            let mut run = start(
+                vec![
+                    raw(0, "ok"),
+                    raw(1, "refused-1"),
+                    raw(2, "ok2"),
+                    raw(3, "later"),
+                ],
+                sink.clone(),
+                Options {
+                    share,
+                    tolerance: ErrorTolerance::All,
+                    dlq: Some(Arc::clone(&dlq)),
+                    inflight: 1,
+                    ..Options::default()
+                },
+            );
+            let trace = failed_for_a_restart(&mut run).await;
+            assert!(
+                trace.contains("task-level") && trace.contains("401 Unauthorized"),
+                "{trace}"
+            );
+            assert_batch_released(&run);
+            assert!(dlq.written.lock().unwrap().is_empty(), "share={share}");
+            assert_eq!(
+                sink.attempts.lock().unwrap()["refused-1"],
+                1,
+                "a task-level error is not retried"
+            );
+            assert!(
+                !sink.attempts.lock().unwrap().contains_key("later"),
+                "the task stops at its first failure"
+            );
+        }
+    }
+
+    #[actix::test]
+    async fn a_task_level_error_on_a_records_last_delivery_dead_letters_it_and_fails_for_good() {
+        let dlq = Arc::new(MemoryDeadLetters::default());
+        let lock = Duration::from_secs(30);
+        let mut last = locked(1, "refused-1", lock);
+        last.delivery_count = Some(5);
+        let mut run = start(
+            vec![locked(0, "ok", lock), last, locked(2, "ok2", lock)],
+            ScriptedSink::default(),
+            Options {
+                dlq: Some(Arc::clone(&dlq)),
+                inflight: 1,
+                ..Options::default()
+            },
+        );
+        let TaskEvent::Failed {
+            trace, for_good, ..
+        } = next_final_event(&mut run).await
+        else {
+            panic!("expected a failure");
+        };
+        assert!(for_good, "a restart would spend more deliveries: {trace}");
+        assert!(
+            trace.contains("first t-0@1") && trace.contains("group.share.delivery.count.limit=5"),
+            "{trace}"
+        );
+        let v = verdicts(&run);
+        assert_eq!(v[0], (0, Disposition::Release));
+        assert!(matches!(v[1], (1, Disposition::Reject { .. })), "{v:?}");
+        assert_eq!(v[2], (2, Disposition::Release));
+        assert_eq!(dlq.written.lock().unwrap().len(), 1, "kept, not archived");
+    }
+
+    #[actix::test]
+    async fn the_wrong_number_of_outcomes_fails_the_task_naming_the_contract() {
+        for tolerance in [ErrorTolerance::All, ErrorTolerance::None] {
+            let sink = ScriptedSink {
+                wrong_count: true,
+                ..ScriptedSink::default()
+            };
+            let mut run = start(
+                vec![raw(0, "a"), raw(1, "b"), raw(2, "c")],
+                sink,
+                Options {
+                    tolerance,
+                    inflight: 1,
+                    ..Options::default()
+                },
+            );
+            let trace = failed_for_a_restart(&mut run).await;
+            assert!(
+                trace.contains("SinkTask contract violated")
+                    && trace.contains("put returned 2 outcomes for a batch of 3 records"),
+                "{trace}"
+            );
+            assert_batch_released(&run);
+        }
+    }
+
+    #[actix::test]
+    async fn a_retry_timeout_of_zero_does_not_retry_in_share_mode() {
+        let sink = ScriptedSink {
+            flaky_failures: 1,
+            ..ScriptedSink::default()
+        };
+        // A 30 s lock leaves room for many retries: only errors.retry.timeout=0 stops them.
+        let lock = Duration::from_secs(30);
+        let mut run = start(
+            vec![locked(0, "ok", lock), locked(1, "flaky-1", lock)],
+            sink.clone(),
+            Options {
+                retry_timeout: RetryTimeout::NoRetry,
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 2).await;
+        assert_eq!(
+            verdicts(&run),
+            vec![(0, Disposition::Accept), (1, Disposition::Release)]
+        );
+        assert_eq!(sink.attempts.lock().unwrap()["flaky-1"], 1);
+    }
+
+    #[actix::test]
+    async fn a_retry_timeout_of_zero_does_not_retry_in_classic_mode_and_tolerance_decides() {
+        // errors.tolerance=all: the record that still fails is skipped (dead-lettered).
+        let dlq = Arc::new(MemoryDeadLetters::default());
+        let sink = ScriptedSink {
+            flaky_failures: 1,
+            ..ScriptedSink::default()
+        };
+        let mut run = start(
+            vec![raw(0, "ok"), raw(1, "flaky-1")],
+            sink.clone(),
+            Options {
+                share: false,
+                retry_timeout: RetryTimeout::NoRetry,
+                dlq: Some(Arc::clone(&dlq)),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 2).await;
+        let v = verdicts(&run);
+        assert_eq!(v[0], (0, Disposition::Accept));
+        assert!(matches!(v[1], (1, Disposition::Reject { .. })), "{v:?}");
+        assert_eq!(sink.attempts.lock().unwrap()["flaky-1"], 1);
+        assert_eq!(dlq.written.lock().unwrap().len(), 1);
+        // errors.tolerance=none: the task fails and the record is read again after a restart.
+        let sink = ScriptedSink {
+            flaky_failures: 1,
+            ..ScriptedSink::default()
+        };
+        let mut run = start(
+            vec![raw(0, "ok"), raw(1, "flaky-1")],
+            sink.clone(),
+            Options {
+                share: false,
+                retry_timeout: RetryTimeout::NoRetry,
+                tolerance: ErrorTolerance::None,
+                ..Options::default()
+            },
+        );
+        failed_for_a_restart(&mut run).await;
+        assert_eq!(
+            verdicts(&run),
+            vec![(0, Disposition::Accept), (1, Disposition::Release)]
+        );
+        assert_eq!(sink.attempts.lock().unwrap()["flaky-1"], 1);
     }
 
     #[actix::test]

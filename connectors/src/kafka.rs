@@ -555,6 +555,10 @@ impl SinkTask for KafkaSinkTask {
                         Err(e) if e.is_retriable() => {
                             PutOutcome::Retriable(SinkError::retriable(e.to_string()))
                         }
+                        // Not authorized, a refused login: no record would get through.
+                        Err(e) if e.is_task_level() => {
+                            PutOutcome::TaskLevel(SinkError::task_level(e.to_string()))
+                        }
                         Err(e) => PutOutcome::Fatal(SinkError::fatal(e.to_string())),
                     });
                 }

@@ -378,6 +378,43 @@ async fn a_400_rejects_the_records_with_status_and_body_and_is_not_retried() {
     assert_eq!(seen(&shared).len(), 1);
 }
 
+/// 401, 403, 404, ... refuse the connector, not the records: task-level outcomes (the task
+/// fails and the batch is released, whatever errors.tolerance says), not retried, and the
+/// rest of the batch is not sent (docs/runtime.md, "Error kinds").
+#[tokio::test]
+async fn a_401_or_404_is_a_task_level_refusal_and_the_rest_of_the_batch_is_not_sent() {
+    for (status, reason) in [
+        (401, "401 Unauthorized"),
+        (403, "403 Forbidden"),
+        (404, "404 Not Found"),
+    ] {
+        let (url, shared) = receiver(vec![Answer::Status(status, None, "token expired")]).await;
+        let mut task = started(&config(&url, &[("batch.max.records", "1")])).await;
+        let outcomes = task.put(&records(3)).await.expect("per record");
+        let Some(error) = outcomes[0].task_level() else {
+            panic!("{status}: expected a task-level outcome, got {outcomes:?}");
+        };
+        assert!(
+            error
+                .message()
+                .starts_with(&format!("POST {url} answered {reason}: token expired"))
+                && error.message().contains("check http.url"),
+            "{error}"
+        );
+        assert!(
+            dispositions(&outcomes)
+                .iter()
+                .all(|d| *d == Disposition::Release),
+            "nothing rejected: {outcomes:?}"
+        );
+        assert_eq!(
+            seen(&shared).len(),
+            1,
+            "{status}: not retried, the rest not sent"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_unreachable_endpoint_releases_the_records() {
     // Bind a port, then close it: nothing listens there.

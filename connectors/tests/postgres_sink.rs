@@ -556,3 +556,36 @@ async fn four_tasks_create_and_fill_one_table_concurrently() {
         vec!["400|400"]
     );
 }
+
+/// A login the server refuses (a role it does not know, a database that does not exist) is
+/// the connector's configuration, not a record's fault and not worth retrying: `start` fails
+/// with a task-level error naming the SQLSTATE (class 28, 3D000). The task fails under the
+/// restart policy; no record is rejected for it (docs/runtime.md, "Error kinds").
+#[tokio::test]
+async fn a_login_the_server_refuses_is_a_task_level_error() {
+    let db = TestDb::new("refused_login").await;
+    let mut unknown_role = db.config(&[("table.name.format", "orders")]);
+    unknown_role.insert("connection.user".into(), "no_such_role_for_spillway".into());
+    let mut unknown_database = db.config(&[("table.name.format", "orders")]);
+    unknown_database.insert(
+        "connection.url".into(),
+        format!("{}/no_such_database_for_spillway", server_url()),
+    );
+    for (what, config, sqlstate) in [
+        ("unknown role", unknown_role, "28000"),
+        ("unknown database", unknown_database, "3D000"),
+    ] {
+        let mut task = PostgresSinkTask::new();
+        let error = task
+            .start(&config)
+            .await
+            .expect_err("the server refuses the login");
+        assert!(error.is_task_level(), "{what}: {error}");
+        assert!(!error.is_retriable(), "{what}: {error}");
+        assert!(
+            error.message().contains("cannot connect")
+                && error.message().contains(&format!("SQLSTATE {sqlstate}")),
+            "{what}: {error}"
+        );
+    }
+}

@@ -4,7 +4,9 @@
 //!
 //! `put` reports an outcome per record, so one bad record is rejected alone while the rest of
 //! its batch is accepted: success → ACCEPT, a retriable error → RELEASE (redelivered), a fatal
-//! error → REJECT (or a failed task under `errors.tolerance=none`).
+//! error → REJECT (or a failed task under `errors.tolerance=none`), a task-level error (the
+//! target refuses the configuration, or the task broke this contract) → the task fails and the
+//! whole batch is released, whatever `errors.tolerance` says.
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -26,6 +28,10 @@ pub enum PutOutcome {
     Retriable(SinkError),
     /// Will never be written (bad data for this sink).
     Fatal(SinkError),
+    /// Not written, through no fault of the record: the target refuses the connector (its
+    /// configuration or credentials) or the task broke the `put` contract. The task fails and
+    /// the whole batch is released ([`SinkError::TaskLevel`]).
+    TaskLevel(SinkError),
 }
 
 impl PutOutcome {
@@ -34,6 +40,7 @@ impl PutOutcome {
         match result {
             Ok(()) => PutOutcome::Ok,
             Err(e) if e.is_retriable() => PutOutcome::Retriable(e),
+            Err(e) if e.is_task_level() => PutOutcome::TaskLevel(e),
             Err(e) => PutOutcome::Fatal(e),
         }
     }
@@ -42,11 +49,20 @@ impl PutOutcome {
         matches!(self, PutOutcome::Ok)
     }
 
-    /// The share-group acknowledgement for this outcome (KIP-1302): ACCEPT, RELEASE or REJECT.
+    /// The task-level error, when this outcome fails the task.
+    pub fn task_level(&self) -> Option<&SinkError> {
+        match self {
+            PutOutcome::TaskLevel(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The share-group acknowledgement for this outcome (KIP-1302): ACCEPT, RELEASE or REJECT
+    /// (a task-level error releases the record: the task fails, the record is fine).
     pub fn disposition(&self) -> Disposition {
         match self {
             PutOutcome::Ok => Disposition::Accept,
-            PutOutcome::Retriable(_) => Disposition::Release,
+            PutOutcome::Retriable(_) | PutOutcome::TaskLevel(_) => Disposition::Release,
             PutOutcome::Fatal(e) => Disposition::Reject {
                 reason: e.message().to_owned(),
             },
@@ -54,18 +70,21 @@ impl PutOutcome {
     }
 
     /// One outcome per record from what `put` returned: an error for the whole batch applies
-    /// to every record, and a task that returns the wrong number of outcomes has a bug, which
-    /// fails every record of the batch fatally rather than guessing which is which.
+    /// to every record (by its kind: a fatal one rejects each record, a task-level one fails
+    /// the task), and a task that returns the wrong number of outcomes broke the `SinkTask`
+    /// contract, which is no record's fault: a task-level error for every record, rather than
+    /// guessing which outcome is whose.
     pub fn expand(result: Result<Vec<PutOutcome>, SinkError>, records: usize) -> Vec<PutOutcome> {
         match result {
             Ok(outcomes) if outcomes.len() == records => outcomes,
             Ok(outcomes) => {
-                let error = SinkError::fatal(format!(
-                    "the sink task returned {} outcomes for a batch of {records} records; \
-                     put must return one outcome per record, in order",
+                let error = SinkError::task_level(format!(
+                    "SinkTask contract violated: put returned {} outcomes for a batch of \
+                     {records} records; put must return one outcome per record, in order \
+                     (a bug in the sink task, not in the records)",
                     outcomes.len()
                 ));
-                vec![PutOutcome::Fatal(error); records]
+                vec![PutOutcome::TaskLevel(error); records]
             }
             Err(e) => {
                 let outcome = PutOutcome::from_result(Err(e));
@@ -345,15 +364,28 @@ mod tests {
     }
 
     #[test]
-    fn the_wrong_number_of_outcomes_fails_the_batch_naming_both_counts() {
+    fn the_wrong_number_of_outcomes_is_a_task_level_contract_violation_naming_both_counts() {
         let outcomes = PutOutcome::expand(Ok(vec![PutOutcome::Ok]), 3);
         assert_eq!(outcomes.len(), 3);
-        let PutOutcome::Fatal(e) = &outcomes[2] else {
-            panic!("expected fatal")
-        };
-        assert!(e
-            .message()
-            .starts_with("the sink task returned 1 outcomes for a batch of 3 records"));
+        for outcome in &outcomes {
+            let Some(e) = outcome.task_level() else {
+                panic!("expected a task-level outcome, got {outcome:?}")
+            };
+            assert!(e.message().starts_with(
+                "SinkTask contract violated: put returned 1 outcomes for a batch of 3 records"
+            ));
+            assert_eq!(outcome.disposition(), Disposition::Release, "never REJECT");
+        }
+        let too_many = PutOutcome::expand(Ok(vec![PutOutcome::Ok; 4]), 3);
+        assert!(too_many.iter().all(|o| o.task_level().is_some()));
+    }
+
+    #[test]
+    fn a_task_level_batch_error_releases_every_record() {
+        let outcomes = PutOutcome::expand(Err(SinkError::task_level("401 Unauthorized")), 2);
+        assert!(outcomes
+            .iter()
+            .all(|o| o.task_level().is_some() && o.disposition() == Disposition::Release));
     }
 
     #[test]
@@ -411,6 +443,10 @@ mod tests {
         assert!(matches!(
             PutOutcome::from_result(Err(SinkError::fatal("x"))),
             PutOutcome::Fatal(_)
+        ));
+        assert!(matches!(
+            PutOutcome::from_result(Err(SinkError::task_level("x"))),
+            PutOutcome::TaskLevel(_)
         ));
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Every message names the offending value and, where there is one, the fix. The question a
 //! runtime asks of an error is [`ConnectError::is_retriable`]: retriable errors release the
-//! record for redelivery, fatal ones reject it (or fail the task under `errors.tolerance=none`).
+//! record for redelivery, fatal ones reject it (or fail the task under `errors.tolerance=none`),
+//! and task-level sink errors ([`SinkError::TaskLevel`]) fail the task whatever
+//! `errors.tolerance` says, releasing its records: they are not the records' fault.
 
 use std::fmt;
 use std::sync::Arc;
@@ -204,9 +206,22 @@ pub enum SinkError {
         #[source]
         cause: Option<Cause>,
     },
-    /// Permanent for this record (bad data, constraint violation) or for the task.
+    /// Permanent for this record (bad data, constraint violation): the record is rejected
+    /// (dead-lettered) under `errors.tolerance=all`, or fails the task under `none`.
     #[error("fatal: {message}")]
     Fatal {
+        message: String,
+        #[source]
+        cause: Option<Cause>,
+    },
+    /// Not the record's fault and the same for every record: the target refuses the
+    /// connector's configuration (an HTTP 401/403/404, a wrong database password) or the task
+    /// broke the `SinkTask` contract. Connect fails the task for it; so does Spillway, whatever
+    /// `errors.tolerance` says (it covers bad records, not a target that refuses everyone):
+    /// the batch is released (share mode) or left uncommitted (classic mode), never rejected,
+    /// and the restart policy applies.
+    #[error("task-level: {message}")]
+    TaskLevel {
         message: String,
         #[source]
         cause: Option<Cause>,
@@ -228,12 +243,21 @@ impl SinkError {
         }
     }
 
+    /// A configuration or contract error: fails the task, releases its records.
+    pub fn task_level(message: impl Into<String>) -> Self {
+        SinkError::TaskLevel {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
     /// This error with an underlying cause attached.
     pub fn caused_by(self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
         let cause: Option<Cause> = Some(Arc::new(cause));
         match self {
             SinkError::Retriable { message, .. } => SinkError::Retriable { message, cause },
             SinkError::Fatal { message, .. } => SinkError::Fatal { message, cause },
+            SinkError::TaskLevel { message, .. } => SinkError::TaskLevel { message, cause },
         }
     }
 
@@ -241,9 +265,16 @@ impl SinkError {
         matches!(self, SinkError::Retriable { .. })
     }
 
+    /// Whether the error fails the task rather than any one record.
+    pub fn is_task_level(&self) -> bool {
+        matches!(self, SinkError::TaskLevel { .. })
+    }
+
     pub fn message(&self) -> &str {
         match self {
-            SinkError::Retriable { message, .. } | SinkError::Fatal { message, .. } => message,
+            SinkError::Retriable { message, .. }
+            | SinkError::Fatal { message, .. }
+            | SinkError::TaskLevel { message, .. } => message,
         }
     }
 }
@@ -292,6 +323,17 @@ mod tests {
         assert!(!ConnectError::from(SinkError::fatal("constraint")).is_retriable());
         assert!(!ConnectError::from(TransformError::new("Cast$Value", "bad")).is_retriable());
         assert!(!ConnectError::from(ConfigError::Missing { key: "name".into() }).is_retriable());
+    }
+
+    #[test]
+    fn task_level_errors_are_neither_retriable_nor_a_records_fault() {
+        let e = SinkError::task_level("401 Unauthorized").caused_by(std::io::Error::other("x"));
+        assert!(e.is_task_level());
+        assert!(!e.is_retriable());
+        assert_eq!(e.message(), "401 Unauthorized");
+        assert_eq!(e.to_string(), "task-level: 401 Unauthorized");
+        assert!(!SinkError::fatal("bad row").is_task_level());
+        assert!(!SinkError::retriable("timeout").is_task_level());
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub enum ProduceError {
         /// Whether sending it again may succeed (a timeout, an unavailable leader) or not
         /// (too large, no such partition, not authorized).
         retriable: bool,
+        /// The cluster refuses the producer itself (not authorized for the topic or cluster,
+        /// a refused login or certificate): no record would get through.
+        refuses_the_configuration: bool,
     },
     #[error("the producer for {bootstrap} could not flush within {timeout:?}: {reason}")]
     Flush {
@@ -127,6 +130,7 @@ impl IdempotentProducer {
                 partition: record.partition,
                 reason: "no delivery report".into(),
                 retriable: true,
+                refuses_the_configuration: false,
             })
         })
     }
@@ -193,17 +197,20 @@ async fn send_all(
                 .map_err(|(e, _)| {
                     let mut reason = e.to_string();
                     let mut retriable = !is_permanent(&e);
+                    let mut refuses_the_configuration = is_authorization_failure(&e);
                     // A refused login or an untrusted certificate surfaces as timed-out
                     // deliveries; say what it was, and that retrying cannot help.
                     if let Some(failure) = context.security_failure_logged() {
                         reason = format!("{reason} ({failure})");
                         retriable = false;
+                        refuses_the_configuration = true;
                     }
                     ProduceError::Delivery {
                         topic: record.topic.clone(),
                         partition: record.partition,
                         retriable,
                         reason,
+                        refuses_the_configuration,
                     }
                 })
         })
@@ -421,6 +428,27 @@ impl ProduceError {
             ProduceError::Flush { .. } => true,
         }
     }
+
+    /// The cluster refuses the producer (its credentials or ACLs), not this record: a sink
+    /// fails its task rather than rejecting the record ([`spillway_core::SinkError::TaskLevel`]).
+    pub fn is_task_level(&self) -> bool {
+        matches!(
+            self,
+            ProduceError::Delivery {
+                refuses_the_configuration: true,
+                ..
+            }
+        )
+    }
+}
+
+/// The cluster refuses the producer's principal, whatever the record.
+fn is_authorization_failure(e: &rdkafka::error::KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed)
+    )
 }
 
 /// Errors that sending the same record again cannot fix.
@@ -445,6 +473,24 @@ fn is_permanent(e: &rdkafka::error::KafkaError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_authorization_failure_refuses_the_producer_not_the_record() {
+        use rdkafka::error::KafkaError;
+        let denied = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+        assert!(is_authorization_failure(&denied));
+        assert!(is_permanent(&denied));
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert!(!is_authorization_failure(&too_large));
+        let e = ProduceError::Delivery {
+            topic: "t".into(),
+            partition: Some(1),
+            reason: "denied".into(),
+            retriable: false,
+            refuses_the_configuration: true,
+        };
+        assert!(e.is_task_level() && !e.is_retriable());
+    }
 
     #[test]
     fn an_unusable_override_is_refused_naming_the_bootstrap() {

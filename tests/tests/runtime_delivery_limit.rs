@@ -337,7 +337,7 @@ async fn a_record_still_failing_on_its_last_delivery_goes_to_the_dead_letter_que
     let (value, headers) = letters.first().expect("the dead letter");
     assert_eq!(
         value.as_deref(),
-        Some(format!("{{\"n\":42}}").as_bytes()),
+        Some(&b"{\"n\":42}"[..]),
         "the original value"
     );
     let reason = headers

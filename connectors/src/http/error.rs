@@ -9,10 +9,21 @@ use spillway_core::{RecordCoordinates, SinkError};
 /// An error of the HTTP sink.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum HttpSinkError {
-    /// The endpoint refused the request for good (a 4xx other than 408/429, or a redirect
-    /// that was not followed).
+    /// The endpoint refused the request's content for good (a 4xx other than 408/429 and
+    /// those that refuse the configuration): the records' fault.
     #[error("{method} {url} answered {status}: {body}")]
     Refused {
+        method: String,
+        url: String,
+        status: String,
+        /// The start of the response body.
+        body: String,
+    },
+    /// The endpoint refused the connector, not a record (401/403/404/...: see
+    /// [`refuses_the_configuration`](crate::http::retry::refuses_the_configuration)): the task
+    /// fails and its records are released, whatever `errors.tolerance` says.
+    #[error("{method} {url} answered {status}: {body}; every record would get this answer, so the task fails and its records are released: check http.url, http.method, auth.type and its credentials, http.headers and batch.format")]
+    RefusedConfiguration {
         method: String,
         url: String,
         status: String,
@@ -60,11 +71,19 @@ impl HttpSinkError {
         )
     }
 
-    /// The runtime's view: retriable → RELEASE, otherwise → REJECT with this message.
+    /// The endpoint refuses the connector's configuration: no record would get through.
+    pub fn is_task_level(&self) -> bool {
+        matches!(self, HttpSinkError::RefusedConfiguration { .. })
+    }
+
+    /// The runtime's view: retriable → RELEASE, task-level → the task fails (its records are
+    /// released), otherwise → REJECT with this message.
     pub fn into_sink_error(self) -> SinkError {
         let message = self.to_string();
         if self.is_retriable() {
             SinkError::retriable(message).caused_by(self)
+        } else if self.is_task_level() {
+            SinkError::task_level(message).caused_by(self)
         } else {
             SinkError::fatal(message).caused_by(self)
         }
@@ -100,6 +119,22 @@ mod tests {
             "POST http://h/in answered 400 Bad Request: {\"error\":\"id missing\"}"
         );
         assert!(!e.into_sink_error().is_retriable());
+    }
+
+    #[test]
+    fn a_refused_configuration_fails_the_task_naming_what_to_check() {
+        let e = HttpSinkError::RefusedConfiguration {
+            method: "POST".into(),
+            url: "http://h/in".into(),
+            status: "401 Unauthorized".into(),
+            body: excerpt("token expired", 200),
+        };
+        assert!(e.to_string().starts_with(
+            "POST http://h/in answered 401 Unauthorized: token expired; every record would get this answer"
+        ));
+        let sink = e.into_sink_error();
+        assert!(sink.is_task_level());
+        assert!(!sink.is_retriable());
     }
 
     #[test]

@@ -28,6 +28,27 @@ pub fn is_retriable_status(status: StatusCode) -> bool {
         || status.is_server_error()
 }
 
+/// Statuses that refuse the connector rather than a record: every request of every record would
+/// get them, because the URL, method, credentials, headers or body format the connector is
+/// configured with are wrong. Connect's HTTP sink users expect such an answer to fail the task
+/// (it is not a bad record to dead-letter), and the task's restart to pick up the fix:
+///
+/// - 401 Unauthorized, 407 Proxy Authentication Required: missing or expired credentials;
+/// - 403 Forbidden: the credentials may not write here;
+/// - 404 Not Found, 410 Gone: wrong `http.url`;
+/// - 405 Method Not Allowed: wrong `http.method`;
+/// - 415 Unsupported Media Type: `batch.format` (the content type) is not accepted;
+/// - 421 Misdirected Request, 426 Upgrade Required: the URL's host or scheme is wrong;
+/// - a redirect (3xx) that was not followed: the endpoint moved.
+///
+/// Other 4xx (400, 409, 413, 422, ...) are about the request's content: the records' fault.
+pub fn refuses_the_configuration(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        401 | 403 | 404 | 405 | 407 | 410 | 415 | 421 | 426
+    ) || status.is_redirection()
+}
+
 /// A `Retry-After` value (delay-seconds or an HTTP date) as a wait from `now`.
 pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -67,6 +88,19 @@ mod tests {
             "a date in the past means now"
         );
         assert_eq!(retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn credentials_url_method_and_format_refusals_are_the_configurations_fault() {
+        for status in [301, 302, 307, 401, 403, 404, 405, 407, 410, 415, 421, 426] {
+            let status = StatusCode::from_u16(status).expect("valid");
+            assert!(refuses_the_configuration(status), "{status}");
+            assert!(!is_retriable_status(status), "{status}");
+        }
+        for status in [400, 409, 413, 422, 429, 408, 500, 503] {
+            let status = StatusCode::from_u16(status).expect("valid");
+            assert!(!refuses_the_configuration(status), "{status}");
+        }
     }
 
     #[test]

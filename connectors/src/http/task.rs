@@ -14,7 +14,7 @@ use spillway_core::{ConfigMap, PutOutcome, SinkError, SinkRecord, SinkTask};
 use crate::http::body::{idempotency_key, value_converter, value_json};
 use crate::http::config::{Auth, HttpSinkConfig, NullValues};
 use crate::http::error::{excerpt, HttpSinkError};
-use crate::http::retry::{is_retriable_status, retry_after, Backoff};
+use crate::http::retry::{is_retriable_status, refuses_the_configuration, retry_after, Backoff};
 
 /// How much of a refusing response's body goes into the reject reason.
 const BODY_EXCERPT_CHARS: usize = 300;
@@ -85,6 +85,14 @@ impl Running {
             return Ok(Err(Retry::Status(status, wait)));
         }
         let body = response.text().await.unwrap_or_default();
+        if refuses_the_configuration(status) {
+            return Err(HttpSinkError::RefusedConfiguration {
+                method: self.method(),
+                url: self.config.url.to_string(),
+                status: status.to_string(),
+                body: excerpt(&body, BODY_EXCERPT_CHARS),
+            });
+        }
         Err(HttpSinkError::Refused {
             method: self.method(),
             url: self.config.url.to_string(),
@@ -216,7 +224,8 @@ impl SinkTask for HttpSinkTask {
             let outcome = match result {
                 Ok(()) => PutOutcome::Ok,
                 Err(e) => {
-                    if e.is_retriable() && gave_up.is_none() {
+                    // A refusal of the configuration fails the task: no use sending the rest.
+                    if (e.is_retriable() || e.is_task_level()) && gave_up.is_none() {
                         gave_up = Some(e.to_string());
                     }
                     PutOutcome::from_result(Err(e.into_sink_error()))

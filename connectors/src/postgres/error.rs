@@ -76,6 +76,13 @@ impl DbFailure {
                 .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
     }
 
+    /// The server refuses the connector's credentials or rights, not a record: class 28
+    /// (invalid authorization: wrong user or password, `pg_hba.conf` refusal), 3D000 (the
+    /// database does not exist) and 42501 (insufficient privilege on the table).
+    pub fn refuses_the_configuration(&self) -> bool {
+        refuses_the_configuration(self.code.as_deref())
+    }
+
     /// The table or one of its columns is missing (dropped behind the sink's back).
     pub fn is_missing_relation(&self) -> bool {
         matches!(
@@ -94,12 +101,27 @@ impl std::fmt::Display for DbFailure {
     }
 }
 
+/// Whether SQLSTATE `code` refuses the connector's configuration (see
+/// [`DbFailure::refuses_the_configuration`]).
+pub fn refuses_the_configuration(code: Option<&str>) -> bool {
+    code.is_some_and(|c| {
+        c.starts_with("28")
+            || c == SqlState::INVALID_CATALOG_NAME.code()
+            || c == SqlState::INSUFFICIENT_PRIVILEGE.code()
+    })
+}
+
 /// An error of the PostgreSQL sink.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PostgresSinkError {
-    /// No connection could be had from the pool (server down, refused, timed out).
+    /// No connection could be had from the pool (server down, refused, timed out, or the
+    /// server refused the login: then `code` is its SQLSTATE).
     #[error("cannot connect to PostgreSQL at {target}: {detail}")]
-    Connect { target: String, detail: String },
+    Connect {
+        target: String,
+        detail: String,
+        code: Option<String>,
+    },
     /// The server refused or failed a statement on `table`.
     #[error("writing to table '{table}' failed: {failure}")]
     Statement { table: String, failure: DbFailure },
@@ -131,8 +153,12 @@ pub enum PostgresSinkError {
 }
 
 impl PostgresSinkError {
-    /// Whether redelivering the records may succeed.
+    /// Whether redelivering the records may succeed (not while the server refuses the
+    /// connector's credentials or rights: that is [`is_task_level`](Self::is_task_level)).
     pub fn is_retriable(&self) -> bool {
+        if self.is_task_level() {
+            return false;
+        }
         match self {
             PostgresSinkError::Connect { .. } => true,
             PostgresSinkError::Statement { failure, .. }
@@ -145,11 +171,29 @@ impl PostgresSinkError {
         }
     }
 
-    /// The runtime's view: retriable → RELEASE, otherwise → REJECT with this message.
+    /// The server refuses the connector (bad credentials, missing database, no privilege):
+    /// no record would get through, so the task fails and its records are released.
+    pub fn is_task_level(&self) -> bool {
+        match self {
+            PostgresSinkError::Connect { code, .. } => refuses_the_configuration(code.as_deref()),
+            PostgresSinkError::Statement { failure, .. }
+            | PostgresSinkError::RecordRefused { failure, .. }
+            | PostgresSinkError::Ddl { failure, .. }
+            | PostgresSinkError::Transaction { failure, .. } => failure.refuses_the_configuration(),
+            PostgresSinkError::BadRecord { .. }
+            | PostgresSinkError::MissingTable { .. }
+            | PostgresSinkError::MissingColumns { .. } => false,
+        }
+    }
+
+    /// The runtime's view: retriable → RELEASE, task-level → the task fails (its records are
+    /// released), otherwise → REJECT with this message.
     pub fn into_sink_error(self) -> SinkError {
         let message = self.to_string();
         if self.is_retriable() {
             SinkError::retriable(message).caused_by(self)
+        } else if self.is_task_level() {
+            SinkError::task_level(message).caused_by(self)
         } else {
             SinkError::fatal(message).caused_by(self)
         }
@@ -192,6 +236,40 @@ mod tests {
         assert!(!undefined_column.is_retriable());
         assert!(!undefined_column.is_record_data_error());
         assert!(undefined_column.is_missing_relation());
+    }
+
+    #[test]
+    fn bad_credentials_a_missing_database_and_no_privilege_fail_the_task() {
+        for code in ["28P01", "28000", "3D000", "42501"] {
+            let login = PostgresSinkError::Connect {
+                target: "db:5432/app".into(),
+                detail: "password authentication failed".into(),
+                code: Some(code.into()),
+            };
+            assert!(login.is_task_level(), "{code}");
+            assert!(!login.is_retriable(), "{code}");
+            assert!(login.into_sink_error().is_task_level(), "{code}");
+            let statement = PostgresSinkError::Statement {
+                table: "orders".into(),
+                failure: failure(code),
+            };
+            assert!(statement.into_sink_error().is_task_level(), "{code}");
+        }
+        let down = PostgresSinkError::Connect {
+            target: "db:5432/app".into(),
+            detail: "connection refused".into(),
+            code: None,
+        };
+        assert!(
+            down.is_retriable(),
+            "a server that is down is worth waiting for"
+        );
+        assert!(!down.is_task_level());
+        let constraint = PostgresSinkError::Statement {
+            table: "orders".into(),
+            failure: failure("23505"),
+        };
+        assert!(!constraint.is_task_level());
     }
 
     #[test]

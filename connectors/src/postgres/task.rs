@@ -366,10 +366,7 @@ impl Running {
             .pool
             .get()
             .await
-            .map_err(|e| PostgresSinkError::Connect {
-                target: self.target.clone(),
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| connect_error(&self.target, &e))?;
         let mut writable = Vec::with_capacity(runs.len());
         for run in runs.drain(..) {
             if run.shape.operation == Operation::Write {
@@ -428,6 +425,23 @@ impl Running {
     }
 }
 
+/// A pool checkout that failed, with the server's SQLSTATE when it refused the login.
+fn connect_error(target: &str, error: &deadpool_postgres::PoolError) -> PostgresSinkError {
+    let code = match error {
+        deadpool_postgres::PoolError::Backend(e) => e.code().map(|c| c.code().to_owned()),
+        _ => None,
+    };
+    let detail = match &code {
+        Some(code) => format!("{error} (SQLSTATE {code})"),
+        None => error.to_string(),
+    };
+    PostgresSinkError::Connect {
+        target: target.to_owned(),
+        detail,
+        code,
+    }
+}
+
 #[async_trait]
 impl SinkTask for PostgresSinkTask {
     async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
@@ -450,13 +464,10 @@ impl SinkTask for PostgresSinkTask {
                 SinkError::fatal(format!("cannot build a connection pool for {target}: {e}"))
             })?;
         // Fail early on a bad password or database name; a server that is down is retriable.
-        let probe = pool.get().await.map_err(|e| {
-            PostgresSinkError::Connect {
-                target: target.clone(),
-                detail: e.to_string(),
-            }
-            .into_sink_error()
-        })?;
+        let probe = pool
+            .get()
+            .await
+            .map_err(|e| connect_error(&target, &e).into_sink_error())?;
         drop(probe);
         let tables = Tables::new(config.auto_create, config.auto_evolve);
         self.running = Some(Running {

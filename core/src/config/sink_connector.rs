@@ -160,8 +160,8 @@ pub fn sink_connector_config_def() -> ConfigDef {
                 .display_name("Predicates"),
         )
         .define(
-            ConfigKey::new(ERRORS_RETRY_TIMEOUT, ConfigType::Long, Importance::Medium, "Total milliseconds to retry a failed operation; 0 means no retries, -1 retries forever.")
-                .default("0")
+            ConfigKey::new(ERRORS_RETRY_TIMEOUT, ConfigType::Long, Importance::Medium, "Total milliseconds to retry a failed operation (a retriable put error included) before errors.tolerance decides (classic mode) or the records are released (share mode); 0 means no retries, -1 retries forever. Default -1 where Connect's is 0: Connect does not apply this key to put, whose retriable errors it retries forever, and in Spillway it covers put.")
+                .default("-1")
                 .validator(Validator::AtLeast(-1))
                 .group(ERRORS_GROUP, 1)
                 .display_name("Retry timeout for errors"),
@@ -229,12 +229,19 @@ pub enum ErrorTolerance {
     All,
 }
 
-/// How long failed operations are retried.
+/// `errors.retry.timeout`: how long a retriable failure (of `put`, in Spillway) is retried
+/// within the task before it counts as failed (classic mode: `errors.tolerance` decides) or
+/// its records are released (share mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryTimeout {
-    Never,
-    For(Duration),
-    Forever,
+    /// `0`: one attempt, no retry (Connect's documented meaning).
+    NoRetry,
+    /// A positive number of milliseconds: retries start no later than this after the first
+    /// attempt.
+    Within(Duration),
+    /// `-1`, and the default: retried until it succeeds, as Connect's `WorkerSinkTask` retries
+    /// a `put` that throws `RetriableException` (share mode: as long as the locks allow).
+    Infinite,
 }
 
 /// Where failed records go.
@@ -338,9 +345,9 @@ impl SinkConnectorConfig {
             errors: ErrorHandling {
                 tolerance,
                 retry_timeout: match retry_ms {
-                    -1 => RetryTimeout::Forever,
-                    0 => RetryTimeout::Never,
-                    ms => RetryTimeout::For(Duration::from_millis(ms.unsigned_abs())),
+                    -1 => RetryTimeout::Infinite,
+                    0 => RetryTimeout::NoRetry,
+                    ms => RetryTimeout::Within(Duration::from_millis(ms.unsigned_abs())),
                 },
                 retry_delay_max: Duration::from_millis(
                     parsed.long(ERRORS_RETRY_DELAY_MAX_MS)?.unsigned_abs(),
@@ -472,7 +479,11 @@ mod tests {
         assert_eq!(c.tasks_max, 1);
         assert!(c.topics.includes("orders"));
         assert_eq!(c.errors.tolerance, ErrorTolerance::None);
-        assert_eq!(c.errors.retry_timeout, RetryTimeout::Never);
+        assert_eq!(
+            c.errors.retry_timeout,
+            RetryTimeout::Infinite,
+            "put is retried until it succeeds unless errors.retry.timeout says otherwise"
+        );
         assert_eq!(c.errors.retry_delay_max, Duration::from_secs(60));
         assert_eq!(c.errors.dead_letter_queue, None);
         assert_eq!(c.group_id(GroupProtocol::Classic), "connect-files");
@@ -492,7 +503,15 @@ mod tests {
         ]));
         let c = SinkConnectorConfig::parse(&props).expect("valid");
         assert_eq!(c.errors.tolerance, ErrorTolerance::All);
-        assert_eq!(c.errors.retry_timeout, RetryTimeout::Forever);
+        assert_eq!(c.errors.retry_timeout, RetryTimeout::Infinite);
+        for (value, expected) in [
+            ("0", RetryTimeout::NoRetry),
+            ("2500", RetryTimeout::Within(Duration::from_millis(2500))),
+        ] {
+            props.insert("errors.retry.timeout".into(), value.into());
+            let c = SinkConnectorConfig::parse(&props).expect("valid");
+            assert_eq!(c.errors.retry_timeout, expected, "{value}");
+        }
         assert_eq!(
             c.errors.dead_letter_queue,
             Some(DeadLetterQueue {
