@@ -19,6 +19,14 @@
 //! machine; much less would mean the retry machinery keeps throttling after the target is back.
 //! The time from the outage's end to the first record is printed, not judged: it is the price
 //! of not spending deliveries while the target is down (at most `errors.retry.delay.max.ms`).
+//! The no-outage window starts at the first record taken, while the tasks are still joining
+//! the group and fetching their first records; after the outage all four are members with
+//! records at hand, so the ratio can exceed 1.
+//!
+//! Measured (release, 2 shared cores, 20,000 records, lock 3 s, limit 5, 503 for 20 s):
+//! 23,845 rec/s without an outage; during it 0 rec/s taken and 3.5 requests/s refused; the
+//! first record 4.1 s after it ended; 48,659 rec/s after it (ratio 2.04); 20,000 of 20,000
+//! delivered, none archived, dead-lettered or rejected.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
