@@ -76,37 +76,32 @@ async fn a_broker_without_share_groups_fails_the_task_naming_the_requirement() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn share_groups_switched_off_fail_the_task_naming_the_requirement() {
+/// The trace of a share task whose every heartbeat the proxy answers with `code`.
+async fn failed_trace_with_heartbeat_error(code: i16) -> String {
     let broker = broker();
     let proxy = KafkaProxy::start(
         &broker.bootstrap(),
         ProxyOptions::new(ProxySecurity::Plaintext),
     )
     .expect("proxy");
-    // UNSUPPORTED_VERSION: what Kafka 4.1 answers while share.version is 0.
     proxy
         .faults()
-        .inject_error(SHARE_GROUP_HEARTBEAT, 35, 1_000)
+        .inject_error(SHARE_GROUP_HEARTBEAT, code, 1_000)
         .expect("injectable");
-    let trace = failed_trace(&proxy.bootstrap()).await;
+    failed_trace(&proxy.bootstrap()).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn share_groups_switched_off_fail_the_task_naming_the_requirement() {
+    // UNSUPPORTED_VERSION: what Kafka 4.1 answers while share.version is 0.
+    let trace = failed_trace_with_heartbeat_error(35).await;
     assert!(trace.contains("error 35"), "{trace}");
     assert!(trace.contains("share.version=1"), "{trace}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_group_authorization_failure_fails_the_task_naming_the_group_acl() {
-    let broker = broker();
-    let proxy = KafkaProxy::start(
-        &broker.bootstrap(),
-        ProxyOptions::new(ProxySecurity::Plaintext),
-    )
-    .expect("proxy");
-    proxy
-        .faults()
-        .inject_error(SHARE_GROUP_HEARTBEAT, 30, 1_000)
-        .expect("injectable");
-    let trace = failed_trace(&proxy.bootstrap()).await;
+    let trace = failed_trace_with_heartbeat_error(30).await;
     assert!(
         trace.contains("READ on GROUP") && trace.contains("--operation Read --group"),
         "{trace}"
@@ -115,17 +110,7 @@ async fn a_group_authorization_failure_fails_the_task_naming_the_group_acl() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_topic_authorization_failure_on_the_heartbeat_fails_the_task_naming_the_topic_acl() {
-    let broker = broker();
-    let proxy = KafkaProxy::start(
-        &broker.bootstrap(),
-        ProxyOptions::new(ProxySecurity::Plaintext),
-    )
-    .expect("proxy");
-    proxy
-        .faults()
-        .inject_error(SHARE_GROUP_HEARTBEAT, 29, 1_000)
-        .expect("injectable");
-    let trace = failed_trace(&proxy.bootstrap()).await;
+    let trace = failed_trace_with_heartbeat_error(29).await;
     assert!(
         trace.contains("READ on each TOPIC") && trace.contains("orders"),
         "{trace}"
