@@ -25,6 +25,7 @@ pub use transaction::{CommitReport, Kip1289Producer, Kip1289Transaction};
 use rdkafka::error::KafkaError;
 use spillway_kafka::cluster::ClusterError;
 use spillway_kafka::connection::ConnectionError;
+use spillway_kafka::security::SecurityError;
 use spillway_kafka::share::ShareError;
 use thiserror::Error;
 
@@ -39,6 +40,8 @@ pub enum Kip1289Error {
     Connection(#[from] ConnectionError),
     #[error(transparent)]
     Share(#[from] ShareError),
+    #[error(transparent)]
+    Security(#[from] SecurityError),
     #[error("transactional producer '{transactional_id}' failed while {during}: {source}")]
     Producer {
         transactional_id: String,

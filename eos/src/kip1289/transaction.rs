@@ -29,6 +29,7 @@
 //! broker staged them → the abort marker makes the records available again; aborted before →
 //! the consumer RELEASEs them (they are still acquired by this member).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +41,7 @@ use rdkafka::util::Timeout;
 use spillway_kafka::cluster::{Cluster, CoordinatorKind};
 use spillway_kafka::connection::{Connection, ConnectionError};
 use spillway_kafka::error_name;
+use spillway_kafka::security::{is_security_key, ClientSecurity, SecurityError, SecuritySettings};
 use spillway_kafka::share::{
     PartitionAcknowledgements, ShareConsumer, TransactionAcknowledgements, TransactionOutcome,
 };
@@ -66,6 +68,18 @@ pub struct CommitReport {
     pub records_acknowledged: u64,
 }
 
+/// The native client's security from the rdkafka producer's settings (`config_map` hides
+/// secrets, so each value is read with `get`).
+fn native_security(config: &ClientConfig) -> Result<ClientSecurity, SecurityError> {
+    let keys: BTreeMap<String, String> = config
+        .config_map()
+        .keys()
+        .filter(|key| is_security_key(key))
+        .filter_map(|key| Some(((*key).to_owned(), config.get(key)?.to_owned())))
+        .collect();
+    SecuritySettings::from_config(&keys)?.client_security()
+}
+
 impl Kip1289Producer {
     /// Create the producer with `transactional_id` (stable per connector task, so a restarted
     /// task fences its predecessor) and run `init_transactions`. `producer_config` carries any
@@ -90,7 +104,11 @@ impl Kip1289Producer {
             move |p| p.init_transactions(timeout),
         )
         .await?;
-        let cluster = Cluster::connect(bootstrap, "spillway-kip1289", timeout).await?;
+        // The coordinator connection (TxnShareAcknowledge) is secured as the producer is: the
+        // same keys, one translation.
+        let security = native_security(&producer_config)?;
+        let cluster =
+            Cluster::connect_secured(bootstrap, "spillway-kip1289", timeout, security).await?;
         Ok(Kip1289Producer {
             producer,
             cluster,
@@ -458,6 +476,31 @@ mod tests {
 
     const TOPIC: Uuid = Uuid::from_bytes([7; 16]);
     const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn the_coordinator_connection_takes_the_producers_security_secrets_included() {
+        use spillway_kafka::security::{SaslCredentials, SecurityProtocol};
+        let mut config = ClientConfig::new();
+        config
+            .set("transaction.timeout.ms", "30000")
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "SCRAM-SHA-512")
+            .set("sasl.username", "alice")
+            .set("sasl.password", "alice-secret");
+        let security = native_security(&config).expect("translated");
+        assert_eq!(security.protocol(), SecurityProtocol::SaslPlaintext);
+        let sasl = security.sasl().expect("SASL");
+        assert_eq!(sasl.principal(), "alice");
+        match &sasl.credentials {
+            SaslCredentials::UserPassword { password, .. } => {
+                // rdkafka's config_map() shows a placeholder for secrets; the real one is used.
+                assert_eq!(password.expose(), "alice-secret");
+            }
+            other => panic!("{other:?}"),
+        }
+        let plain = native_security(&ClientConfig::new()).expect("plaintext");
+        assert_eq!(plain.protocol(), SecurityProtocol::Plaintext);
+    }
 
     fn acks(partitions: &[i32]) -> TransactionAcknowledgements {
         TransactionAcknowledgements {
