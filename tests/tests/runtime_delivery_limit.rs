@@ -6,85 +6,18 @@
 mod runtime_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::State as AxumState;
 use axum::http::StatusCode;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use runtime_support::{assert_nothing_archived, config, probe, share_broker, wait_until, worker};
+use runtime_support::{
+    assert_nothing_archived, config, json_records, probe, share_broker, start_http_receiver,
+    wait_until, worker,
+};
 use spillway_actors::State;
-use spillway_tests::{produce, TestRecord};
-
-/// An HTTP receiver that answers 503 until `outage_until`, then 200, keeping every `n` of the
-/// JSON arrays it took.
-#[derive(Default)]
-struct Receiver {
-    outage_until: Mutex<Option<Instant>>,
-    /// Set on the first request: the outage runs from then.
-    outage: Duration,
-    first_request: Mutex<Option<Instant>>,
-    taken: Mutex<BTreeSet<u64>>,
-    answered_503: Mutex<u64>,
-}
-
-async fn receive(AxumState(r): AxumState<Arc<Receiver>>, body: Bytes) -> StatusCode {
-    let now = Instant::now();
-    {
-        let mut first = r.first_request.lock().expect("lock");
-        if first.is_none() {
-            *first = Some(now);
-            *r.outage_until.lock().expect("lock") = Some(now + r.outage);
-        }
-    }
-    if r.outage_until
-        .lock()
-        .expect("lock")
-        .is_some_and(|t| now < t)
-    {
-        *r.answered_503.lock().expect("lock") += 1;
-        return StatusCode::SERVICE_UNAVAILABLE;
-    }
-    let Ok(values) = serde_json::from_slice::<Vec<serde_json::Value>>(&body) else {
-        return StatusCode::BAD_REQUEST;
-    };
-    let mut taken = r.taken.lock().expect("lock");
-    for v in values {
-        if let Some(n) = v.get("n").and_then(serde_json::Value::as_u64) {
-            taken.insert(n);
-        }
-    }
-    StatusCode::OK
-}
-
-async fn start_receiver(outage: Duration) -> (String, Arc<Receiver>) {
-    let receiver = Arc::new(Receiver {
-        outage,
-        ..Receiver::default()
-    });
-    let app = axum::Router::new()
-        .route("/ingest", axum::routing::post(receive))
-        .with_state(Arc::clone(&receiver));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/ingest", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, receiver)
-}
-
-fn json_records(n: u64, partitions: i32) -> Vec<TestRecord> {
-    (0..n)
-        .map(|i| TestRecord {
-            partition: Some((i % partitions as u64) as i32),
-            value: Some(format!("{{\"n\":{i}}}").into_bytes()),
-            ..TestRecord::default()
-        })
-        .collect()
-}
+use spillway_tests::produce;
 
 /// Issue 14's measured loss: an HTTP receiver answering 503 for 20 s, longer than 5 lock
 /// durations (3 s), share mode, 4 tasks, delivery limit 5. Before: about 5 % of the records
@@ -105,7 +38,7 @@ async fn a_20_s_outage_of_an_http_target_loses_nothing_with_a_3_s_lock_and_limit
     )
     .await;
     let outage = Duration::from_secs(20);
-    let (url, receiver) = start_receiver(outage).await;
+    let (url, receiver) = start_http_receiver(StatusCode::SERVICE_UNAVAILABLE, outage).await;
     let worker = worker(&broker);
     worker
         .start_connector(config(&[
@@ -136,7 +69,7 @@ async fn a_20_s_outage_of_an_http_target_loses_nothing_with_a_3_s_lock_and_limit
         .lock()
         .expect("lock")
         .expect("a request came");
-    let answered_503 = *receiver.answered_503.lock().expect("lock");
+    let answered_503 = *receiver.refused.lock().expect("lock");
     assert!(
         answered_503 > 0 && first.elapsed() > outage,
         "the outage happened ({answered_503} answers 503)"

@@ -8,73 +8,19 @@
 mod runtime_support;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::State as AxumState;
 use axum::http::StatusCode;
-use runtime_support::{assert_nothing_archived, config, share_broker, wait_until, worker};
+use runtime_support::{
+    assert_nothing_archived, config, json_records, share_broker, start_http_receiver, wait_until,
+    worker,
+};
 use spillway_actors::{State, Worker};
-use spillway_tests::{produce, TestRecord};
+use spillway_tests::produce;
 
 const RECORDS: u64 = 1_000;
 /// How long the receiver answers 401 from its first request: several task restarts.
 const REFUSAL: Duration = Duration::from_secs(4);
-
-/// An HTTP receiver answering 401 Unauthorized for [`REFUSAL`] from its first request, then
-/// 200, keeping every `n` of the JSON arrays it took.
-#[derive(Default)]
-struct Receiver {
-    first_request: Mutex<Option<Instant>>,
-    answered_401: Mutex<u64>,
-    taken: Mutex<BTreeSet<u64>>,
-}
-
-async fn receive(AxumState(r): AxumState<Arc<Receiver>>, body: Bytes) -> StatusCode {
-    let first = *r
-        .first_request
-        .lock()
-        .expect("lock")
-        .get_or_insert_with(Instant::now);
-    if first.elapsed() < REFUSAL {
-        *r.answered_401.lock().expect("lock") += 1;
-        return StatusCode::UNAUTHORIZED;
-    }
-    let Ok(values) = serde_json::from_slice::<Vec<serde_json::Value>>(&body) else {
-        return StatusCode::BAD_REQUEST;
-    };
-    let mut taken = r.taken.lock().expect("lock");
-    for v in values {
-        if let Some(n) = v.get("n").and_then(serde_json::Value::as_u64) {
-            taken.insert(n);
-        }
-    }
-    StatusCode::OK
-}
-
-async fn start_receiver() -> (String, Arc<Receiver>) {
-    let receiver = Arc::new(Receiver::default());
-    let app = axum::Router::new()
-        .route("/ingest", axum::routing::post(receive))
-        .with_state(Arc::clone(&receiver));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/ingest", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, receiver)
-}
-
-fn json_records(n: u64, partitions: i32) -> Vec<TestRecord> {
-    (0..n)
-        .map(|i| TestRecord {
-            partition: Some((i % partitions as u64) as i32),
-            value: Some(format!("{{\"n\":{i}}}").into_bytes()),
-            ..TestRecord::default()
-        })
-        .collect()
-}
 
 /// Runs an HTTP connector with `errors.tolerance=all` against a receiver that refuses it at
 /// first, and checks that every record arrives, none was rejected, and a task failed with the
@@ -84,7 +30,7 @@ async fn refused_at_first_then_everything_arrives(
     name: &str,
     mode: &[(&str, &str)],
 ) {
-    let (url, receiver) = start_receiver().await;
+    let (url, receiver) = start_http_receiver(StatusCode::UNAUTHORIZED, REFUSAL).await;
     let mut c = config(&[
         ("name", name),
         ("connector.class", "http"),
@@ -137,7 +83,7 @@ async fn refused_at_first_then_everything_arrives(
         (0..RECORDS).collect::<BTreeSet<u64>>(),
         "every record arrived"
     );
-    let answered_401 = *receiver.answered_401.lock().expect("lock");
+    let answered_401 = *receiver.refused.lock().expect("lock");
     assert!(answered_401 > 0, "the receiver refused the connector first");
     assert!(
         traces

@@ -438,3 +438,75 @@ pub fn assert_nothing_archived(worker: &Worker, name: &str) {
         "records archived by the delivery limit, per task: {archived:?}"
     );
 }
+
+/// An HTTP receiver that answers `refusal` (503 for an outage, 401 for a token being fixed) for
+/// `refuse_for` from its first request, then 200, keeping every `n` of the JSON arrays it took
+/// (records made by [`json_records`]).
+pub struct HttpReceiver {
+    refusal: axum::http::StatusCode,
+    refuse_for: Duration,
+    /// Set on the first request: the refusal runs from then.
+    pub first_request: Mutex<Option<Instant>>,
+    /// Requests answered with the refusal.
+    pub refused: Mutex<u64>,
+    pub taken: Mutex<BTreeSet<u64>>,
+}
+
+async fn http_receive(
+    axum::extract::State(r): axum::extract::State<Arc<HttpReceiver>>,
+    body: axum::body::Bytes,
+) -> axum::http::StatusCode {
+    let first = *r
+        .first_request
+        .lock()
+        .expect("lock")
+        .get_or_insert_with(Instant::now);
+    if first.elapsed() < r.refuse_for {
+        *r.refused.lock().expect("lock") += 1;
+        return r.refusal;
+    }
+    let Ok(values) = serde_json::from_slice::<Vec<serde_json::Value>>(&body) else {
+        return axum::http::StatusCode::BAD_REQUEST;
+    };
+    let mut taken = r.taken.lock().expect("lock");
+    for v in values {
+        if let Some(n) = v.get("n").and_then(serde_json::Value::as_u64) {
+            taken.insert(n);
+        }
+    }
+    axum::http::StatusCode::OK
+}
+
+/// Starts an [`HttpReceiver`] on a free port; returns its URL (`/ingest`) and the receiver.
+pub async fn start_http_receiver(
+    refusal: axum::http::StatusCode,
+    refuse_for: Duration,
+) -> (String, Arc<HttpReceiver>) {
+    let receiver = Arc::new(HttpReceiver {
+        refusal,
+        refuse_for,
+        first_request: Mutex::new(None),
+        refused: Mutex::new(0),
+        taken: Mutex::new(BTreeSet::new()),
+    });
+    let app = axum::Router::new()
+        .route("/ingest", axum::routing::post(http_receive))
+        .with_state(Arc::clone(&receiver));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/ingest", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, receiver)
+}
+
+/// `n` records whose values are `{"n":<i>}`, spread over `partitions`.
+pub fn json_records(n: u64, partitions: i32) -> Vec<spillway_tests::TestRecord> {
+    (0..n)
+        .map(|i| spillway_tests::TestRecord {
+            partition: Some((i % partitions as u64) as i32),
+            value: Some(format!("{{\"n\":{i}}}").into_bytes()),
+            ..spillway_tests::TestRecord::default()
+        })
+        .collect()
+}
