@@ -74,15 +74,13 @@ impl AdminClient {
                     code_name: "UnknownServerError".to_owned(),
                     message: ": the answer has no result for the group".to_owned(),
                 })?;
-            if answer.error_code != 0 {
-                return Err(AdminError::from_code(
-                    operation,
-                    &format!("group '{group}'"),
-                    answer.error_code,
-                    answer.error_message.as_deref(),
-                    "DESCRIBE",
-                ));
-            }
+            group_result(
+                operation,
+                group,
+                answer.error_code,
+                answer.error_message.as_deref(),
+                "DESCRIBE",
+            )?;
             let mut partitions = BTreeMap::new();
             for t in answer.topics {
                 let topic = t.topic_name.0.to_string();
@@ -162,15 +160,13 @@ impl AdminClient {
                 let response = self
                     .send(&conn, &request, VERSIONS, operation, ALTER)
                     .await?;
-                if response.error_code != 0 {
-                    return Err(AdminError::from_code(
-                        operation,
-                        &format!("group '{group}'"),
-                        response.error_code,
-                        response.error_message.as_deref(),
-                        "READ",
-                    ));
-                }
+                group_result(
+                    operation,
+                    group,
+                    response.error_code,
+                    response.error_message.as_deref(),
+                    "READ",
+                )?;
                 for t in &response.responses {
                     for p in &t.partitions {
                         if p.error_code != 0 {
@@ -218,15 +214,13 @@ impl AdminClient {
             let response = self
                 .send(&conn, &request, VERSIONS, operation, DELETE)
                 .await?;
-            if response.error_code != 0 {
-                return Err(AdminError::from_code(
-                    operation,
-                    &format!("group '{group}'"),
-                    response.error_code,
-                    response.error_message.as_deref(),
-                    "DELETE",
-                ));
-            }
+            group_result(
+                operation,
+                group,
+                response.error_code,
+                response.error_message.as_deref(),
+                "DELETE",
+            )?;
             for t in &response.responses {
                 if t.error_code != 0 {
                     return Err(AdminError::from_code(
@@ -242,4 +236,25 @@ impl AdminClient {
         })
         .await
     }
+}
+
+/// A group-level error code of a share-offsets answer as the admin error Kafka's code means
+/// (`permission`: what the principal needs on the group).
+fn group_result(
+    operation: &str,
+    group: &str,
+    code: i16,
+    message: Option<&str>,
+    permission: &'static str,
+) -> Result<(), AdminError> {
+    if code == 0 {
+        return Ok(());
+    }
+    Err(AdminError::from_code(
+        operation,
+        &format!("group '{group}'"),
+        code,
+        message,
+        permission,
+    ))
 }
