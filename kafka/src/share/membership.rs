@@ -226,6 +226,9 @@ pub(crate) async fn run(mut state: MemberState, mut link: MembershipLink) {
             match beat(&mut state, &mut coordinator, &link, &group_id).await {
                 Ok(Outcome::Ok(assignment)) => {
                     retry.reset();
+                    // The answer may have brought the coordinator's interval (the join's always
+                    // does): the next heartbeat keeps it, not the one from before this beat.
+                    wait = state.interval;
                     *link.epoch.lock().unwrap_or_else(|e| e.into_inner()) = state.epoch;
                     if let Some(a) = assignment {
                         let changed = link
