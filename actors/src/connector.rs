@@ -26,7 +26,7 @@ use crate::consumer::SourceFactory;
 use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
-use crate::messages::{Reporter, TaskEvent};
+use crate::messages::{CloseGate, Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
 use crate::panic_guard::guard;
 use crate::settings::TaskSettings;
@@ -637,9 +637,11 @@ impl Handler<StopConnector> for ConnectorActor {
         self.stop_waiters.push(tx);
         if !self.stopping {
             self.stopping = true;
+            let running = self.slots.values().filter(|s| s.running.is_some()).count();
+            let gate = CloseGate::new(running);
             for slot in self.slots.values() {
                 if let Some(r) = &slot.running {
-                    r.drain();
+                    r.drain_together(Arc::clone(&gate));
                 }
             }
             ctx.run_later(self.plan.settings.shutdown_timeout, |act, _ctx| {

@@ -38,8 +38,8 @@ use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
-    Acknowledged, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent, TaskFailure,
-    Unsettled,
+    Acknowledged, CloseGate, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent,
+    TaskFailure, Unsettled,
 };
 use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::panic_guard::guard_future;
@@ -80,6 +80,8 @@ pub struct ConsumerActor {
     busy: bool,
     draining: bool,
     failure: Option<String>,
+    /// The tasks stopping with this one: its consumer closes once they have all committed.
+    close_together: Option<Arc<CloseGate>>,
     /// The failure is for good: the task stays FAILED instead of being restarted.
     failure_for_good: bool,
     /// What the sink stage's retries need to know of the locks (lock duration, commit time).
@@ -268,6 +270,7 @@ impl ConsumerActor {
             busy: false,
             draining: false,
             failure: None,
+            close_together: None,
             failure_for_good: false,
             lock_facts: s.lock_facts,
             fetch_paused_until: None,
@@ -752,7 +755,15 @@ impl ConsumerActor {
         };
         self.busy = true;
         let limit = self.shutdown_timeout.max(MIN_STOP_WAIT);
-        let fut = async move { tokio::time::timeout(limit, guard_future(source.close())).await };
+        // Everything settled is committed by now; a failing task does not hold the others.
+        let gate = self.close_together.take();
+        let wait = limit / 2;
+        let fut = async move {
+            if let Some(gate) = gate {
+                gate.arrive_and_wait(wait).await;
+            }
+            tokio::time::timeout(limit, guard_future(source.close())).await
+        };
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
             act.busy = false;
             match result {
@@ -918,8 +929,11 @@ impl Handler<TaskFailure> for ConsumerActor {
 impl Handler<Drain> for ConsumerActor {
     type Result = ();
 
-    fn handle(&mut self, _msg: Drain, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) {
         self.draining = true;
+        if msg.together.is_some() {
+            self.close_together = msg.together;
+        }
         self.schedule_stop_deadline(ctx);
         self.step(ctx);
     }

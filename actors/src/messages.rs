@@ -106,9 +106,40 @@ pub struct Settled {
 }
 
 /// Stop polling, finish the batches in flight, commit, leave the group, stop the task.
-#[derive(Message)]
+/// `together`: the tasks stopping with it (a connector's stop), whose consumers close only once
+/// every one of them has committed ([`CloseGate`]).
+#[derive(Message, Default)]
 #[rtype(result = "()")]
-pub struct Drain;
+pub struct Drain {
+    pub together: Option<Arc<CloseGate>>,
+}
+
+/// The tasks of a connector that stop together close their consumers together: each commits,
+/// then waits (bounded) for the others before its connections close. On the dev broker a
+/// closing connection ends every share session on that broker, so a task closing first would
+/// cost the others their last commit and redeliver what they had already written; on Kafka a
+/// close only ends its own session, and the wait costs the few milliseconds the commits take.
+pub struct CloseGate {
+    expected: usize,
+    arrived: tokio::sync::watch::Sender<usize>,
+}
+
+impl CloseGate {
+    pub fn new(expected: usize) -> Arc<CloseGate> {
+        Arc::new(CloseGate {
+            expected,
+            arrived: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    /// This task has committed: counts it, then waits until every task has (at most `limit`).
+    pub async fn arrive_and_wait(&self, limit: std::time::Duration) {
+        let mut arrived = self.arrived.subscribe();
+        self.arrived.send_modify(|n| *n += 1);
+        let expected = self.expected;
+        let _ = tokio::time::timeout(limit, arrived.wait_for(|n| *n >= expected)).await;
+    }
+}
 
 /// The consumer is closed: close and stop the sink task. The answer is a failure of that
 /// (a panic in `close` or `stop`), for the task's final event, which the consumer reports.

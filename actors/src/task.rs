@@ -12,7 +12,7 @@ use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
 use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
-use crate::messages::{Drain, Failing, Reporter};
+use crate::messages::{CloseGate, Drain, Failing, Reporter};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
@@ -58,7 +58,14 @@ impl RunningTask {
     /// Graceful stop: in-flight batches finish, acknowledgements are committed, the group is
     /// left, the sink task is closed and stopped; then a `Stopped` (or `Failed`) event.
     pub fn drain(&self) {
-        self.consumer.do_send(Drain);
+        self.consumer.do_send(Drain::default());
+    }
+
+    /// [`drain`](Self::drain) as one of the tasks in `gate` that stop together.
+    pub fn drain_together(&self, gate: Arc<CloseGate>) {
+        self.consumer.do_send(Drain {
+            together: Some(gate),
+        });
     }
 
     /// Ends the task's thread at once, as a crash would: nothing more is acknowledged, and the
