@@ -307,6 +307,11 @@ impl Herder {
         &self.worker_id
     }
 
+    /// The connector runtime this herder drives.
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
     /// Why the connector runtime is broken, if it is (`/health`).
     pub fn runtime_failure(&self) -> Option<String> {
         self.worker.runtime_failure()

@@ -41,12 +41,12 @@ enum Command {
         timeout_secs: u64,
     },
     /// Run connectors in one process, Kafka Connect standalone style, until SIGTERM or Ctrl-C
-    /// (then stop gracefully within task.shutdown.graceful.timeout.ms and exit 0).
+    /// (then stop gracefully within task.shutdown.graceful.timeout.ms and exit 0). Serves the
+    /// REST API on rest.port (default 8083); its state is in memory.
     Standalone {
-        /// The worker's configuration (.properties or JSON): bootstrap.servers, ...
+        /// The worker's configuration (.properties or JSON): bootstrap.servers, rest.port, ...
         worker_properties: std::path::PathBuf,
-        /// One file per connector (.properties or JSON).
-        #[arg(required = true)]
+        /// One file per connector (.properties or JSON); more can be created over REST.
         connector_properties: Vec<std::path::PathBuf>,
     },
     /// Run a worker operated over Kafka Connect's REST API, its state kept under state.dir.

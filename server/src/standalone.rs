@@ -3,19 +3,24 @@
 //! (`{"name": ..., "config": {...}}` or a flat object). Runs until SIGTERM or SIGINT (Ctrl-C),
 //! then stops every connector gracefully and exits 0: no more polls, in-flight batches finish
 //! (or are released once `task.shutdown.graceful.timeout.ms` has passed), acknowledgements and
-//! offsets are committed, groups are left.
+//! offsets are committed, groups are left. It serves the REST API as Connect's standalone
+//! worker does (see [`run_until`]).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use spillway_actors::Worker;
+use anyhow::{bail, Context, Result};
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{config_map_from_json, parse_properties};
 use spillway_core::ConfigMap;
+use spillway_storage::{SledStore, TargetState};
 use tracing::info;
 
+use crate::herder::{Herder, DEFAULT_TENANT};
 use crate::signals::StopSignals;
+use crate::worker_cmd::RunningWorker;
 
 /// Reads a configuration file: JSON when its first non-blank character is `{`, otherwise
 /// `.properties`. Errors name the file (and the line, for properties).
@@ -44,6 +49,12 @@ pub async fn run(worker_props: PathBuf, connector_props: Vec<PathBuf>) -> Result
 }
 
 /// [`run`], stopping gracefully when `stop` completes (or failing with its error).
+///
+/// As Kafka Connect's standalone worker, it serves the REST API on `rest.port` (8083 unless
+/// set; `listeners`, `rest.host.name` and the worker's other REST keys apply) and prints
+/// `REST API listening on http://ADDRESS` once its files' connectors exist. Changes made over
+/// REST last until the process stops: its state is in memory, and the connector files are read
+/// again at every start.
 pub async fn run_until(
     worker_props: PathBuf,
     connector_props: Vec<PathBuf>,
@@ -54,52 +65,87 @@ pub async fn run_until(
         .iter()
         .map(|p| read_config(p))
         .collect::<Result<Vec<_>>>()?;
-    // Standalone serves no HTTP: its metrics leave over OTLP when OTEL_* asks for it.
-    let telemetry = crate::metrics::Telemetry::from_env()?;
-    let worker = Worker::start_with_meter(
+    let store = SledStore::temporary().context("cannot open the in-memory state store")?;
+    let worker = RunningWorker::start_with_store(
         worker_config,
         ConnectorRegistry::builtin(),
-        &telemetry.meter(),
+        Arc::new(store),
     )
+    .await
     .with_context(|| format!("cannot start the worker of {}", worker_props.display()))?;
+    let herder = Arc::clone(worker.herder());
     for (config, path) in connectors.into_iter().zip(&connector_props) {
-        if let Err(e) = worker.start_connector(config).await {
-            worker.shutdown().await;
+        if let Err(e) = start_connector(&herder, config).await {
+            worker.stop().await;
             return Err(e)
                 .with_context(|| format!("cannot start the connector of {}", path.display()));
         }
     }
-    for status in worker.statuses() {
-        info!(connector = %status.name, protocol = %status.group_protocol, group = %status.group_id, tasks = status.tasks.len(), "running");
+    // Printed once the files' connectors exist, so that a caller reading it finds them.
+    for (scheme, address) in worker.listening() {
+        println!("REST API listening on {}://{address}", scheme.as_str());
     }
-    let mut report = tokio::time::interval(Duration::from_secs(30));
-    report.tick().await;
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            stopped = &mut stop => {
-                if let Err(e) = stopped {
-                    worker.shutdown().await;
-                    return Err(e);
-                }
-                break;
-            }
-            _ = report.tick() => {
-                for status in worker.statuses() {
-                    let t = status.totals();
-                    info!(connector = %status.name, state = %status.state, read = t.read, accepted = t.accepted, released = t.released, rejected = t.rejected, "progress");
-                    for task in status.tasks.iter().filter(|t| t.trace.is_some()) {
-                        info!(connector = %status.name, task = task.id, state = %task.state, trace = task.trace.as_deref().unwrap_or(""), "task problem");
-                    }
-                }
-            }
+    let _ = std::io::stdout().flush();
+    for name in herder.connector_names(DEFAULT_TENANT).unwrap_or_default() {
+        if let Ok(status) = herder.status(DEFAULT_TENANT, &name) {
+            info!(connector = %name, state = %status.connector.state, tasks = status.tasks.len(), "running");
         }
     }
-    info!("stopping: finishing in-flight batches and committing");
-    worker.shutdown().await;
-    tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
-    info!("stopped");
+    worker
+        .run_until(async move {
+            let mut report = tokio::time::interval(PROGRESS_INTERVAL);
+            report.tick().await;
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    stopped = &mut stop => return stopped,
+                    _ = report.tick() => log_progress(&herder),
+                }
+            }
+        })
+        .await
+}
+
+/// How often the progress of each connector is logged.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Creates a connector file's connector through the herder, as `POST /connectors` would, and
+/// fails when it cannot start (Connect's standalone worker exits then too).
+async fn start_connector(herder: &Herder, config: ConfigMap) -> Result<()> {
+    let name = config
+        .get("name")
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .context("the connector configuration has no 'name'; add name=<connector name>")?;
+    herder
+        .create(DEFAULT_TENANT, config, &name, TargetState::Running)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let status = herder
+        .status(DEFAULT_TENANT, &name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if status.connector.state == "FAILED" {
+        bail!(
+            "connector {name} failed to start: {}",
+            status
+                .connector
+                .trace
+                .as_deref()
+                .unwrap_or("no reason given")
+        );
+    }
     Ok(())
+}
+
+/// Logs each connector's counts, and the trace of every task that has one.
+fn log_progress(herder: &Herder) {
+    for status in herder.worker().statuses() {
+        let t = status.totals();
+        info!(connector = %status.name, state = %status.state, read = t.read, accepted = t.accepted, released = t.released, rejected = t.rejected, "progress");
+        for task in status.tasks.iter().filter(|t| t.trace.is_some()) {
+            info!(connector = %status.name, task = task.id, state = %task.state, trace = task.trace.as_deref().unwrap_or(""), "task problem");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -164,7 +210,7 @@ mod tests {
                 "# Connect standalone worker\nbootstrap.servers={}\n\
                  key.converter=org.apache.kafka.connect.storage.StringConverter\n\
                  value.converter=org.apache.kafka.connect.storage.StringConverter\n\
-                 offset.storage.file.filename=/tmp/connect.offsets\n",
+                 offset.storage.file.filename=/tmp/connect.offsets\nrest.port=0\n",
                 broker.bootstrap()
             ),
         );
@@ -199,7 +245,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_file_without_bootstrap_servers_is_refused_naming_the_key() {
-        let worker = write("w.properties", "consumer.group.protocol=share\n");
+        let worker = write(
+            "w.properties",
+            "consumer.group.protocol=share\nrest.port=0\n",
+        );
         let err = run(worker.clone(), Vec::new())
             .await
             .expect_err("no bootstrap");

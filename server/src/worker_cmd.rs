@@ -19,7 +19,7 @@ use spillway_actors::Worker;
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
 use spillway_core::ConfigMap;
-use spillway_storage::SledStore;
+use spillway_storage::{SledStore, StateStore};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
@@ -285,6 +285,21 @@ impl RunningWorker {
     pub async fn start(config: ConfigMap, registry: ConnectorRegistry) -> Result<RunningWorker> {
         let parsed = worker_rest_config_def().parse(&config)?;
         let state_dir = PathBuf::from(parsed.string(STATE_DIR)?.unwrap_or("spillway-state"));
+        std::fs::create_dir_all(&state_dir)
+            .with_context(|| format!("cannot create state.dir {}", state_dir.display()))?;
+        let store = SledStore::open(&state_dir)?;
+        info!(path = %state_dir.display(), "state store opened");
+        Self::start_with_store(config, registry, Arc::new(store)).await
+    }
+
+    /// [`start`](Self::start) on a given state store (`spillway standalone` keeps its state in
+    /// memory).
+    pub async fn start_with_store(
+        config: ConfigMap,
+        registry: ConnectorRegistry,
+        store: Arc<dyn StateStore>,
+    ) -> Result<RunningWorker> {
+        let parsed = worker_rest_config_def().parse(&config)?;
         let max_body_bytes = usize::try_from(parsed.int(REST_MAX_BODY_BYTES)?)
             .unwrap_or(rest::DEFAULT_MAX_BODY_BYTES);
         let advertised = parsed.string(REST_ADVERTISED_HOST_NAME)?.map(str::to_owned);
@@ -295,11 +310,6 @@ impl RunningWorker {
         } else {
             None
         };
-
-        std::fs::create_dir_all(&state_dir)
-            .with_context(|| format!("cannot create state.dir {}", state_dir.display()))?;
-        let store = SledStore::open(&state_dir)?;
-        info!(path = %state_dir.display(), "state store opened");
 
         let mut listeners = Vec::new();
         let mut listening = Vec::new();
@@ -331,7 +341,7 @@ impl RunningWorker {
             .collect();
         let telemetry = Arc::new(Telemetry::from_env()?);
         let worker = Worker::start_with_meter(config, registry.clone(), &telemetry.meter())?;
-        let herder = Arc::new(Herder::new(worker, Arc::new(store), registry, worker_id)?);
+        let herder = Arc::new(Herder::new(worker, store, registry, worker_id)?);
         let ready = Arc::new(AtomicBool::new(false));
         let server = rest::serve(
             listeners,
@@ -388,6 +398,11 @@ impl RunningWorker {
         })
     }
 
+    /// The herder behind the REST API.
+    pub fn herder(&self) -> &Arc<Herder> {
+        &self.herder
+    }
+
     /// Where the REST API listens (the first listener).
     pub fn address(&self) -> SocketAddr {
         self.address
@@ -399,12 +414,22 @@ impl RunningWorker {
     }
 
     /// Serves until SIGTERM or SIGINT (or until the server fails), then stops gracefully.
-    pub async fn run_until_signal(mut self, mut signals: StopSignals) -> Result<()> {
+    pub async fn run_until_signal(self, mut signals: StopSignals) -> Result<()> {
+        self.run_until(async move {
+            let signal = signals.recv().await;
+            info!(signal, "stop requested");
+            Ok(())
+        })
+        .await
+    }
+
+    /// Serves until `stop` completes (or fails, or the server fails), then stops gracefully.
+    pub async fn run_until(
+        mut self,
+        stop: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
         let outcome = tokio::select! {
-            signal = signals.recv() => {
-                info!(signal, "stop requested");
-                Ok(())
-            }
+            stopped = stop => stopped,
             served = &mut self.serving => match served {
                 Ok(result) => result.context("the REST server stopped"),
                 Err(e) => Err(e).context("the REST server stopped"),

@@ -165,7 +165,7 @@ fn a_share_connector_with_java_style_keys_delivers_what_librdkafka_produced_over
     std::fs::write(
         &worker,
         format!(
-            "bootstrap.servers={bootstrap}\n{security}{consumer_security}state.dir={}\n",
+            "bootstrap.servers={bootstrap}\n{security}{consumer_security}state.dir={}\nrest.port=0\n",
             dir.path().join("state").display()
         ),
     )

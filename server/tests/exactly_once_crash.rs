@@ -182,7 +182,7 @@ async fn replicate_through_kills(mode: &str, kill_after_ms: std::ops::Range<u64>
     std::fs::write(
         &worker,
         format!(
-            "bootstrap.servers={}\ntask.restart.backoff.ms=200\ntask.poll.timeout.ms=100\n",
+            "bootstrap.servers={}\ntask.restart.backoff.ms=200\ntask.poll.timeout.ms=100\nrest.port=0\n",
             broker.bootstrap()
         ),
     )

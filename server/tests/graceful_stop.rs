@@ -126,7 +126,7 @@ async fn bounce(name: &str, tasks: u32, mode: &str) {
             "bootstrap.servers={}\n\
              key.converter=org.apache.kafka.connect.storage.StringConverter\n\
              value.converter=org.apache.kafka.connect.storage.StringConverter\n\
-             task.shutdown.graceful.timeout.ms={GRACEFUL_MS}\ntask.poll.timeout.ms=100\n",
+             task.shutdown.graceful.timeout.ms={GRACEFUL_MS}\ntask.poll.timeout.ms=100\nrest.port=0\n",
             broker.bootstrap()
         ),
     )

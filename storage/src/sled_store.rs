@@ -147,6 +147,33 @@ impl SledStore {
         Ok(store)
     }
 
+    /// A store that lives only as long as this process (sled's temporary mode): `spillway
+    /// standalone` keeps changes made over its REST API until it stops, as Kafka Connect's
+    /// standalone worker does; its connectors come from its files at every start.
+    pub fn temporary() -> Result<SledStore, StorageError> {
+        let path = PathBuf::from("(temporary)");
+        let db = sled::Config::new()
+            .temporary(true)
+            .open()
+            .map_err(|error| StorageError::Open {
+                path: path.clone(),
+                error,
+            })?;
+        let tree = |name: &str| {
+            db.open_tree(name).map_err(|error| StorageError::Open {
+                path: path.clone(),
+                error,
+            })
+        };
+        Ok(SledStore {
+            tenants: tree("tenants")?,
+            connectors: tree("connectors")?,
+            tasks: tree("tasks")?,
+            db: db.clone(),
+            path,
+        })
+    }
+
     /// Where the store lives.
     pub fn path(&self) -> &Path {
         &self.path

@@ -17,16 +17,35 @@ impl WorkerProcess {
     /// Starts `spillway worker` with `properties` in `dir` (its working directory, where
     /// relative paths land), logging at `log_level` (`RUST_LOG`).
     pub fn start(properties: &[(&str, &str)], dir: &Path, log_level: &str) -> WorkerProcess {
-        let file = dir.join("worker.properties");
-        let text: String = properties
-            .iter()
-            .map(|(k, v)| format!("{k}={v}\n"))
-            .collect();
-        std::fs::write(&file, text).expect("properties written");
+        let file = write_properties(dir, "worker.properties", properties);
+        Self::spawn(&["worker".as_ref(), file.as_os_str()], dir, log_level)
+    }
+
+    /// Starts `spillway standalone` with the worker `properties` and one file per entry of
+    /// `connectors`, in `dir`, logging at `log_level`.
+    pub fn standalone(
+        properties: &[(&str, &str)],
+        connectors: &[&[(&str, &str)]],
+        dir: &Path,
+        log_level: &str,
+    ) -> WorkerProcess {
+        let mut files = vec![write_properties(dir, "worker.properties", properties)];
+        for (i, connector) in connectors.iter().enumerate() {
+            files.push(write_properties(
+                dir,
+                &format!("connector-{i}.properties"),
+                connector,
+            ));
+        }
+        let mut args = vec![std::ffi::OsStr::new("standalone")];
+        args.extend(files.iter().map(|f| f.as_os_str()));
+        Self::spawn(&args, dir, log_level)
+    }
+
+    fn spawn(args: &[&std::ffi::OsStr], dir: &Path, log_level: &str) -> WorkerProcess {
         let log = dir.join("worker.log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .arg("worker")
-            .arg(&file)
+            .args(args)
             .current_dir(dir)
             .env("RUST_LOG", log_level)
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -53,6 +72,23 @@ impl WorkerProcess {
         WorkerProcess { child, base, log }
     }
 
+    /// SIGTERM, waits for the exit, and returns its status and the whole log.
+    pub fn stop_with_status(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waitable") {
+                return (status, self.log());
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = self.child.kill();
+                panic!("the worker did not stop within 60 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Whether the process still runs.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().expect("waitable").is_none()
@@ -68,19 +104,20 @@ impl WorkerProcess {
     }
 
     /// SIGTERM, waits for the exit, and returns the whole log.
-    pub fn stop(mut self) -> String {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let start = Instant::now();
-        while self.child.try_wait().expect("waitable").is_none() {
-            if start.elapsed() > Duration::from_secs(60) {
-                let _ = self.child.kill();
-                panic!("the worker did not stop within 60 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.log()
+    pub fn stop(self) -> String {
+        self.stop_with_status().1
     }
+}
+
+/// Writes `properties` as a `.properties` file `name` in `dir`.
+fn write_properties(dir: &Path, name: &str, properties: &[(&str, &str)]) -> PathBuf {
+    let file = dir.join(name);
+    let text: String = properties
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    std::fs::write(&file, text).expect("properties written");
+    file
 }
 
 impl Drop for WorkerProcess {
