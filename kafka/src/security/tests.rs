@@ -546,3 +546,70 @@ fn other_ssl_keys_pass_to_librdkafka_and_java_only_keys_are_dropped_with_a_warni
     assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
     assert!(!s.warnings.iter().any(|w| w.contains("changeit")));
 }
+
+/// The client-key examples of `docs/security.md` (part 1), split by the client they are for
+/// (no prefix, `consumer.`, `producer.`, `consumer.override.`): each translates, to the
+/// protocol and mechanism it names. An example that drifts from the translation fails here.
+#[test]
+fn every_client_example_in_the_security_guide_translates_as_written() {
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
+            .expect("docs/security.md is readable");
+    let part_one = guide
+        .split("# Part 2")
+        .next()
+        .expect("the guide has a part 1");
+    let mut blocks = 0;
+    let mut translated = 0;
+    for block in part_one.split("```properties").skip(1) {
+        let body = block.split("```").next().expect("a closed block");
+        blocks += 1;
+        let mut clients: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+        for line in body.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (key, value) = line.split_once('=').expect("key=value");
+            let (client, name) = [
+                "consumer.override.",
+                "producer.override.",
+                "consumer.",
+                "producer.",
+            ]
+            .iter()
+            .find_map(|p| key.strip_prefix(p).map(|name| (*p, name)))
+            .unwrap_or(("", key));
+            clients.entry(client).or_default().push((name, value));
+        }
+        for (client, keys) in clients {
+            if !keys.iter().any(|(k, _)| is_security_key(k)) {
+                continue;
+            }
+            let settings = settings(&keys).unwrap_or_else(|e| {
+                panic!("the guide's example for client '{client}' ({keys:?}) is refused: {e}")
+            });
+            translated += 1;
+            if let Some((_, protocol)) = keys.iter().find(|(k, _)| *k == "security.protocol") {
+                assert!(
+                    settings.protocol.name().eq_ignore_ascii_case(protocol),
+                    "{client}{keys:?}: {:?}",
+                    settings.protocol
+                );
+            }
+            if let Some((_, mechanism)) = keys
+                .iter()
+                .find(|(k, _)| *k == "sasl.mechanism" || *k == "sasl.mechanisms")
+            {
+                let sasl = settings
+                    .sasl
+                    .as_ref()
+                    .expect("a SASL example has SASL settings");
+                assert_eq!(sasl.mechanism.name(), *mechanism, "{client}{keys:?}");
+            }
+        }
+    }
+    assert!(
+        blocks >= 8 && translated >= 10,
+        "the guide's examples were not found ({blocks} blocks, {translated} clients)"
+    );
+}
