@@ -49,6 +49,12 @@ enum Command {
         #[arg(required = true)]
         connector_properties: Vec<std::path::PathBuf>,
     },
+    /// Replicate between clusters as MirrorMaker 2's dedicated mode does, from its mm2.properties
+    /// (clusters, A->B.enabled, topics, ...; docs/mirror.md), until SIGTERM or Ctrl-C.
+    Mirror {
+        /// The MirrorMaker 2 properties file.
+        mm2_properties: std::path::PathBuf,
+    },
     /// Run a worker operated over Kafka Connect's REST API, its state kept under state.dir.
     Worker {
         /// The worker's configuration (.properties or JSON): bootstrap.servers, rest.port, state.dir, ...
@@ -119,6 +125,7 @@ async fn run(command: Command) -> Result<()> {
             worker_properties,
             connector_properties,
         } => spillway::standalone::run(worker_properties, connector_properties).await,
+        Command::Mirror { mm2_properties } => spillway::mirror::run(&mm2_properties).await,
         Command::Worker { worker_properties } => spillway::worker_cmd::run(worker_properties).await,
         Command::DevBroker {
             brokers,

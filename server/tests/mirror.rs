@@ -1,0 +1,353 @@
+//! `spillway mirror` on two dev clusters, each behind an admin-emulating proxy (the mock has no
+//! CreateTopics/DescribeConfigs): topics matched by regex are copied to `A.<topic>` with the
+//! source's partition count, every record once with key, value, headers and timestamp, in source
+//! order per partition; a topic created while running is picked up; heartbeats are written and
+//! replicated as MM2's; two-way mirroring makes no cycle.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::TopicPartitionList;
+use spillway::mirror::heartbeat::Heartbeat;
+use spillway::mirror::{MirrorConfig, SharedProgress};
+use spillway_core::config::parse_properties;
+use spillway_tests::{ProxiedDevBroker, TestProducer, TestRecord};
+use tokio::sync::oneshot;
+
+/// One copied record: partition, offset, key, value, headers, timestamp.
+#[derive(Debug, Clone, PartialEq)]
+struct Copy {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: Option<i64>,
+}
+
+fn metadata_client(bootstrap: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirror-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader")
+}
+
+/// Topic → partitions on a cluster.
+fn topics(bootstrap: &str) -> BTreeMap<String, i32> {
+    let client = metadata_client(bootstrap);
+    let metadata = client
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
+        .collect()
+}
+
+/// Every record of `topic` from the beginning to the end it has now.
+fn read_all(bootstrap: &str, topic: &str) -> Vec<Copy> {
+    let client = metadata_client(bootstrap);
+    let partitions = topics(bootstrap).get(topic).copied().unwrap_or(0);
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let (low, high) = client
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        if high <= low {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(low))
+            .expect("offset");
+        client.assign(&tpl).expect("assign");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut next = low;
+        while next < high && Instant::now() < deadline {
+            if let Some(Ok(m)) = client.poll(Duration::from_millis(200)) {
+                next = m.offset() + 1;
+                out.push(Copy {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis(),
+                });
+            }
+        }
+        assert!(next >= high, "{topic}/{p}: read to {next} of {high}");
+    }
+    out
+}
+
+/// Records for `topic` over `partitions`: numbered, with a header and a timestamp that encode
+/// the number, so each copy can be matched to its source.
+fn records(topic: &str, n: u64, partitions: i32) -> Vec<TestRecord> {
+    (0..n)
+        .map(|i| TestRecord {
+            partition: Some((i % partitions as u64) as i32),
+            key: Some(format!("{topic}-k{i}").into_bytes()),
+            value: Some(format!("{topic}-v{i}").into_bytes()),
+            headers: vec![("trace".into(), Some(format!("h{i}").into_bytes()))],
+            timestamp: Some(1_700_000_000_000 + i as i64),
+        })
+        .collect()
+}
+
+/// Checks that `copies` hold each of `sent` once, intact, on its partition, in source order.
+fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
+    assert_eq!(
+        copies.len(),
+        sent.len(),
+        "{topic}: every record once (no loss, no duplicate)"
+    );
+    let mut last_per_partition: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+    for copy in copies {
+        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
+        let source = &sent[n as usize];
+        assert_eq!(
+            Some(copy.partition),
+            source.partition,
+            "{topic} #{n}: partition"
+        );
+        assert_eq!(copy.key, source.key, "{topic} #{n}: key");
+        assert_eq!(copy.value, source.value, "{topic} #{n}: value");
+        assert_eq!(
+            copy.headers.first(),
+            source.headers.first(),
+            "{topic} #{n}: the record's own header first"
+        );
+        assert!(
+            copy.headers.iter().any(
+                |(k, v)| k == "spillway.source.topic" && v.as_deref() == Some(topic.as_bytes())
+            ),
+            "{topic} #{n}: source topic header"
+        );
+        // Classic mode: a later source record of the partition has a later target offset.
+        if let Some(&(last_n, last_offset)) = last_per_partition.get(&copy.partition) {
+            assert!(
+                n > last_n && copy.offset > last_offset,
+                "{topic}: #{n} after #{last_n} on partition {}",
+                copy.partition
+            );
+        }
+        last_per_partition.insert(copy.partition, (n, copy.offset));
+    }
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn config(text: &str) -> MirrorConfig {
+    MirrorConfig::parse(&parse_properties(text).expect("properties").to_map()).expect("valid")
+}
+
+/// Runs `config` in the background; returns the flows' progress and the stop switch.
+async fn start(
+    config: MirrorConfig,
+) -> (
+    BTreeMap<String, SharedProgress>,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let (progress_tx, progress_rx) = oneshot::channel();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(spillway::mirror::run_until(
+        config,
+        move |flows| {
+            let _ = progress_tx.send(flows.into_iter().collect::<BTreeMap<_, _>>());
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let progress = tokio::time::timeout(Duration::from_secs(60), progress_rx)
+        .await
+        .expect("flows start in time")
+        .expect("flows started");
+    (progress, stop_tx, task)
+}
+
+fn replicated(progress: &SharedProgress) -> BTreeMap<String, i32> {
+    progress.lock().unwrap().replicated.clone()
+}
+
+fn clusters(a: &ProxiedDevBroker, b: &ProxiedDevBroker) -> String {
+    format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
+         replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         refresh.topics.interval.seconds = 1\nemit.heartbeats.interval.seconds = 1\n",
+        a.bootstrap(),
+        b.bootstrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 3), ("payments", 2), ("other", 1)])
+        .expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
+    let producer = TestProducer::new(&a.broker().bootstrap(), "none");
+    let orders = records("orders", 300, 3);
+    let payments = records("payments", 120, 2);
+    producer.send("orders", orders.clone()).await;
+    producer.send("payments", payments.clone()).await;
+    producer.send("other", records("other", 10, 1)).await;
+
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders, payments, late-.*\n",
+        clusters(&a, &b)
+    );
+    let (progress, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    wait_for(
+        "orders and payments replicated",
+        Duration::from_secs(60),
+        || {
+            let r = replicated(&ab);
+            r.contains_key("orders") && r.contains_key("payments")
+        },
+    )
+    .await;
+
+    // A topic created while running is found at the next refresh.
+    a.broker().create_topic("late-events", 2);
+    let late = records("late-events", 40, 2);
+    producer.send("late-events", late.clone()).await;
+    wait_for("late-events replicated", Duration::from_secs(60), || {
+        replicated(&ab).contains_key("late-events")
+    })
+    .await;
+    let target = b.broker().bootstrap();
+    for (topic, sent) in [
+        ("orders", &orders),
+        ("payments", &payments),
+        ("late-events", &late),
+    ] {
+        let remote = format!("A.{topic}");
+        wait_for(
+            &format!("{remote} complete"),
+            Duration::from_secs(90),
+            || {
+                let have = topics(&target);
+                have.contains_key(&remote) && read_all(&target, &remote).len() >= sent.len()
+            },
+        )
+        .await;
+    }
+    // Heartbeats of A->B reach B; those of B->A reach A and come back as A.heartbeats.
+    wait_for("heartbeats", Duration::from_secs(30), || {
+        topics(&target).contains_key("A.heartbeats")
+            && !read_all(&target, "A.heartbeats").is_empty()
+    })
+    .await;
+    // Let anything that would be a duplicate arrive before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+
+    let on_b = topics(&target);
+    assert_eq!(on_b.get("A.orders"), Some(&3), "partition count copied");
+    assert_eq!(on_b.get("A.payments"), Some(&2));
+    assert_eq!(on_b.get("A.late-events"), Some(&2));
+    assert!(!on_b.contains_key("A.other"), "not matched by A->B.topics");
+    assert!(!on_b.contains_key("other"));
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    assert_copied_once_in_order("payments", &payments, &read_all(&target, "A.payments"));
+    assert_copied_once_in_order("late-events", &late, &read_all(&target, "A.late-events"));
+
+    let beats = read_all(&target, "heartbeats");
+    assert!(!beats.is_empty(), "A->B writes heartbeats to B");
+    for beat in &beats {
+        let hb = Heartbeat::decode(
+            beat.key.as_deref().expect("key"),
+            beat.value.as_deref().expect("value"),
+        )
+        .expect("MM2's heartbeat format");
+        assert_eq!(
+            (
+                hb.source_cluster_alias.as_str(),
+                hb.target_cluster_alias.as_str()
+            ),
+            ("A", "B")
+        );
+        assert_eq!(Some(hb.timestamp), beat.timestamp);
+    }
+    let returned = read_all(&target, "A.heartbeats");
+    let hb = Heartbeat::decode(
+        returned[0].key.as_deref().expect("key"),
+        returned[0].value.as_deref().expect("value"),
+    )
+    .expect("decodes");
+    assert_eq!(
+        (
+            hb.source_cluster_alias.as_str(),
+            hb.target_cluster_alias.as_str()
+        ),
+        ("B", "A"),
+        "B->A only emits heartbeats (into A), and A->B replicates them"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[("payments", 2)]).expect("cluster B");
+    let orders = records("orders", 50, 2);
+    let payments = records("payments", 30, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    TestProducer::new(&b.broker().bootstrap(), "none")
+        .send("payments", payments.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nB->A.enabled = true\n",
+        clusters(&a, &b)
+    );
+    let (progress, stop, task) = start(config(&text)).await;
+    let (on_a, on_b) = (a.broker().bootstrap(), b.broker().bootstrap());
+    wait_for("both ways copied", Duration::from_secs(90), || {
+        topics(&on_b).contains_key("A.orders")
+            && topics(&on_a).contains_key("B.payments")
+            && read_all(&on_b, "A.orders").len() >= orders.len()
+            && read_all(&on_a, "B.payments").len() >= payments.len()
+    })
+    .await;
+    // Several refreshes pass: a cycle would show up as B.A.orders or A.B.payments.
+    let refreshed = |flow: &str| progress[flow].lock().unwrap().replicated.clone();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+
+    let (a_topics, b_topics) = (topics(&on_a), topics(&on_b));
+    assert!(!b_topics.contains_key("B.A.orders") && !a_topics.contains_key("A.B.payments"));
+    assert!(!a_topics.contains_key("B.A.orders") && !b_topics.contains_key("A.B.payments"));
+    assert!(
+        !refreshed("B->A").contains_key("A.orders"),
+        "A.orders never sent back to A"
+    );
+    assert!(!refreshed("A->B").contains_key("B.payments"));
+    assert!(!refreshed("A->B").contains_key("B.heartbeats"));
+    assert_copied_once_in_order("orders", &orders, &read_all(&on_b, "A.orders"));
+    assert_copied_once_in_order("payments", &payments, &read_all(&on_a, "B.payments"));
+}
