@@ -14,6 +14,8 @@ use rdkafka::TopicPartitionList;
 use spillway::mirror::heartbeat::Heartbeat;
 use spillway::mirror::{MirrorConfig, SharedProgress};
 use spillway_core::config::parse_properties;
+use spillway_kafka::admin::{AdminClient, AlterOp, ConfigResource, ConfigSource};
+use spillway_kafka::security::ClientSecurity;
 use spillway_tests::{ProxiedDevBroker, TestProducer, TestRecord};
 use tokio::sync::oneshot;
 
@@ -149,6 +151,17 @@ fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]
     }
 }
 
+async fn admin(cluster: &ProxiedDevBroker) -> AdminClient {
+    AdminClient::connect(
+        &cluster.bootstrap(),
+        "mirror-test",
+        Duration::from_secs(10),
+        ClientSecurity::plaintext(),
+    )
+    .await
+    .expect("admin client")
+}
+
 async fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ok() {
@@ -213,6 +226,19 @@ async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() 
     producer.send("payments", payments.clone()).await;
     producer.send("other", records("other", 10, 1)).await;
 
+    // A config set on the source topic is copied; one MM2 never copies is not.
+    let a_admin = admin(&a).await;
+    a_admin
+        .incremental_alter_configs(
+            &ConfigResource::Topic("orders".into()),
+            &[
+                ("retention.ms", AlterOp::Set("123456".into())),
+                ("min.insync.replicas", AlterOp::Set("1".into())),
+            ],
+        )
+        .await
+        .expect("source topic config set");
+
     let text = format!(
         "{}A->B.enabled = true\nA->B.topics = orders, payments, late-.*\n",
         clusters(&a, &b)
@@ -274,6 +300,23 @@ async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() 
     assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
     assert_copied_once_in_order("payments", &payments, &read_all(&target, "A.payments"));
     assert_copied_once_in_order("late-events", &late, &read_all(&target, "A.late-events"));
+
+    let copied = admin(&b)
+        .await
+        .describe_configs(&ConfigResource::Topic("A.orders".into()), &[])
+        .await
+        .expect("target topic configs");
+    let retention = copied.get("retention.ms").expect("retention.ms");
+    assert_eq!(
+        (retention.value.as_deref(), retention.source),
+        (Some("123456"), ConfigSource::Topic),
+        "the source topic's own config is copied"
+    );
+    assert_ne!(
+        copied.get("min.insync.replicas").map(|e| e.source),
+        Some(ConfigSource::Topic),
+        "min.insync.replicas is never copied (MM2's exclusions)"
+    );
 
     let beats = read_all(&target, "heartbeats");
     assert!(!beats.is_empty(), "A->B writes heartbeats to B");
