@@ -37,6 +37,9 @@ use spillway_eos::writer::{ExactlyOnceWriter, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 
+use crate::kafka_mirror_metrics::{
+    now_ms, MirrorMetrics, SOURCE_CLUSTER_ALIAS, TARGET_CLUSTER_ALIAS,
+};
 use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT_PREFIX};
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
@@ -159,6 +162,27 @@ fn config_def() -> ConfigDef {
             .default("30000")
             .validator(Validator::AtLeast(1))
             .display_name("Transaction step timeout (ms)"),
+        )
+        .define(
+            ConfigKey::new(
+                SOURCE_CLUSTER_ALIAS,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows (spillway mirror): the source cluster's alias; with \
+                 target.cluster.alias, the sink records MM2's replication metrics.",
+            )
+            .null_default()
+            .display_name("Source cluster alias"),
+        )
+        .define(
+            ConfigKey::new(
+                TARGET_CLUSTER_ALIAS,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows (spillway mirror): the target cluster's alias.",
+            )
+            .null_default()
+            .display_name("Target cluster alias"),
         )
         .define(
             ConfigKey::new(
@@ -336,6 +360,8 @@ struct Running {
     converter: RecordConverter,
     format: String,
     keep_partition: bool,
+    /// A mirror flow's MM2 metrics (`source.cluster.alias` and `target.cluster.alias` set).
+    mirror_metrics: Option<MirrorMetrics>,
 }
 
 impl KafkaSinkTask {
@@ -420,6 +446,7 @@ impl SinkTask for KafkaSinkTask {
                 .unwrap_or("${topic}")
                 .to_owned(),
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
+            mirror_metrics: MirrorMetrics::from_config(config),
         });
         Ok(())
     }
@@ -502,6 +529,7 @@ impl SinkTask for KafkaSinkTask {
         let Some(state) = &mut self.state else {
             return Err(SinkError::fatal("put before start"));
         };
+        let received_ms = now_ms();
         // A record that cannot be serialized fails alone; the rest are sent.
         let mut outcomes: Vec<Option<PutOutcome>> = vec![None; records.len()];
         if let Producer::ExactlyOnce { writer, .. } = &mut state.producer {
@@ -549,7 +577,12 @@ impl SinkTask for KafkaSinkTask {
         }
         match &mut state.producer {
             Producer::AtLeastOnce(producer) => {
-                for (i, result) in positions.into_iter().zip(producer.send_all(&out).await) {
+                let results = producer.send_all(&out).await;
+                if let Some(metrics) = &state.mirror_metrics {
+                    let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
+                    metrics.written(written.map(|(record, _)| record), received_ms);
+                }
+                for (i, result) in positions.into_iter().zip(results) {
                     outcomes[i] = Some(match result {
                         Ok(_) => PutOutcome::Ok,
                         Err(e) if e.is_retriable() => {
@@ -564,10 +597,13 @@ impl SinkTask for KafkaSinkTask {
                 }
             }
             Producer::ExactlyOnce { writer, .. } => {
-                for (i, result) in positions
-                    .into_iter()
-                    .zip(writer.write(&out, &sources).await)
-                {
+                let results = writer.write(&out, &sources).await;
+                // Written into the open transaction; it commits at the next flush.
+                if let Some(metrics) = &state.mirror_metrics {
+                    let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
+                    metrics.written(written.map(|(record, _)| record), received_ms);
+                }
+                for (i, result) in positions.into_iter().zip(results) {
                     outcomes[i] = Some(match result {
                         Ok(_) => PutOutcome::Ok,
                         Err(e) => PutOutcome::from_result(Err(e)),

@@ -54,6 +54,9 @@ enum Command {
     Mirror {
         /// The MirrorMaker 2 properties file.
         mm2_properties: std::path::PathBuf,
+        /// Serve Prometheus text at http://ADDRESS/metrics (e.g. 0.0.0.0:9464).
+        #[arg(long, value_name = "ADDRESS")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run a worker operated over Kafka Connect's REST API, its state kept under state.dir.
     Worker {
@@ -125,7 +128,10 @@ async fn run(command: Command) -> Result<()> {
             worker_properties,
             connector_properties,
         } => spillway::standalone::run(worker_properties, connector_properties).await,
-        Command::Mirror { mm2_properties } => spillway::mirror::run(&mm2_properties).await,
+        Command::Mirror {
+            mm2_properties,
+            metrics_listen,
+        } => spillway::mirror::run(&mm2_properties, metrics_listen).await,
         Command::Worker { worker_properties } => spillway::worker_cmd::run(worker_properties).await,
         Command::DevBroker {
             brokers,

@@ -5,12 +5,15 @@
 //! replicated as MM2's; two-way mirroring makes no cycle.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::TopicPartitionList;
+use spillway::metrics::Telemetry;
 use spillway::mirror::heartbeat::Heartbeat;
 use spillway::mirror::{MirrorConfig, SharedProgress};
 use spillway_core::config::parse_properties;
@@ -174,11 +177,24 @@ fn config(text: &str) -> MirrorConfig {
     MirrorConfig::parse(&parse_properties(text).expect("properties").to_map()).expect("valid")
 }
 
-/// Runs `config` in the background; returns the flows' progress and the stop switch.
+/// One metrics pipeline for the test process: the kafka sink's MM2 metrics go through the
+/// global provider, which both tests share.
+fn telemetry() -> Arc<Telemetry> {
+    static TELEMETRY: OnceLock<Arc<Telemetry>> = OnceLock::new();
+    Arc::clone(TELEMETRY.get_or_init(|| {
+        let telemetry = Telemetry::build(false).expect("metrics pipeline");
+        telemetry.install_global();
+        Arc::new(telemetry)
+    }))
+}
+
+/// Runs `config` in the background; returns the flows' progress, the metrics address and the
+/// stop switch.
 async fn start(
     config: MirrorConfig,
 ) -> (
     BTreeMap<String, SharedProgress>,
+    SocketAddr,
     oneshot::Sender<()>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
@@ -186,18 +202,21 @@ async fn start(
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(spillway::mirror::run_until(
         config,
-        move |flows| {
-            let _ = progress_tx.send(flows.into_iter().collect::<BTreeMap<_, _>>());
+        telemetry(),
+        Some("127.0.0.1:0".parse().expect("address")),
+        move |started| {
+            let flows = started.flows.into_iter().collect::<BTreeMap<_, _>>();
+            let _ = progress_tx.send((flows, started.metrics.expect("metrics served")));
         },
         async move {
             let _ = stop_rx.await;
         },
     ));
-    let progress = tokio::time::timeout(Duration::from_secs(60), progress_rx)
+    let (progress, metrics) = tokio::time::timeout(Duration::from_secs(60), progress_rx)
         .await
         .expect("flows start in time")
         .expect("flows started");
-    (progress, stop_tx, task)
+    (progress, metrics, stop_tx, task)
 }
 
 fn replicated(progress: &SharedProgress) -> BTreeMap<String, i32> {
@@ -243,7 +262,7 @@ async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() 
         "{}A->B.enabled = true\nA->B.topics = orders, payments, late-.*\n",
         clusters(&a, &b)
     );
-    let (progress, stop, task) = start(config(&text)).await;
+    let (progress, metrics, stop, task) = start(config(&text)).await;
     let ab = progress["A->B"].clone();
     wait_for(
         "orders and payments replicated",
@@ -288,6 +307,31 @@ async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() 
     .await;
     // Let anything that would be a duplicate arrive before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let series = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| {
+                l.contains("topic=\"A.orders\"")
+                    && l.contains("source=\"A\"")
+                    && l.contains("target=\"B\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // The other test copies 50 records of its own A.orders through the same process metrics.
+    assert!(
+        series("kafka_connect_mirror_source_connector_record_count") >= 300.0,
+        "MM2's record-count per target topic-partition:\n{text}"
+    );
+    assert!(series("kafka_connect_mirror_source_connector_byte_count") >= 300.0 * 10.0);
+    assert!(series("kafka_connect_mirror_source_connector_replication_latency_ms_count") >= 300.0);
+    assert!(series("kafka_connect_mirror_source_connector_record_age_ms_count") >= 300.0);
     let _ = stop.send(());
     task.await.expect("joins").expect("stops cleanly");
 
@@ -367,7 +411,7 @@ async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
         "{}A->B.enabled = true\nB->A.enabled = true\n",
         clusters(&a, &b)
     );
-    let (progress, stop, task) = start(config(&text)).await;
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
     let (on_a, on_b) = (a.broker().bootstrap(), b.broker().bootstrap());
     wait_for("both ways copied", Duration::from_secs(90), || {
         topics(&on_b).contains_key("A.orders")

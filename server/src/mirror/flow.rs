@@ -84,6 +84,9 @@ pub fn connector_config(
         target.bootstrap_servers.clone(),
     );
     config.insert("topic.rename.format".into(), format.to_owned());
+    // MM2's connector keys naming the flow: the sink records MM2's metrics under them.
+    config.insert("source.cluster.alias".into(), flow.source.clone());
+    config.insert("target.cluster.alias".into(), flow.target.clone());
     // Classic: same partition number, so order per partition is kept. Share mode keeps the
     // partition too, but records of one partition reach it in no particular order.
     config.insert("target.partition".into(), "keep".into());
@@ -508,6 +511,13 @@ mod tests {
         assert_eq!(cfg["consumer.override.group.protocol"], "share");
         assert_eq!(cfg["producer.override.sasl.username"], "u");
         assert_eq!(cfg["consumer.override.auto.offset.reset"], "earliest");
+        assert_eq!(
+            (
+                cfg["source.cluster.alias"].as_str(),
+                cfg["target.cluster.alias"].as_str()
+            ),
+            ("A", "B")
+        );
     }
 
     #[test]

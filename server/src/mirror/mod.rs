@@ -10,7 +10,9 @@ pub mod heartbeat;
 pub mod policy;
 pub mod topics;
 
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use spillway_connectors::ConnectorRegistry;
@@ -35,27 +37,89 @@ pub fn read(path: &Path) -> Result<MirrorConfig> {
     Ok(config)
 }
 
-/// Runs the flows of `path` until SIGTERM or SIGINT.
-pub async fn run(path: &Path) -> Result<()> {
+/// Runs the flows of `path` until SIGTERM or SIGINT, serving Prometheus text at
+/// `http://<metrics_listen>/metrics` when given.
+pub async fn run(path: &Path, metrics_listen: Option<SocketAddr>) -> Result<()> {
     let mut signals = StopSignals::listen()?;
     let config = read(path)?;
-    run_until(config, |_| {}, async move {
-        let signal = signals.recv().await;
-        info!(signal, "stop requested");
+    let telemetry = Arc::new(crate::metrics::Telemetry::from_env()?);
+    telemetry.install_global();
+    let result = run_until(
+        config,
+        Arc::clone(&telemetry),
+        metrics_listen,
+        |_| {},
+        async move {
+            let signal = signals.recv().await;
+            info!(signal, "stop requested");
+        },
+    )
+    .await;
+    tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+    result
+}
+
+/// What a running mirror tells its caller once every flow started.
+pub struct Started {
+    /// Each flow's name (`A->B`) and progress.
+    pub flows: Vec<(String, SharedProgress)>,
+    /// Where `/metrics` is served, when asked for.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Serves `GET /metrics` (Prometheus text of `telemetry`) on `listen`.
+fn serve_metrics(
+    listen: SocketAddr,
+    telemetry: Arc<crate::metrics::Telemetry>,
+) -> Result<(SocketAddr, actix_web::dev::Server)> {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let listener = std::net::TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen for /metrics on {listen}"))?;
+    let bound = listener.local_addr()?;
+    let server = HttpServer::new(move || {
+        let telemetry = Arc::clone(&telemetry);
+        App::new().route(
+            "/metrics",
+            web::get().to(move || {
+                let telemetry = Arc::clone(&telemetry);
+                async move {
+                    match telemetry.render() {
+                        Ok(text) => HttpResponse::Ok()
+                            .content_type("text/plain; version=0.0.4")
+                            .body(text),
+                        Err(e) => HttpResponse::InternalServerError().body(format!("{e:#}")),
+                    }
+                }
+            }),
+        )
     })
-    .await
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    Ok((bound, server))
 }
 
 /// Runs every flow of `config` that runs (replicating or only emitting heartbeats) until `stop`
-/// completes, then stops them all gracefully. `started` sees each flow's progress once all
-/// have started (tests watch it).
+/// completes, then stops them all gracefully. Metrics go through `telemetry` (the kafka sink's
+/// MM2 metrics through the global provider: see [`crate::metrics::Telemetry::install_global`]);
+/// `started` is told the flows' progress and the metrics address once all have started.
 pub async fn run_until(
     config: MirrorConfig,
-    started: impl FnOnce(Vec<(String, SharedProgress)>),
+    telemetry: Arc<crate::metrics::Telemetry>,
+    metrics_listen: Option<SocketAddr>,
+    started: impl FnOnce(Started),
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let telemetry = crate::metrics::Telemetry::from_env()?;
     let meter = telemetry.meter();
+    let metrics = match metrics_listen {
+        Some(listen) => {
+            let (bound, server) = serve_metrics(listen, Arc::clone(&telemetry))?;
+            info!(address = %bound, "serving /metrics");
+            Some((bound, server.handle(), tokio::spawn(server)))
+        }
+        None => None,
+    };
     let mut runners = Vec::new();
     for flow in config.flows.iter().filter(|f| f.runs()) {
         let runner = FlowRunner::start(
@@ -70,12 +134,13 @@ pub async fn run_until(
         info!(flow = %flow.name(), enabled = flow.enabled, mode = %flow.mode, heartbeats = flow.emit_heartbeats, "flow started");
         runners.push(runner);
     }
-    started(
-        runners
+    started(Started {
+        flows: runners
             .iter()
             .map(|r| (r.flow.name(), r.progress()))
             .collect(),
-    );
+        metrics: metrics.as_ref().map(|(bound, _, _)| *bound),
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
     let tasks: Vec<_> = runners
         .into_iter()
@@ -86,7 +151,10 @@ pub async fn run_until(
     for task in tasks {
         task.await.context("a flow ended abnormally")?;
     }
-    tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+    if let Some((_, handle, serving)) = metrics {
+        handle.stop(true).await;
+        let _ = serving.await;
+    }
     info!("mirror stopped");
     Ok(())
 }
