@@ -438,3 +438,42 @@ async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
     assert_copied_once_in_order("orders", &orders, &read_all(&on_b, "A.orders"));
     assert_copied_once_in_order("payments", &payments, &read_all(&on_a, "B.payments"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
+    let a = ProxiedDevBroker::start(1, &[("clicks", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
+    let clicks = records("clicks", 200, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("clicks", clicks.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = clicks\nA->B.consumer.group.protocol = share\n\
+         emit.heartbeats.enabled = false\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    assert_eq!(progress.len(), 1, "heartbeats off: only the enabled flow runs");
+    let target = b.broker().bootstrap();
+    wait_for("A.clicks complete", Duration::from_secs(90), || {
+        topics(&target).contains_key("A.clicks")
+            && read_all(&target, "A.clicks").len() >= clicks.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+
+    let copies = read_all(&target, "A.clicks");
+    assert_eq!(copies.len(), clicks.len(), "every record once");
+    let mut seen = BTreeMap::new();
+    for copy in &copies {
+        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
+        let source = &clicks[n as usize];
+        assert_eq!(Some(copy.partition), source.partition, "#{n}: its own partition");
+        assert_eq!((&copy.key, &copy.value), (&source.key, &source.value), "#{n}");
+        *seen.entry(n).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), clicks.len(), "no record missing");
+    assert!(!topics(&target).contains_key("heartbeats"), "heartbeats off");
+}
