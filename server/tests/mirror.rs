@@ -19,7 +19,10 @@ use spillway::mirror::{MirrorConfig, SharedProgress};
 use spillway_core::config::parse_properties;
 use spillway_kafka::admin::{AdminClient, AlterOp, ConfigResource, ConfigSource};
 use spillway_kafka::security::ClientSecurity;
-use spillway_tests::{ProxiedDevBroker, TestProducer, TestRecord};
+use spillway_tests::kafka_proxy::AdminOperation;
+use spillway_tests::{
+    ProxiedDevBroker, ProxyOptions, ProxySecurity, SaslMechanism, TestProducer, TestRecord,
+};
 use tokio::sync::oneshot;
 
 /// One copied record: partition, offset, key, value, headers, timestamp.
@@ -453,7 +456,11 @@ async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
         clusters(&a, &b)
     );
     let (progress, _metrics, stop, task) = start(config(&text)).await;
-    assert_eq!(progress.len(), 1, "heartbeats off: only the enabled flow runs");
+    assert_eq!(
+        progress.len(),
+        1,
+        "heartbeats off: only the enabled flow runs"
+    );
     let target = b.broker().bootstrap();
     wait_for("A.clicks complete", Duration::from_secs(90), || {
         topics(&target).contains_key("A.clicks")
@@ -470,10 +477,112 @@ async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
     for copy in &copies {
         let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
         let source = &clicks[n as usize];
-        assert_eq!(Some(copy.partition), source.partition, "#{n}: its own partition");
-        assert_eq!((&copy.key, &copy.value), (&source.key, &source.value), "#{n}");
+        assert_eq!(
+            Some(copy.partition),
+            source.partition,
+            "#{n}: its own partition"
+        );
+        assert_eq!(
+            (&copy.key, &copy.value),
+            (&source.key, &source.value),
+            "#{n}"
+        );
         *seen.entry(n).or_insert(0) += 1;
     }
     assert_eq!(seen.len(), clicks.len(), "no record missing");
-    assert!(!topics(&target).contains_key("heartbeats"), "heartbeats off");
+    assert!(
+        !topics(&target).contains_key("heartbeats"),
+        "heartbeats off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_whose_remote_topic_cannot_be_created_waits_named_and_is_copied_once_allowed() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(
+        1,
+        &[],
+        ProxyOptions::new(ProxySecurity::Plaintext).with_denied_operation(AdminOperation::Create),
+    )
+    .expect("cluster B");
+    let orders = records("orders", 60, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    wait_for("the refusal reported", Duration::from_secs(30), || {
+        ab.lock()
+            .unwrap()
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("orders") && e.contains("CREATE"))
+    })
+    .await;
+    let target = b.broker().bootstrap();
+    assert!(
+        replicated(&ab).is_empty(),
+        "nothing copied without its remote topic"
+    );
+    assert!(!topics(&target).contains_key("A.orders"));
+
+    b.admin().allow(AdminOperation::Create);
+    wait_for("A.orders complete", Duration::from_secs(60), || {
+        topics(&target).contains_key("A.orders")
+            && read_all(&target, "A.orders").len() >= orders.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    assert_eq!(ab.lock().unwrap().last_error, None, "the problem cleared");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_target_is_reached_with_its_own_cluster_security() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(
+        1,
+        &[],
+        ProxyOptions::new(ProxySecurity::SaslPlaintext)
+            .with_mechanisms(&[SaslMechanism::ScramSha512])
+            .with_user("mirror", "s3cret"),
+    )
+    .expect("cluster B");
+    let orders = records("orders", 40, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\n\
+         B.security.protocol = SASL_PLAINTEXT\nB.sasl.mechanism = SCRAM-SHA-512\n\
+         B.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"mirror\" password=\"s3cret\";\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let target = b.broker().bootstrap();
+    wait_for(
+        "A.orders complete and heartbeats",
+        Duration::from_secs(60),
+        || {
+            topics(&target).contains_key("A.orders")
+                && read_all(&target, "A.orders").len() >= orders.len()
+                && progress["A->B"].lock().unwrap().heartbeats > 0
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    assert!(
+        !read_all(&target, "heartbeats").is_empty(),
+        "heartbeats through SASL"
+    );
 }
