@@ -40,6 +40,7 @@ use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 use crate::kafka_mirror_metrics::{
     now_ms, MirrorMetrics, SOURCE_CLUSTER_ALIAS, TARGET_CLUSTER_ALIAS,
 };
+use crate::kafka_offset_syncs::{OffsetSyncs, OFFSET_LAG_MAX, OFFSET_SYNCS_TOPIC};
 use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT_PREFIX};
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
@@ -173,6 +174,29 @@ fn config_def() -> ConfigDef {
             )
             .null_default()
             .display_name("Source cluster alias"),
+        )
+        .define(
+            ConfigKey::new(
+                OFFSET_SYNCS_TOPIC,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows: the topic on the target cluster that receives offset syncs \
+                 (source offset to target offset, docs/mirror.md); at_least_once only.",
+            )
+            .null_default()
+            .display_name("Offset syncs topic"),
+        )
+        .define(
+            ConfigKey::new(
+                OFFSET_LAG_MAX,
+                ConfigType::Long,
+                Importance::Low,
+                "MirrorMaker 2 flows: at most this many source offsets between two offset syncs \
+                 of a partition.",
+            )
+            .default("100")
+            .validator(Validator::AtLeast(0))
+            .display_name("Offset lag max"),
         )
         .define(
             ConfigKey::new(
@@ -362,6 +386,8 @@ struct Running {
     keep_partition: bool,
     /// A mirror flow's MM2 metrics (`source.cluster.alias` and `target.cluster.alias` set).
     mirror_metrics: Option<MirrorMetrics>,
+    /// A mirror flow's offset syncs (`offset.syncs.topic` set, at least once).
+    offset_syncs: Option<OffsetSyncs>,
 }
 
 impl KafkaSinkTask {
@@ -447,6 +473,15 @@ impl SinkTask for KafkaSinkTask {
                 .to_owned(),
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
             mirror_metrics: MirrorMetrics::from_config(config),
+            offset_syncs: match parsed.string(OFFSET_SYNCS_TOPIC).map_err(fatal)? {
+                Some(topic) if !exactly_once(config) && !topic.trim().is_empty() => {
+                    Some(OffsetSyncs::new(
+                        topic.trim().to_owned(),
+                        parsed.long(OFFSET_LAG_MAX).map_err(fatal)?,
+                    ))
+                }
+                _ => None,
+            },
         });
         Ok(())
     }
@@ -581,6 +616,25 @@ impl SinkTask for KafkaSinkTask {
                 if let Some(metrics) = &state.mirror_metrics {
                     let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
                     metrics.written(written.map(|(record, _)| record), received_ms);
+                }
+                if let Some(syncs) = &mut state.offset_syncs {
+                    let due: Vec<OutRecord> = sources
+                        .iter()
+                        .zip(&results)
+                        .filter_map(|((source, _), r)| {
+                            let w = r.as_ref().ok()?;
+                            syncs.copied(&source.topic, source.partition, source.offset, w.offset)
+                        })
+                        .collect();
+                    // A lost sync only makes translation coarser (never wrong): say so, go on.
+                    for failed in producer
+                        .send_all(&due)
+                        .await
+                        .into_iter()
+                        .filter_map(Result::err)
+                    {
+                        tracing::warn!(error = %failed, "offset sync not written; checkpoints use the previous one");
+                    }
                 }
                 for (i, result) in positions.into_iter().zip(results) {
                     outcomes[i] = Some(match result {

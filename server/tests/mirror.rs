@@ -230,6 +230,7 @@ fn clusters(a: &ProxiedDevBroker, b: &ProxiedDevBroker) -> String {
     format!(
         "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
          replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
          refresh.topics.interval.seconds = 1\nemit.heartbeats.interval.seconds = 1\n",
         a.bootstrap(),
         b.bootstrap()
@@ -620,4 +621,126 @@ async fn an_exactly_once_flow_copies_through_transactions() {
     // No aborted transaction happened here, so every record reads once (the dev broker's
     // classic fetch does not filter aborted data; nothing was aborted).
     assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+}
+
+/// Commits `offsets` (partition → next offset) for `group` on `topic`, as a consumer would.
+fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for &(p, o) in offsets {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(o))
+            .expect("offset");
+    }
+    consumer
+        .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+        .expect("commit");
+}
+
+fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let Ok(done) = consumer.committed_offsets(tpl, Duration::from_secs(10)) else {
+        return BTreeMap::new();
+    };
+    done.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
+    // The proxies answer ListGroups and DescribeGroups as Kafka does (the mock has neither).
+    let groups = || ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace();
+    let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], groups()).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(1, &[], groups()).expect("cluster B");
+    let orders = records("orders", 200, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    // The group consumed part of each partition on A.
+    // Partition 0 stops exactly at a sync (every 10 offsets), partition 1 just past one.
+    let upstream = [(0, 70i64), (1, 31i64)];
+    // Through A's proxy, which learns groups from the requests it forwards.
+    commit(&a.bootstrap(), "billing", "orders", &upstream);
+    let lag_max = 10;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
+         groups = billing\nemit.checkpoints.interval.seconds = 1\n\
+         sync.group.offsets.enabled = true\nsync.group.offsets.interval.seconds = 1\n\
+         offset.lag.max = {lag_max}\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    let target = b.broker().bootstrap();
+    wait_for("offsets synced on B", Duration::from_secs(90), || {
+        committed(&target, "billing", "A.orders", 2).len() == 2
+    })
+    .await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert!(
+        ab.lock().unwrap().checkpoints > 0,
+        "{:?}",
+        ab.lock().unwrap()
+    );
+
+    let copies = read_all(&target, "A.orders");
+    let on_b = committed(&target, "billing", "A.orders", 2);
+    let source_offset = |c: &Copy| -> i64 {
+        let (_, v) = c
+            .headers
+            .iter()
+            .find(|(k, _)| k == "spillway.source.offset")
+            .expect("source offset header");
+        std::str::from_utf8(v.as_deref().expect("value"))
+            .expect("text")
+            .parse()
+            .expect("number")
+    };
+    for (partition, upstream) in upstream {
+        let resume = on_b[&partition];
+        // What a consumer of the group on B reads: every copy at or after its committed offset.
+        let reread: Vec<i64> = copies
+            .iter()
+            .filter(|c| c.partition == partition && c.offset >= resume)
+            .map(source_offset)
+            .collect();
+        let first = *reread.iter().min().expect("records left to read");
+        assert!(
+            first <= upstream,
+            "partition {partition}: resumes at source offset {first}, after the committed {upstream}: a record would be skipped"
+        );
+        assert!(
+            upstream - first <= lag_max,
+            "partition {partition}: re-reads {} records, more than offset.lag.max",
+            upstream - first
+        );
+        let expected: Vec<i64> = (first..100).collect();
+        assert_eq!(
+            reread, expected,
+            "partition {partition}: everything after, in order"
+        );
+    }
+    let checkpoints = read_all(&target, "A.checkpoints.internal");
+    assert!(!checkpoints.is_empty(), "checkpoints written on B");
+    let key = checkpoints[0].key.as_deref().expect("key");
+    assert_eq!(&key[..9], &[0, 7, b'b', b'i', b'l', b'l', b'i', b'n', b'g']);
+    assert!(topics(&target).contains_key("mm2-offset-syncs.A.internal"));
 }

@@ -22,6 +22,7 @@ use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use super::checkpoints::{Checkpointer, OffsetSyncStore};
 use super::config::{ClusterSettings, ConsumeMode, FlowSettings};
 use super::heartbeat::Heartbeat;
 use super::topics::{should_replicate, RemoteTopics, TopicLister};
@@ -38,6 +39,10 @@ pub struct FlowProgress {
     pub heartbeats: u64,
     /// Topic config changes applied on the target.
     pub config_changes: u64,
+    /// Checkpoints written to the target.
+    pub checkpoints: u64,
+    /// Translated group offsets committed on the target.
+    pub group_offsets_committed: u64,
     /// The last problem, if the last attempt failed.
     pub last_error: Option<String>,
 }
@@ -84,6 +89,13 @@ pub fn connector_config(
         target.bootstrap_servers.clone(),
     );
     config.insert("topic.rename.format".into(), format.to_owned());
+    if checkpoints_apply(flow) {
+        config.insert(
+            "offset.syncs.topic".into(),
+            flow.policy.offset_syncs_topic(&flow.source),
+        );
+        config.insert("offset.lag.max".into(), flow.offset_lag_max.to_string());
+    }
     // MM2's connector keys naming the flow: the sink records MM2's metrics under them.
     config.insert("source.cluster.alias".into(), flow.source.clone());
     config.insert("target.cluster.alias".into(), flow.target.clone());
@@ -119,6 +131,16 @@ pub fn connector_config(
     config
 }
 
+/// Whether `flow` writes offset syncs and checkpoints: a classic, at-least-once copy (share
+/// mode keeps no order and no offsets; exactly-once flows do not write syncs yet).
+pub fn checkpoints_apply(flow: &FlowSettings) -> bool {
+    flow.enabled
+        && flow.mode == ConsumeMode::Classic
+        && !flow.exactly_once
+        && flow.emit_offset_syncs
+        && (flow.emit_checkpoints || flow.sync_group_offsets)
+}
+
 /// The worker config of a flow: the source cluster and its security.
 fn worker_config(source: &ClusterSettings) -> ConfigMap {
     let mut config = source.security.clone();
@@ -133,7 +155,11 @@ pub struct FlowRunner {
     worker: Option<Worker>,
     source_topics: TopicLister,
     remote: RemoteTopics,
+    /// Writes heartbeats and checkpoints to the target.
     heartbeat_producer: Option<IdempotentProducer>,
+    checkpointer: Option<Arc<Mutex<Checkpointer>>>,
+    /// Whether the offset syncs and checkpoints topics were made (else tried each round).
+    checkpoint_topics_ready: bool,
     /// Connector name → (rename format, topics) it runs with.
     connectors: BTreeMap<String, (String, Vec<String>)>,
     progress: SharedProgress,
@@ -181,7 +207,7 @@ impl FlowRunner {
         } else {
             None
         };
-        let heartbeat_producer = if flow.emit_heartbeats {
+        let heartbeat_producer = if flow.emit_heartbeats || checkpoints_apply(&flow) {
             let keys: Vec<(String, String)> = target
                 .security
                 .iter()
@@ -201,6 +227,18 @@ impl FlowRunner {
         if flow.enabled && flow.mode == ConsumeMode::Share && flow.emit_checkpoints {
             info!(flow = %name, "share mode: no checkpoints (a share group has no offsets to translate; docs/mirror.md)");
         }
+        if flow.enabled && flow.exactly_once && flow.emit_checkpoints {
+            warn!(flow = %name, "exactly-once flows write no offset syncs yet, so no checkpoints (docs/mirror.md)");
+        }
+        let checkpointer = checkpoints_apply(&flow).then(|| {
+            Arc::new(Mutex::new(Checkpointer {
+                flow: flow.clone(),
+                source: source.clone(),
+                target: target.clone(),
+                syncs_topic: flow.policy.offset_syncs_topic(&flow.source),
+                store: OffsetSyncStore::default(),
+            }))
+        });
         Ok(FlowRunner {
             source_topics: TopicLister::new(&source)?,
             flow,
@@ -208,6 +246,8 @@ impl FlowRunner {
             worker,
             remote,
             heartbeat_producer,
+            checkpointer,
+            checkpoint_topics_ready: false,
             connectors: BTreeMap::new(),
             progress: SharedProgress::default(),
         })
@@ -390,11 +430,87 @@ impl FlowRunner {
         Ok(())
     }
 
+    /// Creates the offset syncs and checkpoints topics on the target (one partition, compacted).
+    async fn ensure_checkpoint_topics(&self) -> Result<()> {
+        let topics = [
+            (
+                self.flow.policy.offset_syncs_topic(&self.flow.source),
+                self.flow.offset_syncs_topic_replication_factor,
+            ),
+            (
+                self.flow.policy.checkpoints_topic(&self.flow.source),
+                self.flow.checkpoints_topic_replication_factor,
+            ),
+        ];
+        for (name, replication_factor) in topics {
+            self.remote
+                .target_admin
+                .create_topic(&NewTopic {
+                    name: name.clone(),
+                    partitions: 1,
+                    replication_factor,
+                    configs: vec![("cleanup.policy".into(), "compact".into())],
+                })
+                .await
+                .with_context(|| {
+                    format!("cannot create '{name}' on cluster {}", self.target.alias)
+                })?;
+        }
+        Ok(())
+    }
+
+    /// One checkpoint round: translate, write checkpoints, sync group offsets.
+    pub async fn checkpoint(&mut self) -> Result<()> {
+        if self.checkpointer.is_none() {
+            return Ok(());
+        }
+        if !self.checkpoint_topics_ready {
+            self.ensure_checkpoint_topics().await?;
+            self.checkpoint_topics_ready = true;
+        }
+        let (Some(checkpointer), Some(producer)) = (&self.checkpointer, &self.heartbeat_producer)
+        else {
+            return Ok(());
+        };
+        let topics: Vec<String> = self
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replicated
+            .keys()
+            .cloned()
+            .collect();
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let checkpointer = Arc::clone(checkpointer);
+        let sync = self.flow.sync_group_offsets;
+        let round = tokio::task::spawn_blocking(move || {
+            checkpointer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .round(&topics, sync)
+        })
+        .await??;
+        for result in producer.send_all(&round.checkpoints).await {
+            result.with_context(|| {
+                format!("cannot write a checkpoint of flow {}", self.flow.name())
+            })?;
+        }
+        let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        progress.checkpoints += round.checkpoints.len() as u64;
+        progress.group_offsets_committed += round.committed.len() as u64;
+        Ok(())
+    }
+
     /// Writes one heartbeat to the target.
     pub async fn beat(&self) -> Result<()> {
         let Some(producer) = &self.heartbeat_producer else {
             return Ok(());
         };
+        if !self.flow.emit_heartbeats {
+            return Ok(());
+        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -425,7 +541,7 @@ impl FlowRunner {
     /// Runs until `stop` turns true, then stops the worker gracefully.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let name = self.flow.name();
-        if self.heartbeat_producer.is_some() {
+        if self.flow.emit_heartbeats {
             if let Err(e) = self.ensure_heartbeats_topic().await {
                 self.note_error(&e);
             }
@@ -434,6 +550,14 @@ impl FlowRunner {
         let mut refresh = period(self.flow.refresh_topics_interval);
         let mut heartbeat = period(self.flow.emit_heartbeats_interval);
         let mut configs = period(self.flow.sync_topic_configs_interval);
+        // Group offsets are synced in the checkpoint round, so it runs at the shorter interval.
+        let mut checkpoints = period(if self.flow.sync_group_offsets {
+            self.flow
+                .emit_checkpoints_interval
+                .min(self.flow.sync_group_offsets_interval)
+        } else {
+            self.flow.emit_checkpoints_interval
+        });
         // The first config sync is part of creation; skip the immediate tick.
         configs.tick().await;
         let mut refreshed_once = false;
@@ -446,7 +570,12 @@ impl FlowRunner {
                     }
                     refreshed_once = true;
                 }
-                _ = heartbeat.tick(), if self.heartbeat_producer.is_some() => {
+                _ = checkpoints.tick(), if self.checkpointer.is_some() => {
+                    if let Err(e) = self.checkpoint().await {
+                        self.note_error(&e);
+                    }
+                }
+                _ = heartbeat.tick(), if self.flow.emit_heartbeats => {
                     if let Err(e) = self.beat().await {
                         self.note_error(&e);
                     }

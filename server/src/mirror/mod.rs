@@ -4,6 +4,7 @@
 //! prevention ([`policy`]), topic discovery, creation, growth and config sync ([`topics`]),
 //! and heartbeats ([`heartbeat`]). docs/mirror.md is the user's guide.
 
+pub mod checkpoints;
 pub mod config;
 pub mod flow;
 pub mod heartbeat;
