@@ -511,7 +511,8 @@ async fn a_topic_whose_remote_topic_cannot_be_created_waits_named_and_is_copied_
         .send("orders", orders.clone())
         .await;
     let text = format!(
-        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n",
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
+         emit.checkpoints.enabled = false\n",
         clusters(&a, &b)
     );
     let (progress, _metrics, stop, task) = start(config(&text)).await;
