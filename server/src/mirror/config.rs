@@ -496,6 +496,12 @@ fn check_keys(props: &ConfigMap, aliases: &[String], warnings: &mut Vec<String>)
             why = why.or_else(|| without_effect(key));
         }
         if known {
+            if key.ends_with("offset-syncs.topic.location") && props[key].trim() == "source" {
+                warnings.push(format!(
+                    "{key} = source: Spillway writes offset syncs on the target cluster \
+                     (MM2's target location; docs/mirror.md)"
+                ));
+            }
             continue;
         }
         match why {
@@ -924,6 +930,16 @@ mod tests {
         );
         assert!(all.contains("unknown key A->C.enabled"), "{all}");
         assert_eq!(config.warnings.len(), 4, "{all}");
+    }
+
+    #[test]
+    fn asking_for_offset_syncs_on_the_source_is_warned() {
+        let config = parse(&format!(
+            "{TWO}A->B.enabled = true\nA->B.offset-syncs.topic.location = source\n"
+        ))
+        .expect("valid");
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(config.warnings[0].contains("on the target cluster"));
     }
 
     #[test]
