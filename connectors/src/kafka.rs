@@ -37,6 +37,10 @@ use spillway_eos::writer::{ExactlyOnceWriter, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 
+use crate::kafka_mirror_metrics::{
+    now_ms, MirrorMetrics, SOURCE_CLUSTER_ALIAS, TARGET_CLUSTER_ALIAS,
+};
+use crate::kafka_offset_syncs::{OffsetSyncs, OFFSET_LAG_MAX, OFFSET_SYNCS_TOPIC};
 use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT_PREFIX};
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
@@ -159,6 +163,50 @@ fn config_def() -> ConfigDef {
             .default("30000")
             .validator(Validator::AtLeast(1))
             .display_name("Transaction step timeout (ms)"),
+        )
+        .define(
+            ConfigKey::new(
+                SOURCE_CLUSTER_ALIAS,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows (spillway mirror): the source cluster's alias; with \
+                 target.cluster.alias, the sink records MM2's replication metrics.",
+            )
+            .null_default()
+            .display_name("Source cluster alias"),
+        )
+        .define(
+            ConfigKey::new(
+                OFFSET_SYNCS_TOPIC,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows: the topic on the target cluster that receives offset syncs \
+                 (source offset to target offset, docs/mirror.md); at_least_once only.",
+            )
+            .null_default()
+            .display_name("Offset syncs topic"),
+        )
+        .define(
+            ConfigKey::new(
+                OFFSET_LAG_MAX,
+                ConfigType::Long,
+                Importance::Low,
+                "MirrorMaker 2 flows: at most this many source offsets between two offset syncs \
+                 of a partition.",
+            )
+            .default("100")
+            .validator(Validator::AtLeast(0))
+            .display_name("Offset lag max"),
+        )
+        .define(
+            ConfigKey::new(
+                TARGET_CLUSTER_ALIAS,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows (spillway mirror): the target cluster's alias.",
+            )
+            .null_default()
+            .display_name("Target cluster alias"),
         )
         .define(
             ConfigKey::new(
@@ -336,6 +384,10 @@ struct Running {
     converter: RecordConverter,
     format: String,
     keep_partition: bool,
+    /// A mirror flow's MM2 metrics (`source.cluster.alias` and `target.cluster.alias` set).
+    mirror_metrics: Option<MirrorMetrics>,
+    /// A mirror flow's offset syncs (`offset.syncs.topic` set, at least once).
+    offset_syncs: Option<OffsetSyncs>,
 }
 
 impl KafkaSinkTask {
@@ -420,6 +472,16 @@ impl SinkTask for KafkaSinkTask {
                 .unwrap_or("${topic}")
                 .to_owned(),
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
+            mirror_metrics: MirrorMetrics::from_config(config),
+            offset_syncs: match parsed.string(OFFSET_SYNCS_TOPIC).map_err(fatal)? {
+                Some(topic) if !exactly_once(config) && !topic.trim().is_empty() => {
+                    Some(OffsetSyncs::new(
+                        topic.trim().to_owned(),
+                        parsed.long(OFFSET_LAG_MAX).map_err(fatal)?,
+                    ))
+                }
+                _ => None,
+            },
         });
         Ok(())
     }
@@ -502,6 +564,7 @@ impl SinkTask for KafkaSinkTask {
         let Some(state) = &mut self.state else {
             return Err(SinkError::fatal("put before start"));
         };
+        let received_ms = now_ms();
         // A record that cannot be serialized fails alone; the rest are sent.
         let mut outcomes: Vec<Option<PutOutcome>> = vec![None; records.len()];
         if let Producer::ExactlyOnce { writer, .. } = &mut state.producer {
@@ -549,7 +612,31 @@ impl SinkTask for KafkaSinkTask {
         }
         match &mut state.producer {
             Producer::AtLeastOnce(producer) => {
-                for (i, result) in positions.into_iter().zip(producer.send_all(&out).await) {
+                let results = producer.send_all(&out).await;
+                if let Some(metrics) = &state.mirror_metrics {
+                    let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
+                    metrics.written(written.map(|(record, _)| record), received_ms);
+                }
+                if let Some(syncs) = &mut state.offset_syncs {
+                    let due: Vec<OutRecord> = sources
+                        .iter()
+                        .zip(&results)
+                        .filter_map(|((source, _), r)| {
+                            let w = r.as_ref().ok()?;
+                            syncs.copied(&source.topic, source.partition, source.offset, w.offset)
+                        })
+                        .collect();
+                    // A lost sync only makes translation coarser (never wrong): say so, go on.
+                    for failed in producer
+                        .send_all(&due)
+                        .await
+                        .into_iter()
+                        .filter_map(Result::err)
+                    {
+                        tracing::warn!(error = %failed, "offset sync not written; checkpoints use the previous one");
+                    }
+                }
+                for (i, result) in positions.into_iter().zip(results) {
                     outcomes[i] = Some(match result {
                         Ok(_) => PutOutcome::Ok,
                         Err(e) if e.is_retriable() => {
@@ -564,10 +651,13 @@ impl SinkTask for KafkaSinkTask {
                 }
             }
             Producer::ExactlyOnce { writer, .. } => {
-                for (i, result) in positions
-                    .into_iter()
-                    .zip(writer.write(&out, &sources).await)
-                {
+                let results = writer.write(&out, &sources).await;
+                // Written into the open transaction; it commits at the next flush.
+                if let Some(metrics) = &state.mirror_metrics {
+                    let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
+                    metrics.written(written.map(|(record, _)| record), received_ms);
+                }
+                for (i, result) in positions.into_iter().zip(results) {
                     outcomes[i] = Some(match result {
                         Ok(_) => PutOutcome::Ok,
                         Err(e) => PutOutcome::from_result(Err(e)),

@@ -4,6 +4,8 @@
 pub mod file;
 pub mod http;
 pub mod kafka;
+pub mod kafka_mirror_metrics;
+pub mod kafka_offset_syncs;
 pub mod paths;
 pub mod postgres;
 pub mod registry;

@@ -5,6 +5,7 @@ pub mod demo;
 pub mod herder;
 pub mod log_levels;
 pub mod metrics;
+pub mod mirror;
 pub mod rest;
 pub mod secrets;
 pub mod signals;

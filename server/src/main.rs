@@ -49,6 +49,15 @@ enum Command {
         /// One file per connector (.properties or JSON); more can be created over REST.
         connector_properties: Vec<std::path::PathBuf>,
     },
+    /// Replicate between clusters as MirrorMaker 2's dedicated mode does, from its mm2.properties
+    /// (clusters, A->B.enabled, topics, ...; docs/mirror.md), until SIGTERM or Ctrl-C.
+    Mirror {
+        /// The MirrorMaker 2 properties file.
+        mm2_properties: std::path::PathBuf,
+        /// Serve Prometheus text at http://ADDRESS/metrics (e.g. 0.0.0.0:9464).
+        #[arg(long, value_name = "ADDRESS")]
+        metrics_listen: Option<std::net::SocketAddr>,
+    },
     /// Run a worker operated over Kafka Connect's REST API, its state kept under state.dir.
     Worker {
         /// The worker's configuration (.properties or JSON): bootstrap.servers, rest.port, state.dir, ...
@@ -119,6 +128,10 @@ async fn run(command: Command) -> Result<()> {
             worker_properties,
             connector_properties,
         } => spillway::standalone::run(worker_properties, connector_properties).await,
+        Command::Mirror {
+            mm2_properties,
+            metrics_listen,
+        } => spillway::mirror::run(&mm2_properties, metrics_listen).await,
         Command::Worker { worker_properties } => spillway::worker_cmd::run(worker_properties).await,
         Command::DevBroker {
             brokers,

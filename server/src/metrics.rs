@@ -116,6 +116,12 @@ impl Telemetry {
         })
     }
 
+    /// Makes this pipeline OpenTelemetry's global meter provider, for instruments made where no
+    /// meter is handed down (the kafka sink's mirror metrics).
+    pub fn install_global(&self) {
+        opentelemetry::global::set_meter_provider(self.provider.clone());
+    }
+
     /// The meter the runtime records through.
     pub fn meter(&self) -> Meter {
         self.provider.meter(METER_NAME)

@@ -35,6 +35,8 @@ struct Fake {
     group_configs: BTreeMap<String, BTreeMap<String, String>>,
     topics: BTreeSet<String>,
     created: Vec<Created>,
+    /// Partition counts of the topics created or grown.
+    partitions: BTreeMap<String, i32>,
     share_offsets: BTreeMap<(String, String, i32), i64>,
     /// Groups with members (offsets cannot change).
     active_groups: BTreeSet<String>,
@@ -51,7 +53,7 @@ struct Fake {
 
 type Shared = Arc<Mutex<Fake>>;
 
-const ALL_ADMIN: [i16; 6] = [32, 44, 19, 90, 91, 92];
+const ALL_ADMIN: [i16; 7] = [32, 44, 19, 37, 90, 91, 92];
 
 async fn fake_broker(fake: Shared) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -106,6 +108,7 @@ fn answer(fake: &Shared, addr: SocketAddr, mut frame: Bytes) -> Bytes {
                 32 => (32, 1, 4),
                 44 => (44, 0, 1),
                 19 => (19, 2, 7),
+                37 => (37, 2, 3),
                 k => (*k, 0, 0),
             }));
             r.api_keys = keys
@@ -220,6 +223,30 @@ fn answer(fake: &Shared, addr: SocketAddr, mut frame: Bytes) -> Bytes {
             }
             r.encode(&mut body, version).unwrap();
         }
+        ApiKey::CreatePartitions => {
+            let request = CreatePartitionsRequest::decode(&mut frame, version).unwrap();
+            let mut r = CreatePartitionsResponse::default();
+            for t in request.topics {
+                let mut out = create_partitions_response::CreatePartitionsTopicResult::default();
+                out.name = t.name.clone();
+                let name = t.name.0.to_string();
+                match state.partitions.get(&name).copied() {
+                    None => out.error_code = 3,
+                    Some(have) if t.count <= have => {
+                        out.error_code = 37;
+                        out.error_message = Some(str(&format!(
+                            "Topic currently has {have} partitions, which is higher than the requested {}.",
+                            t.count
+                        )));
+                    }
+                    Some(_) => {
+                        state.partitions.insert(name, t.count);
+                    }
+                }
+                r.results.push(out);
+            }
+            r.encode(&mut body, version).unwrap();
+        }
         ApiKey::CreateTopics => {
             let request = CreateTopicsRequest::decode(&mut frame, version).unwrap();
             let mut r = CreateTopicsResponse::default();
@@ -240,6 +267,7 @@ fn answer(fake: &Shared, addr: SocketAddr, mut frame: Bytes) -> Bytes {
                     )));
                 } else {
                     state.topics.insert(name.clone());
+                    state.partitions.insert(name.clone(), t.num_partitions);
                     let configs = t
                         .configs
                         .iter()
@@ -642,4 +670,29 @@ async fn requests_go_where_kafkas_admin_client_sends_them() {
         assert_eq!(at(&fake, key), [second], "api key {key}");
     }
     assert_eq!(at(&fake, 10).len(), 3, "one FindCoordinator per call");
+}
+
+#[tokio::test]
+async fn a_topic_grows_to_more_partitions_and_a_shrink_is_refused_naming_the_topic() {
+    let fake = full_fake();
+    let admin = client(&fake).await;
+    let topic = NewTopic {
+        name: "A.orders".into(),
+        partitions: 2,
+        replication_factor: 1,
+        configs: Vec::new(),
+    };
+    admin.create_topic(&topic).await.expect("created");
+    admin.create_partitions("A.orders", 5).await.expect("grown");
+    assert_eq!(fake.lock().unwrap().partitions["A.orders"], 5);
+    let err = admin
+        .create_partitions("A.orders", 3)
+        .await
+        .expect_err("cannot shrink");
+    let text = err.to_string();
+    assert!(
+        text.contains("topic 'A.orders'") && text.contains("higher"),
+        "{text}"
+    );
+    assert_eq!(fake.lock().unwrap().partitions["A.orders"], 5);
 }

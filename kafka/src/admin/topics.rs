@@ -1,7 +1,8 @@
-//! CreateTopics.
+//! CreateTopics and CreatePartitions.
 
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
+use kafka_protocol::messages::{CreatePartitionsRequest, CreateTopicsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{codes, AdminClient, AdminError};
@@ -9,6 +10,10 @@ use super::{codes, AdminClient, AdminError};
 const CREATE_TOPICS: &str = "CreateTopics";
 /// v4 takes -1 for "the broker's default" partitions and replication factor.
 const CREATE_TOPICS_VERSIONS: (i16, i16) = (4, 7);
+
+const CREATE_PARTITIONS: &str = "CreatePartitions";
+/// Kafka 4.0 removed v0 and v1 (KIP-896).
+const CREATE_PARTITIONS_VERSIONS: (i16, i16) = (2, 3);
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +88,52 @@ impl AdminClient {
                 code,
                 result.error_message.as_deref(),
                 "CREATE",
+            )),
+        }
+    }
+}
+
+impl AdminClient {
+    /// Grow `topic` to `total` partitions (the controller places the new ones). Kafka refuses
+    /// a count that is not more than the topic has (INVALID_PARTITIONS).
+    pub async fn create_partitions(&self, topic: &str, total: i32) -> Result<(), AdminError> {
+        let operation = format!("growing topic '{topic}' to {total} partitions");
+        let conn = self.any_broker(&operation, CREATE_PARTITIONS).await?;
+        let mut grown = CreatePartitionsTopic::default();
+        grown.name = TopicName(StrBytes::from_string(topic.to_owned()));
+        grown.count = total;
+        grown.assignments = None;
+        let mut request = CreatePartitionsRequest::default();
+        request.topics = vec![grown];
+        request.timeout_ms = i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX);
+        let response = self
+            .send(
+                &conn,
+                &request,
+                CREATE_PARTITIONS_VERSIONS,
+                &operation,
+                CREATE_PARTITIONS,
+            )
+            .await?;
+        let result = response
+            .results
+            .iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .ok_or_else(|| AdminError::Resource {
+                operation: operation.clone(),
+                resource: format!("topic '{topic}'"),
+                code: -1,
+                code_name: "UnknownServerError".to_owned(),
+                message: ": the answer has no result for the topic".to_owned(),
+            })?;
+        match result.error_code {
+            0 => Ok(()),
+            code => Err(AdminError::from_code(
+                &operation,
+                &format!("topic '{topic}'"),
+                code,
+                result.error_message.as_deref(),
+                "ALTER",
             )),
         }
     }

@@ -1,0 +1,200 @@
+//! MirrorMaker 2's offset syncs, written by a kafka sink that runs a mirror flow
+//! (`offset.syncs.topic` set, as `spillway mirror` does for classic at-least-once flows).
+//!
+//! An offset sync says "source record `upstreamOffset` of topic-partition T was written to the
+//! target at `offset`". Checkpoints translate a consumer group's committed source offset with the
+//! latest sync at or below it; the finer the syncs, the less a failed-over consumer re-reads. A
+//! sync is written for a partition's first copied record, whenever `offset.lag.max` source offsets
+//! passed since the last sync, and whenever the copy's offsets stop following the source's one
+//! for one (a gap upstream or downstream), so the translation never lands past an uncopied record.
+//!
+//! Format (Kafka 4.2 `OffsetSync`): key = topic (i16 length + UTF-8) and partition (i32); value =
+//! upstreamOffset (i64) and offset (i64), big-endian. The topic in the key is the source topic.
+
+use std::collections::BTreeMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use spillway_kafka::producer::OutRecord;
+
+/// Where a flow writes its offset syncs (MM2's topic name; see docs/mirror.md for the cluster).
+pub const OFFSET_SYNCS_TOPIC: &str = "offset.syncs.topic";
+/// MM2's `offset.lag.max`: at most this many source offsets between two syncs of a partition.
+pub const OFFSET_LAG_MAX: &str = "offset.lag.max";
+
+/// One offset sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetSync {
+    pub upstream: i64,
+    pub downstream: i64,
+}
+
+/// Encodes an offset sync record's key.
+pub fn sync_key(topic: &str, partition: i32) -> Bytes {
+    let mut buf = BytesMut::with_capacity(topic.len() + 6);
+    let len = i16::try_from(topic.len()).unwrap_or(i16::MAX);
+    buf.put_i16(len);
+    buf.put_slice(&topic.as_bytes()[..len as usize]);
+    buf.put_i32(partition);
+    buf.freeze()
+}
+
+pub fn sync_value(sync: OffsetSync) -> Bytes {
+    let mut buf = BytesMut::with_capacity(16);
+    buf.put_i64(sync.upstream);
+    buf.put_i64(sync.downstream);
+    buf.freeze()
+}
+
+/// Reads an offset sync record: `((topic, partition), sync)`; `None` if it is not one.
+pub fn decode(key: &[u8], value: &[u8]) -> Option<((String, i32), OffsetSync)> {
+    let mut k = key;
+    if k.remaining() < 2 {
+        return None;
+    }
+    let len = usize::try_from(k.get_i16()).ok()?;
+    if k.remaining() < len + 4 {
+        return None;
+    }
+    let topic = std::str::from_utf8(&k[..len]).ok()?.to_owned();
+    k.advance(len);
+    let partition = k.get_i32();
+    let mut v = value;
+    if v.remaining() < 16 {
+        return None;
+    }
+    let sync = OffsetSync {
+        upstream: v.get_i64(),
+        downstream: v.get_i64(),
+    };
+    Some(((topic, partition), sync))
+}
+
+/// Per source partition: the last sync written and the last record copied.
+#[derive(Debug, Clone, Copy)]
+struct PartitionState {
+    synced: OffsetSync,
+    last: OffsetSync,
+}
+
+/// Decides which copies need a sync.
+#[derive(Debug)]
+pub struct OffsetSyncs {
+    topic: String,
+    lag_max: i64,
+    partitions: BTreeMap<(String, i32), PartitionState>,
+}
+
+impl OffsetSyncs {
+    pub fn new(topic: String, lag_max: i64) -> OffsetSyncs {
+        OffsetSyncs {
+            topic,
+            lag_max: lag_max.max(0),
+            partitions: BTreeMap::new(),
+        }
+    }
+
+    /// The sync record to write after source record `upstream` of `topic`/`partition` was
+    /// written to the target at `downstream`, if one is due.
+    pub fn copied(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        upstream: i64,
+        downstream: i64,
+    ) -> Option<OutRecord> {
+        let now = OffsetSync {
+            upstream,
+            downstream,
+        };
+        let key = (topic.to_owned(), partition);
+        let due = match self.partitions.get(&key) {
+            None => true,
+            Some(state) => {
+                upstream - state.synced.upstream >= self.lag_max
+                    || upstream != state.last.upstream + 1
+                    || downstream != state.last.downstream + 1
+            }
+        };
+        let state = self.partitions.entry(key).or_insert(PartitionState {
+            synced: now,
+            last: now,
+        });
+        state.last = now;
+        if !due {
+            return None;
+        }
+        state.synced = now;
+        Some(OutRecord {
+            topic: self.topic.clone(),
+            partition: Some(0),
+            key: Some(sync_key(topic, partition)),
+            value: Some(sync_value(now)),
+            headers: Vec::new(),
+            timestamp: None,
+        })
+    }
+
+    /// Forget `topic`/`partition` (it was revoked): its next copy starts with a sync.
+    pub fn forget(&mut self, topic: &str, partition: i32) {
+        self.partitions.remove(&(topic.to_owned(), partition));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synced(s: &mut OffsetSyncs, up: i64, down: i64) -> bool {
+        s.copied("orders", 0, up, down).is_some()
+    }
+
+    #[test]
+    fn syncs_come_first_then_every_lag_max_and_at_every_gap() {
+        let mut s = OffsetSyncs::new("mm2-offset-syncs.A.internal".into(), 10);
+        assert!(synced(&mut s, 0, 100), "first copy");
+        for up in 1..10 {
+            assert!(!synced(&mut s, up, 100 + up), "{up}");
+        }
+        assert!(synced(&mut s, 10, 110), "lag max reached");
+        assert!(!synced(&mut s, 11, 111));
+        assert!(
+            synced(&mut s, 15, 112),
+            "a gap upstream (compacted or transactional source)"
+        );
+        assert!(synced(&mut s, 16, 120), "a gap downstream");
+        s.forget("orders", 0);
+        assert!(
+            synced(&mut s, 17, 121),
+            "a reassigned partition starts with a sync"
+        );
+        assert!(
+            s.copied("orders", 1, 17, 0).is_some(),
+            "partitions are separate"
+        );
+    }
+
+    #[test]
+    fn a_sync_record_round_trips_in_mm2s_layout() {
+        let mut s = OffsetSyncs::new("syncs".into(), 100);
+        let record = s.copied("orders", 3, 42, 7).expect("first");
+        assert_eq!(record.topic, "syncs");
+        let key = record.key.expect("key");
+        assert_eq!(
+            &key[..],
+            &[0, 6, b'o', b'r', b'd', b'e', b'r', b's', 0, 0, 0, 3]
+        );
+        let value = record.value.expect("value");
+        assert_eq!(&value[..8], &42i64.to_be_bytes());
+        assert_eq!(
+            decode(&key, &value),
+            Some((
+                ("orders".into(), 3),
+                OffsetSync {
+                    upstream: 42,
+                    downstream: 7
+                }
+            ))
+        );
+        assert_eq!(decode(&key[..5], &value), None);
+    }
+}

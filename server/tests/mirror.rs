@@ -1,0 +1,747 @@
+//! `spillway mirror` on two dev clusters, each behind an admin-emulating proxy (the mock has no
+//! CreateTopics/DescribeConfigs): topics matched by regex are copied to `A.<topic>` with the
+//! source's partition count, every record once with key, value, headers and timestamp, in source
+//! order per partition; a topic created while running is picked up; heartbeats are written and
+//! replicated as MM2's; two-way mirroring makes no cycle.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::TopicPartitionList;
+use spillway::metrics::Telemetry;
+use spillway::mirror::heartbeat::Heartbeat;
+use spillway::mirror::{MirrorConfig, SharedProgress};
+use spillway_core::config::parse_properties;
+use spillway_kafka::admin::{AdminClient, AlterOp, ConfigResource, ConfigSource};
+use spillway_kafka::security::ClientSecurity;
+use spillway_tests::kafka_proxy::AdminOperation;
+use spillway_tests::{
+    ProxiedDevBroker, ProxyOptions, ProxySecurity, SaslMechanism, TestProducer, TestRecord,
+};
+use tokio::sync::oneshot;
+
+/// One copied record: partition, offset, key, value, headers, timestamp.
+#[derive(Debug, Clone, PartialEq)]
+struct Copy {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: Option<i64>,
+}
+
+fn metadata_client(bootstrap: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirror-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader")
+}
+
+/// Topic → partitions on a cluster.
+fn topics(bootstrap: &str) -> BTreeMap<String, i32> {
+    let client = metadata_client(bootstrap);
+    let metadata = client
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
+        .collect()
+}
+
+/// Every record of `topic` from the beginning to the end it has now.
+fn read_all(bootstrap: &str, topic: &str) -> Vec<Copy> {
+    let client = metadata_client(bootstrap);
+    let partitions = topics(bootstrap).get(topic).copied().unwrap_or(0);
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let (low, high) = client
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        if high <= low {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(low))
+            .expect("offset");
+        client.assign(&tpl).expect("assign");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut next = low;
+        while next < high && Instant::now() < deadline {
+            if let Some(Ok(m)) = client.poll(Duration::from_millis(200)) {
+                next = m.offset() + 1;
+                out.push(Copy {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis(),
+                });
+            }
+        }
+        assert!(next >= high, "{topic}/{p}: read to {next} of {high}");
+    }
+    out
+}
+
+/// Records for `topic` over `partitions`: numbered, with a header and a timestamp that encode
+/// the number, so each copy can be matched to its source.
+fn records(topic: &str, n: u64, partitions: i32) -> Vec<TestRecord> {
+    (0..n)
+        .map(|i| TestRecord {
+            partition: Some((i % partitions as u64) as i32),
+            key: Some(format!("{topic}-k{i}").into_bytes()),
+            value: Some(format!("{topic}-v{i}").into_bytes()),
+            headers: vec![("trace".into(), Some(format!("h{i}").into_bytes()))],
+            timestamp: Some(1_700_000_000_000 + i as i64),
+        })
+        .collect()
+}
+
+/// Checks that `copies` hold each of `sent` once, intact, on its partition, in source order.
+fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
+    assert_eq!(
+        copies.len(),
+        sent.len(),
+        "{topic}: every record once (no loss, no duplicate)"
+    );
+    let mut last_per_partition: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+    for copy in copies {
+        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
+        let source = &sent[n as usize];
+        assert_eq!(
+            Some(copy.partition),
+            source.partition,
+            "{topic} #{n}: partition"
+        );
+        assert_eq!(copy.key, source.key, "{topic} #{n}: key");
+        assert_eq!(copy.value, source.value, "{topic} #{n}: value");
+        assert_eq!(
+            copy.headers.first(),
+            source.headers.first(),
+            "{topic} #{n}: the record's own header first"
+        );
+        assert!(
+            copy.headers.iter().any(
+                |(k, v)| k == "spillway.source.topic" && v.as_deref() == Some(topic.as_bytes())
+            ),
+            "{topic} #{n}: source topic header"
+        );
+        // Classic mode: a later source record of the partition has a later target offset.
+        if let Some(&(last_n, last_offset)) = last_per_partition.get(&copy.partition) {
+            assert!(
+                n > last_n && copy.offset > last_offset,
+                "{topic}: #{n} after #{last_n} on partition {}",
+                copy.partition
+            );
+        }
+        last_per_partition.insert(copy.partition, (n, copy.offset));
+    }
+}
+
+async fn admin(cluster: &ProxiedDevBroker) -> AdminClient {
+    AdminClient::connect(
+        &cluster.bootstrap(),
+        "mirror-test",
+        Duration::from_secs(10),
+        ClientSecurity::plaintext(),
+    )
+    .await
+    .expect("admin client")
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn config(text: &str) -> MirrorConfig {
+    MirrorConfig::parse(&parse_properties(text).expect("properties").to_map()).expect("valid")
+}
+
+/// One metrics pipeline for the test process: the kafka sink's MM2 metrics go through the
+/// global provider, which both tests share.
+fn telemetry() -> Arc<Telemetry> {
+    static TELEMETRY: OnceLock<Arc<Telemetry>> = OnceLock::new();
+    Arc::clone(TELEMETRY.get_or_init(|| {
+        let telemetry = Telemetry::build(false).expect("metrics pipeline");
+        telemetry.install_global();
+        Arc::new(telemetry)
+    }))
+}
+
+/// Runs `config` in the background; returns the flows' progress, the metrics address and the
+/// stop switch.
+async fn start(
+    config: MirrorConfig,
+) -> (
+    BTreeMap<String, SharedProgress>,
+    SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let (progress_tx, progress_rx) = oneshot::channel();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(spillway::mirror::run_until(
+        config,
+        telemetry(),
+        Some("127.0.0.1:0".parse().expect("address")),
+        move |started| {
+            let flows = started.flows.into_iter().collect::<BTreeMap<_, _>>();
+            let _ = progress_tx.send((flows, started.metrics.expect("metrics served")));
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let (progress, metrics) = tokio::time::timeout(Duration::from_secs(60), progress_rx)
+        .await
+        .expect("flows start in time")
+        .expect("flows started");
+    (progress, metrics, stop_tx, task)
+}
+
+fn replicated(progress: &SharedProgress) -> BTreeMap<String, i32> {
+    progress.lock().unwrap().replicated.clone()
+}
+
+fn clusters(a: &ProxiedDevBroker, b: &ProxiedDevBroker) -> String {
+    format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
+         replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+         refresh.topics.interval.seconds = 1\nemit.heartbeats.interval.seconds = 1\n",
+        a.bootstrap(),
+        b.bootstrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 3), ("payments", 2), ("other", 1)])
+        .expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
+    let producer = TestProducer::new(&a.broker().bootstrap(), "none");
+    let orders = records("orders", 300, 3);
+    let payments = records("payments", 120, 2);
+    producer.send("orders", orders.clone()).await;
+    producer.send("payments", payments.clone()).await;
+    producer.send("other", records("other", 10, 1)).await;
+
+    // A config set on the source topic is copied; one MM2 never copies is not.
+    let a_admin = admin(&a).await;
+    a_admin
+        .incremental_alter_configs(
+            &ConfigResource::Topic("orders".into()),
+            &[
+                ("retention.ms", AlterOp::Set("123456".into())),
+                ("min.insync.replicas", AlterOp::Set("1".into())),
+            ],
+        )
+        .await
+        .expect("source topic config set");
+
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders, payments, late-.*\n",
+        clusters(&a, &b)
+    );
+    let (progress, metrics, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    wait_for(
+        "orders and payments replicated",
+        Duration::from_secs(60),
+        || {
+            let r = replicated(&ab);
+            r.contains_key("orders") && r.contains_key("payments")
+        },
+    )
+    .await;
+
+    // A topic created while running is found at the next refresh.
+    a.broker().create_topic("late-events", 2);
+    let late = records("late-events", 40, 2);
+    producer.send("late-events", late.clone()).await;
+    wait_for("late-events replicated", Duration::from_secs(60), || {
+        replicated(&ab).contains_key("late-events")
+    })
+    .await;
+    let target = b.broker().bootstrap();
+    for (topic, sent) in [
+        ("orders", &orders),
+        ("payments", &payments),
+        ("late-events", &late),
+    ] {
+        let remote = format!("A.{topic}");
+        wait_for(
+            &format!("{remote} complete"),
+            Duration::from_secs(90),
+            || {
+                let have = topics(&target);
+                have.contains_key(&remote) && read_all(&target, &remote).len() >= sent.len()
+            },
+        )
+        .await;
+    }
+    // Heartbeats of A->B reach B; those of B->A reach A and come back as A.heartbeats.
+    wait_for("heartbeats", Duration::from_secs(30), || {
+        topics(&target).contains_key("A.heartbeats")
+            && !read_all(&target, "A.heartbeats").is_empty()
+    })
+    .await;
+    // Let anything that would be a duplicate arrive before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let series = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| {
+                l.contains("topic=\"A.orders\"")
+                    && l.contains("source=\"A\"")
+                    && l.contains("target=\"B\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // The other test copies 50 records of its own A.orders through the same process metrics.
+    assert!(
+        series("kafka_connect_mirror_source_connector_record_count") >= 300.0,
+        "MM2's record-count per target topic-partition:\n{text}"
+    );
+    assert!(series("kafka_connect_mirror_source_connector_byte_count") >= 300.0 * 10.0);
+    assert!(series("kafka_connect_mirror_source_connector_replication_latency_ms_count") >= 300.0);
+    assert!(series("kafka_connect_mirror_source_connector_record_age_ms_count") >= 300.0);
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+
+    let on_b = topics(&target);
+    assert_eq!(on_b.get("A.orders"), Some(&3), "partition count copied");
+    assert_eq!(on_b.get("A.payments"), Some(&2));
+    assert_eq!(on_b.get("A.late-events"), Some(&2));
+    assert!(!on_b.contains_key("A.other"), "not matched by A->B.topics");
+    assert!(!on_b.contains_key("other"));
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    assert_copied_once_in_order("payments", &payments, &read_all(&target, "A.payments"));
+    assert_copied_once_in_order("late-events", &late, &read_all(&target, "A.late-events"));
+
+    let copied = admin(&b)
+        .await
+        .describe_configs(&ConfigResource::Topic("A.orders".into()), &[])
+        .await
+        .expect("target topic configs");
+    let retention = copied.get("retention.ms").expect("retention.ms");
+    assert_eq!(
+        (retention.value.as_deref(), retention.source),
+        (Some("123456"), ConfigSource::Topic),
+        "the source topic's own config is copied"
+    );
+    assert_ne!(
+        copied.get("min.insync.replicas").map(|e| e.source),
+        Some(ConfigSource::Topic),
+        "min.insync.replicas is never copied (MM2's exclusions)"
+    );
+
+    let beats = read_all(&target, "heartbeats");
+    assert!(!beats.is_empty(), "A->B writes heartbeats to B");
+    for beat in &beats {
+        let hb = Heartbeat::decode(
+            beat.key.as_deref().expect("key"),
+            beat.value.as_deref().expect("value"),
+        )
+        .expect("MM2's heartbeat format");
+        assert_eq!(
+            (
+                hb.source_cluster_alias.as_str(),
+                hb.target_cluster_alias.as_str()
+            ),
+            ("A", "B")
+        );
+        assert_eq!(Some(hb.timestamp), beat.timestamp);
+    }
+    let returned = read_all(&target, "A.heartbeats");
+    let hb = Heartbeat::decode(
+        returned[0].key.as_deref().expect("key"),
+        returned[0].value.as_deref().expect("value"),
+    )
+    .expect("decodes");
+    assert_eq!(
+        (
+            hb.source_cluster_alias.as_str(),
+            hb.target_cluster_alias.as_str()
+        ),
+        ("B", "A"),
+        "B->A only emits heartbeats (into A), and A->B replicates them"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[("payments", 2)]).expect("cluster B");
+    let orders = records("orders", 50, 2);
+    let payments = records("payments", 30, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    TestProducer::new(&b.broker().bootstrap(), "none")
+        .send("payments", payments.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nB->A.enabled = true\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let (on_a, on_b) = (a.broker().bootstrap(), b.broker().bootstrap());
+    wait_for("both ways copied", Duration::from_secs(90), || {
+        topics(&on_b).contains_key("A.orders")
+            && topics(&on_a).contains_key("B.payments")
+            && read_all(&on_b, "A.orders").len() >= orders.len()
+            && read_all(&on_a, "B.payments").len() >= payments.len()
+    })
+    .await;
+    // Several refreshes pass: a cycle would show up as B.A.orders or A.B.payments.
+    let refreshed = |flow: &str| progress[flow].lock().unwrap().replicated.clone();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+
+    let (a_topics, b_topics) = (topics(&on_a), topics(&on_b));
+    assert!(!b_topics.contains_key("B.A.orders") && !a_topics.contains_key("A.B.payments"));
+    assert!(!a_topics.contains_key("B.A.orders") && !b_topics.contains_key("A.B.payments"));
+    assert!(
+        !refreshed("B->A").contains_key("A.orders"),
+        "A.orders never sent back to A"
+    );
+    assert!(!refreshed("A->B").contains_key("B.payments"));
+    assert!(!refreshed("A->B").contains_key("B.heartbeats"));
+    assert_copied_once_in_order("orders", &orders, &read_all(&on_b, "A.orders"));
+    assert_copied_once_in_order("payments", &payments, &read_all(&on_a, "B.payments"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
+    let a = ProxiedDevBroker::start(1, &[("clicks", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
+    let clicks = records("clicks", 200, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("clicks", clicks.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = clicks\nA->B.consumer.group.protocol = share\n\
+         emit.heartbeats.enabled = false\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    assert_eq!(
+        progress.len(),
+        1,
+        "heartbeats off: only the enabled flow runs"
+    );
+    let target = b.broker().bootstrap();
+    wait_for("A.clicks complete", Duration::from_secs(90), || {
+        topics(&target).contains_key("A.clicks")
+            && read_all(&target, "A.clicks").len() >= clicks.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+
+    let copies = read_all(&target, "A.clicks");
+    assert_eq!(copies.len(), clicks.len(), "every record once");
+    let mut seen = BTreeMap::new();
+    for copy in &copies {
+        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
+        let source = &clicks[n as usize];
+        assert_eq!(
+            Some(copy.partition),
+            source.partition,
+            "#{n}: its own partition"
+        );
+        assert_eq!(
+            (&copy.key, &copy.value),
+            (&source.key, &source.value),
+            "#{n}"
+        );
+        *seen.entry(n).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), clicks.len(), "no record missing");
+    assert!(
+        !topics(&target).contains_key("heartbeats"),
+        "heartbeats off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_whose_remote_topic_cannot_be_created_waits_named_and_is_copied_once_allowed() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(
+        1,
+        &[],
+        ProxyOptions::new(ProxySecurity::Plaintext).with_denied_operation(AdminOperation::Create),
+    )
+    .expect("cluster B");
+    let orders = records("orders", 60, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
+         emit.checkpoints.enabled = false\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    wait_for("the refusal reported", Duration::from_secs(30), || {
+        ab.lock()
+            .unwrap()
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("orders") && e.contains("CREATE"))
+    })
+    .await;
+    let target = b.broker().bootstrap();
+    assert!(
+        replicated(&ab).is_empty(),
+        "nothing copied without its remote topic"
+    );
+    assert!(!topics(&target).contains_key("A.orders"));
+
+    b.admin().allow(AdminOperation::Create);
+    wait_for("A.orders complete", Duration::from_secs(60), || {
+        topics(&target).contains_key("A.orders")
+            && read_all(&target, "A.orders").len() >= orders.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    assert_eq!(ab.lock().unwrap().last_error, None, "the problem cleared");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_target_is_reached_with_its_own_cluster_security() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(
+        1,
+        &[],
+        ProxyOptions::new(ProxySecurity::SaslPlaintext)
+            .with_mechanisms(&[SaslMechanism::ScramSha512])
+            .with_user("mirror", "s3cret"),
+    )
+    .expect("cluster B");
+    let orders = records("orders", 40, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\n\
+         B.security.protocol = SASL_PLAINTEXT\nB.sasl.mechanism = SCRAM-SHA-512\n\
+         B.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"mirror\" password=\"s3cret\";\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let target = b.broker().bootstrap();
+    wait_for(
+        "A.orders complete and heartbeats",
+        Duration::from_secs(60),
+        || {
+            topics(&target).contains_key("A.orders")
+                && read_all(&target, "A.orders").len() >= orders.len()
+                && progress["A->B"].lock().unwrap().heartbeats > 0
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    assert!(
+        !read_all(&target, "heartbeats").is_empty(),
+        "heartbeats through SASL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_flow_copies_through_transactions() {
+    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
+    let orders = records("orders", 80, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
+         B.exactly.once.source.support = enabled\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let target = b.broker().bootstrap();
+    wait_for("A.orders complete", Duration::from_secs(90), || {
+        topics(&target).contains_key("A.orders")
+            && read_all(&target, "A.orders").len() >= orders.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert_eq!(progress["A->B"].lock().unwrap().last_error, None);
+    // The flow's ledger (docs/exactly-once.md) exists on the target: the copy was transactional.
+    assert!(
+        topics(&target).contains_key("__spillway_eos_ledger.mirror-A-B"),
+        "{:?}",
+        topics(&target).keys().collect::<Vec<_>>()
+    );
+    // No aborted transaction happened here, so every record reads once (the dev broker's
+    // classic fetch does not filter aborted data; nothing was aborted).
+    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+}
+
+/// Commits `offsets` (partition → next offset) for `group` on `topic`, as a consumer would.
+fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for &(p, o) in offsets {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(o))
+            .expect("offset");
+    }
+    consumer
+        .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+        .expect("commit");
+}
+
+fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let Ok(done) = consumer.committed_offsets(tpl, Duration::from_secs(10)) else {
+        return BTreeMap::new();
+    };
+    done.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
+    // The proxies answer ListGroups and DescribeGroups as Kafka does (the mock has neither).
+    let groups = || ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace();
+    let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], groups()).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(1, &[], groups()).expect("cluster B");
+    let orders = records("orders", 200, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", orders.clone())
+        .await;
+    // The group consumed part of each partition on A.
+    // Partition 0 stops exactly at a sync (every 10 offsets), partition 1 just past one.
+    let upstream = [(0, 70i64), (1, 31i64)];
+    // Through A's proxy, which learns groups from the requests it forwards.
+    commit(&a.bootstrap(), "billing", "orders", &upstream);
+    let lag_max = 10;
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
+         groups = billing\nemit.checkpoints.interval.seconds = 1\n\
+         sync.group.offsets.enabled = true\nsync.group.offsets.interval.seconds = 1\n\
+         offset.lag.max = {lag_max}\n",
+        clusters(&a, &b)
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    let target = b.broker().bootstrap();
+    wait_for("offsets synced on B", Duration::from_secs(90), || {
+        committed(&target, "billing", "A.orders", 2).len() == 2
+    })
+    .await;
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
+    assert!(
+        ab.lock().unwrap().checkpoints > 0,
+        "{:?}",
+        ab.lock().unwrap()
+    );
+
+    let copies = read_all(&target, "A.orders");
+    let on_b = committed(&target, "billing", "A.orders", 2);
+    let source_offset = |c: &Copy| -> i64 {
+        let (_, v) = c
+            .headers
+            .iter()
+            .find(|(k, _)| k == "spillway.source.offset")
+            .expect("source offset header");
+        std::str::from_utf8(v.as_deref().expect("value"))
+            .expect("text")
+            .parse()
+            .expect("number")
+    };
+    for (partition, upstream) in upstream {
+        let resume = on_b[&partition];
+        // What a consumer of the group on B reads: every copy at or after its committed offset.
+        let reread: Vec<i64> = copies
+            .iter()
+            .filter(|c| c.partition == partition && c.offset >= resume)
+            .map(source_offset)
+            .collect();
+        let first = *reread.iter().min().expect("records left to read");
+        assert!(
+            first <= upstream,
+            "partition {partition}: resumes at source offset {first}, after the committed {upstream}: a record would be skipped"
+        );
+        assert!(
+            upstream - first <= lag_max,
+            "partition {partition}: re-reads {} records, more than offset.lag.max",
+            upstream - first
+        );
+        let expected: Vec<i64> = (first..100).collect();
+        assert_eq!(
+            reread, expected,
+            "partition {partition}: everything after, in order"
+        );
+    }
+    let checkpoints = read_all(&target, "A.checkpoints.internal");
+    assert!(!checkpoints.is_empty(), "checkpoints written on B");
+    let key = checkpoints[0].key.as_deref().expect("key");
+    assert_eq!(&key[..9], &[0, 7, b'b', b'i', b'l', b'l', b'i', b'n', b'g']);
+    assert!(topics(&target).contains_key("mm2-offset-syncs.A.internal"));
+}
