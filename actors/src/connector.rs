@@ -33,6 +33,7 @@ use crate::settings::TaskSettings;
 use crate::share_group::Preparation;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
 use crate::status::{State, StatusBoard};
+use crate::pool::TaskPool;
 use crate::task::{spawn_task, RunningTask, TaskSpec};
 use crate::telemetry::DEFAULT_TENANT;
 use crate::tenancy::TenantScope;
@@ -63,6 +64,8 @@ pub struct ConnectorPlan {
     pub preparation: Preparation,
     /// The worker's admin clients.
     pub admin: Arc<AdminClients>,
+    /// The worker's task threads.
+    pub pool: TaskPool,
 }
 
 struct Slot {
@@ -223,7 +226,7 @@ impl ConnectorActor {
             }
         };
         let spec = TaskSpec { counters, ..spec };
-        let running = spawn_task(spec);
+        let running = spawn_task(spec, &self.plan.pool);
         let slot = self.slots.entry(id).or_insert(Slot {
             running: None,
             generation,

@@ -1,5 +1,6 @@
-//! One task: its four actors on a thread of their own (an actix `Arbiter`), so a slow or
-//! stuck task never holds up another, and a killed task takes its consumer with it.
+//! One task: its four actors, run on a thread of the worker's [`TaskPool`] that other tasks
+//! share (so nothing in a task may block its thread), in the task's log span; a killed task's
+//! actors are dropped together, its consumer with them.
 
 use std::sync::Arc;
 
@@ -13,10 +14,11 @@ use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{CloseGate, Drain, Failing, Reporter};
+use crate::pool::{TaskPool, TaskScope, ThreadLease};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
-use crate::telemetry::{self, TaskIdentity};
+use crate::telemetry::TaskIdentity;
 use crate::tenancy::{InflightBytes, Throttle};
 
 /// Everything one run of a task needs.
@@ -49,9 +51,11 @@ pub struct TaskSpec {
 
 /// A running task.
 pub struct RunningTask {
-    arbiter: Arbiter,
+    scope: TaskScope,
     consumer: Addr<ConsumerActor>,
     pub generation: u64,
+    /// Its place on a pool thread, given back when the task is dropped.
+    _lease: ThreadLease,
 }
 
 impl RunningTask {
@@ -68,27 +72,30 @@ impl RunningTask {
         });
     }
 
-    /// Ends the task's thread at once, as a crash would: nothing more is acknowledged, and the
-    /// broker redelivers what the task held (when its acquisition locks expire, or at once
-    /// when the broker sees the connection close).
+    /// Drops the task's actors at once, as a crash would: nothing more is acknowledged, and
+    /// the broker redelivers what the task held (when its acquisition locks expire, or when
+    /// its member leaves the group). The pool thread goes on with its other tasks.
     pub fn kill(&self) {
-        self.arbiter.stop();
+        self.scope.kill();
     }
 }
 
-/// Starts the task's actors on a new arbiter.
-pub fn spawn_task(spec: TaskSpec) -> RunningTask {
-    let arbiter = Arbiter::new();
+/// Starts the task's actors on the pool thread with the fewest tasks.
+pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
+    let lease = pool.lease();
+    let scope = TaskScope::default();
     let generation = spec.generation;
     let identity = Arc::new(TaskIdentity {
         tenant: spec.tenant.clone(),
         connector: spec.connector.clone(),
         task: spec.task,
     });
-    let log_span = identity.log_span();
-    // Runs first on the new thread: everything after it logs in the task's span.
-    arbiter.spawn_fn(move || telemetry::enter_for_thread(log_span));
-    let consumer = ConsumerActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
+    let (consumer, mailbox) = TaskScope::mailbox::<ConsumerActor>();
+    let task_scope = scope.clone();
+    lease.arbiter().spawn_fn(move || {
+        let scope = task_scope;
+        let span = identity.log_span();
+        let ctx = Context::with_receiver(mailbox);
         let TaskSpec {
             tenant: _,
             connector,
@@ -111,29 +118,35 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
         } = spec;
         let failing = Failing::default();
         let lock_facts = LockFacts::default();
-        let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
-        let sink = SinkActor::new(
-            sink_task,
-            acker,
-            ctx.address(),
-            SinkContext {
-                connector,
-                connector_class,
-                task,
-                share,
-                errors,
-                config: task_config,
-                counters: Arc::clone(&counters),
-                failing: failing.clone(),
-                delivery_attempt_limit: settings.delivery_attempt_limit,
-                retry_lock_margin: settings.retry_lock_margin,
-                lock_facts: lock_facts.clone(),
-                target_health: target_health.clone(),
-            },
-        )
-        .start();
-        let converter = ConverterActor::new(pipeline, sink, failing.clone()).start();
-        ConsumerActor::new(ConsumerSetup {
+        let acker = scope.start(
+            AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)),
+            &span,
+        );
+        let sink = scope.start(
+            SinkActor::new(
+                sink_task,
+                acker,
+                ctx.address(),
+                SinkContext {
+                    connector,
+                    connector_class,
+                    task,
+                    share,
+                    errors,
+                    config: task_config,
+                    counters: Arc::clone(&counters),
+                    failing: failing.clone(),
+                    delivery_attempt_limit: settings.delivery_attempt_limit,
+                    retry_lock_margin: settings.retry_lock_margin,
+                    lock_facts: lock_facts.clone(),
+                    target_health: target_health.clone(),
+                },
+            ),
+            &span,
+        );
+        let converter = scope.start(ConverterActor::new(pipeline, sink, failing.clone()), &span);
+        let owner = ConsumerActor::batch_owner(ctx.address());
+        let actor = ConsumerActor::new(ConsumerSetup {
             factory: source,
             converter,
             task,
@@ -151,13 +164,15 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             failing,
             lock_facts,
             target_health,
-            owner: ConsumerActor::batch_owner(ctx.address()),
-        })
+            owner,
+        });
+        scope.run(ctx, actor, &span);
     });
     RunningTask {
-        arbiter,
+        scope,
         consumer,
         generation,
+        _lease: lease,
     }
 }
 
@@ -522,7 +537,7 @@ mod tests {
             throttle: o.throttle,
             inflight_bytes: o.inflight_bytes,
             target_health: TargetHealth::default(),
-        });
+        }, &TaskPool::start(1));
         Run {
             seen,
             events,
