@@ -19,7 +19,7 @@ use spillway_core::{ConfigError, ConfigMap};
 use spillway_kafka::admin::AdminClients;
 use spillway_kafka::groups::Membership;
 use spillway_kafka::producer::IdempotentProducer;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::connector::ConnectorPlan;
 use crate::consumer_settings::ConsumerSettings;
@@ -97,6 +97,14 @@ impl Worker {
             }
             None => OverridePolicy::All,
         };
+        // Before the limits: the default task cap follows the open-file limit.
+        match crate::limits::raise_open_files_limit() {
+            Ok((before, after)) if after > before => {
+                info!(before, after, "raised the soft open-file limit to the hard limit")
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot raise the soft open-file limit"),
+        }
         let limits =
             WorkerLimits::from_worker_config(&config).map_err(RuntimeError::WorkerConfig)?;
         let threads = task_threads(&config).map_err(RuntimeError::WorkerConfig)?;
