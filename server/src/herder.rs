@@ -1543,10 +1543,11 @@ impl Herder {
             let Some(key) = split_runtime_key(&status.name) else {
                 continue;
             };
+            // The configuration the runtime holds (the stored one): the store is only written
+            // here, never read on each tick.
             let config = self
-                .store
-                .connector(&key)?
-                .map(|r| r.config)
+                .worker
+                .connector_config(&status.name)
                 .unwrap_or_default();
             for task in status.tasks {
                 let record = TaskRecord {
@@ -1757,4 +1758,126 @@ fn committed_offsets(
             _ => None,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use spillway_core::config::config_map;
+    use spillway_storage::{
+        ConnectorKey, ConnectorRecord, SledStore, StateStore, StorageError, TaskRecord, Tenant,
+    };
+
+    use super::*;
+
+    /// The worker's store, counting the reads of connector records.
+    struct CountingStore {
+        inner: SledStore,
+        connector_reads: AtomicUsize,
+    }
+
+    impl StateStore for CountingStore {
+        fn put_tenant(&self, tenant: &Tenant) -> Result<(), StorageError> {
+            self.inner.put_tenant(tenant)
+        }
+        fn delete_tenant(&self, name: &str) -> Result<bool, StorageError> {
+            self.inner.delete_tenant(name)
+        }
+        fn tenants(&self) -> Result<Vec<Tenant>, StorageError> {
+            self.inner.tenants()
+        }
+        fn put_connector(
+            &self,
+            key: &ConnectorKey,
+            record: &ConnectorRecord,
+        ) -> Result<(), StorageError> {
+            self.inner.put_connector(key, record)
+        }
+        fn connector(&self, key: &ConnectorKey) -> Result<Option<ConnectorRecord>, StorageError> {
+            self.connector_reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.connector(key)
+        }
+        fn set_target_state(
+            &self,
+            key: &ConnectorKey,
+            state: TargetState,
+        ) -> Result<bool, StorageError> {
+            self.inner.set_target_state(key, state)
+        }
+        fn count_connector_restart(
+            &self,
+            key: &ConnectorKey,
+        ) -> Result<Option<u32>, StorageError> {
+            self.inner.count_connector_restart(key)
+        }
+        fn delete_connector(&self, key: &ConnectorKey) -> Result<bool, StorageError> {
+            self.inner.delete_connector(key)
+        }
+        fn connectors(&self) -> Result<Vec<(ConnectorKey, ConnectorRecord)>, StorageError> {
+            self.inner.connectors()
+        }
+        fn put_task(
+            &self,
+            key: &ConnectorKey,
+            task: u32,
+            record: &TaskRecord,
+        ) -> Result<bool, StorageError> {
+            self.inner.put_task(key, task, record)
+        }
+        fn tasks(&self, key: &ConnectorKey) -> Result<Vec<(u32, TaskRecord)>, StorageError> {
+            self.inner.tasks(key)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_status_tick_writes_changed_statuses_without_reading_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(CountingStore {
+            inner: SledStore::open(dir.path()).expect("store"),
+            connector_reads: AtomicUsize::new(0),
+        });
+        // No broker answers here: the tasks fail to connect, which is a status to record.
+        let worker = Worker::start(
+            config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
+            ConnectorRegistry::builtin(),
+        )
+        .expect("worker");
+        let herder = Herder::new(
+            worker,
+            Arc::clone(&store) as Arc<dyn StateStore>,
+            ConnectorRegistry::builtin(),
+            "w1".into(),
+        )
+        .expect("herder");
+        let file = dir.path().join("out.txt").display().to_string();
+        herder
+            .create(
+                DEFAULT_TENANT,
+                config_map(&[
+                    ("connector.class", "file"),
+                    ("topics", "t"),
+                    ("file", &file),
+                    ("tasks.max", "2"),
+                ]),
+                "files",
+                TargetState::Running,
+            )
+            .await
+            .expect("created");
+        store.connector_reads.store(0, Ordering::SeqCst);
+        for _ in 0..5 {
+            herder.persist_task_statuses().expect("recorded");
+        }
+        assert_eq!(
+            store.connector_reads.load(Ordering::SeqCst),
+            0,
+            "a status tick reads the configuration from memory, not from the store"
+        );
+        let recorded = store
+            .inner
+            .tasks(&key(DEFAULT_TENANT, "files"))
+            .expect("tasks");
+        assert_eq!(recorded.len(), 2, "both tasks' statuses are recorded: {recorded:?}");
+    }
 }
