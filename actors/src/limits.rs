@@ -317,7 +317,8 @@ mod tests {
             .find(|l| l.starts_with("Max open files"))
             .and_then(|l| l.split_whitespace().nth(4).map(str::to_owned))
             .expect("a hard limit");
-        let (before, after) = raise_open_files_limit().expect("raising to the hard limit is allowed");
+        let (before, after) =
+            raise_open_files_limit().expect("raising to the hard limit is allowed");
         assert!(after >= before);
         let soft = open_files_limit().expect("readable");
         assert_eq!(soft, after);

@@ -152,7 +152,8 @@ impl TaskScope {
     /// more is handled or sent. Actors started after this are dropped at once.
     pub fn kill(&self) {
         self.inner.killed.store(true, Ordering::SeqCst);
-        let handles = std::mem::take(&mut *self.inner.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        let handles =
+            std::mem::take(&mut *self.inner.handles.lock().unwrap_or_else(|e| e.into_inner()));
         for handle in handles {
             handle.abort();
         }
@@ -194,7 +195,10 @@ impl TaskScope {
             }
             handles.push(handle);
         }
-        let future = Abortable::new(ctx.into_future(actor).instrument(span.clone()), registration);
+        let future = Abortable::new(
+            ctx.into_future(actor).instrument(span.clone()),
+            registration,
+        );
         actix::spawn(async move {
             let _ = future.await;
         });
@@ -217,7 +221,11 @@ mod tests {
             drop(b);
             assert_eq!(pool.tasks_per_thread(), vec![1, 0, 1]);
             let d = pool.lease();
-            assert_eq!(pool.tasks_per_thread(), vec![1, 1, 1], "the free place is taken first");
+            assert_eq!(
+                pool.tasks_per_thread(),
+                vec![1, 1, 1],
+                "the free place is taken first"
+            );
             drop((a, c, d));
             assert_eq!(pool.tasks_per_thread(), vec![0, 0, 0]);
         });

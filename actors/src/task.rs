@@ -488,56 +488,59 @@ mod tests {
             }
             .boxed_local()
         });
-        let task = spawn_task(TaskSpec {
-            tenant: "t1".into(),
-            connector: "c".into(),
-            connector_class: "scripted".into(),
-            task: 0,
-            generation: 1,
-            share: o.share,
-            errors: ErrorHandling {
-                tolerance: o.tolerance,
-                retry_timeout: o.retry_timeout,
-                retry_delay_max: Duration::from_millis(20),
-                log_enable: true,
-                log_include_messages: false,
-                dead_letter_queue: o.dlq.as_ref().map(|_| DeadLetterQueue {
-                    topic: "dlq".into(),
-                    replication_factor: 1,
-                    context_headers: true,
+        let task = spawn_task(
+            TaskSpec {
+                tenant: "t1".into(),
+                connector: "c".into(),
+                connector_class: "scripted".into(),
+                task: 0,
+                generation: 1,
+                share: o.share,
+                errors: ErrorHandling {
+                    tolerance: o.tolerance,
+                    retry_timeout: o.retry_timeout,
+                    retry_delay_max: Duration::from_millis(20),
+                    log_enable: true,
+                    log_include_messages: false,
+                    dead_letter_queue: o.dlq.as_ref().map(|_| DeadLetterQueue {
+                        topic: "dlq".into(),
+                        replication_factor: 1,
+                        context_headers: true,
+                    }),
+                },
+                task_config: ConfigMap::new(),
+                pipeline: if o.panicking_converter {
+                    RecordPipeline::new(
+                        spillway_core::convert::RecordConverter::new(
+                            Box::new(spillway_core::convert::StringConverter::new(
+                                spillway_core::RecordPart::Key,
+                            )),
+                            Box::new(PanickingConverter),
+                        ),
+                        spillway_core::transforms::TransformChain::empty(),
+                    )
+                } else {
+                    RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid")
+                },
+                sink_task: sink,
+                source: factory,
+                dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
+                settings: TaskSettings {
+                    inflight_batches: o.inflight,
+                    poll_timeout: Duration::from_millis(10),
+                    shutdown_timeout: o.shutdown_timeout,
+                    ..TaskSettings::default()
+                },
+                counters: Arc::clone(&counters),
+                reporter: Arc::new(move |e| {
+                    let _ = tx.send(e);
                 }),
+                throttle: o.throttle,
+                inflight_bytes: o.inflight_bytes,
+                target_health: TargetHealth::default(),
             },
-            task_config: ConfigMap::new(),
-            pipeline: if o.panicking_converter {
-                RecordPipeline::new(
-                    spillway_core::convert::RecordConverter::new(
-                        Box::new(spillway_core::convert::StringConverter::new(
-                            spillway_core::RecordPart::Key,
-                        )),
-                        Box::new(PanickingConverter),
-                    ),
-                    spillway_core::transforms::TransformChain::empty(),
-                )
-            } else {
-                RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid")
-            },
-            sink_task: sink,
-            source: factory,
-            dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
-            settings: TaskSettings {
-                inflight_batches: o.inflight,
-                poll_timeout: Duration::from_millis(10),
-                shutdown_timeout: o.shutdown_timeout,
-                ..TaskSettings::default()
-            },
-            counters: Arc::clone(&counters),
-            reporter: Arc::new(move |e| {
-                let _ = tx.send(e);
-            }),
-            throttle: o.throttle,
-            inflight_bytes: o.inflight_bytes,
-            target_health: TargetHealth::default(),
-        }, &TaskPool::start(1));
+            &TaskPool::start(1),
+        );
         Run {
             seen,
             events,

@@ -100,7 +100,10 @@ impl Worker {
         // Before the limits: the default task cap follows the open-file limit.
         match crate::limits::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
-                info!(before, after, "raised the soft open-file limit to the hard limit")
+                info!(
+                    before,
+                    after, "raised the soft open-file limit to the hard limit"
+                )
             }
             Ok(_) => {}
             Err(e) => warn!(error = %e, "cannot raise the soft open-file limit"),

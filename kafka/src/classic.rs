@@ -416,7 +416,9 @@ impl std::ops::Deref for ClosedOffThread {
     type Target = Arc<BaseConsumer<GroupContext>>;
 
     fn deref(&self) -> &Self::Target {
-        self.0.as_ref().expect("the consumer is only taken on close")
+        self.0
+            .as_ref()
+            .expect("the consumer is only taken on close")
     }
 }
 
@@ -425,11 +427,14 @@ impl Drop for ClosedOffThread {
         let Some(consumer) = self.0.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(move || drop(consumer));
-            }
-            Err(_) => drop(consumer),
+        // A thread of its own, not the runtime's blocking pool: a runtime shutting down waits
+        // for its blocking tasks, and a close may wait for the broker.
+        let closing = std::thread::Builder::new()
+            .name("spillway-close".into())
+            .spawn(move || drop(consumer));
+        if let Err(e) = closing {
+            // The consumer went with the closure that could not run: closed here.
+            warn!(error = %e, "no thread to close a consumer on; it was closed on the caller's");
         }
     }
 }
@@ -658,10 +663,7 @@ impl ClassicSource {
         lock(&self.tracker).rewind(topic, partition, offset);
         lock(&self.seeks).insert(
             (topic.to_owned(), partition),
-            PendingSeek {
-                offset,
-                must: true,
-            },
+            PendingSeek { offset, must: true },
         );
     }
 

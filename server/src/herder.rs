@@ -1805,10 +1805,7 @@ mod tests {
         ) -> Result<bool, StorageError> {
             self.inner.set_target_state(key, state)
         }
-        fn count_connector_restart(
-            &self,
-            key: &ConnectorKey,
-        ) -> Result<Option<u32>, StorageError> {
+        fn count_connector_restart(&self, key: &ConnectorKey) -> Result<Option<u32>, StorageError> {
             self.inner.count_connector_restart(key)
         }
         fn delete_connector(&self, key: &ConnectorKey) -> Result<bool, StorageError> {
@@ -1878,6 +1875,10 @@ mod tests {
             .inner
             .tasks(&key(DEFAULT_TENANT, "files"))
             .expect("tasks");
-        assert_eq!(recorded.len(), 2, "both tasks' statuses are recorded: {recorded:?}");
+        assert_eq!(
+            recorded.len(),
+            2,
+            "both tasks' statuses are recorded: {recorded:?}"
+        );
     }
 }

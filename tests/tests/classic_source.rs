@@ -59,3 +59,37 @@ async fn a_partition_paused_by_keep_alive_is_read_again_once_assigned_again() {
         );
     }
 }
+
+/// A record given back is read again from its offset. The seek, which waits for librdkafka's
+/// fetcher (up to 5 s), is not made on the caller's thread (a pool thread other tasks share):
+/// it waits, asked for, until the next poll makes it on a blocking thread before reading.
+#[tokio::test(flavor = "current_thread")]
+async fn a_record_given_back_is_read_again_and_the_seek_is_made_by_the_next_poll() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("again", 1);
+    let bootstrap = broker.bootstrap();
+    produce(&bootstrap, "again", numbered_records(10, 16, 1), "none").await;
+    let mut config = ClassicConfig::new(&bootstrap, "seek-back");
+    config.max_poll_records = 10;
+    let source = ClassicSource::connect(config).expect("consumer");
+    source.subscribe(&["again".to_owned()]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = Vec::new();
+    while read.len() < 10 {
+        read.extend(source.poll(POLL).await.expect("poll").records);
+        assert!(Instant::now() < deadline, "only {} of 10 read", read.len());
+    }
+    source.seek_back("again", 0, 3);
+    assert_eq!(
+        source.pending_seeks(),
+        vec![(("again".to_owned(), 0), 3)],
+        "asked for, not made on this thread"
+    );
+    let mut again = Vec::new();
+    while again.is_empty() {
+        again = source.poll(POLL).await.expect("poll").records;
+        assert!(Instant::now() < deadline, "nothing read again");
+    }
+    assert!(source.pending_seeks().is_empty(), "the poll made the seek");
+    assert_eq!(again[0].offset, 3, "read again from the record given back");
+}

@@ -159,7 +159,9 @@ async fn main() -> Result<()> {
     worker.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
     if missed.is_empty() {
-        println!("goal met: threads per task <= {GOAL_THREADS_PER_TASK}, process fds <= {GOAL_FDS}");
+        println!(
+            "goal met: threads per task <= {GOAL_THREADS_PER_TASK}, process fds <= {GOAL_FDS}"
+        );
         Ok(())
     } else {
         bail!("goal missed: {}", missed.join("; "))

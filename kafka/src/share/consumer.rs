@@ -258,31 +258,35 @@ impl ShareConsumer {
         let fatal = Arc::new(Mutex::new(None));
         let epoch = Arc::new(Mutex::new(0));
         // Background tasks log in the span of whoever made the member (a task's).
-        let heartbeat = tokio::spawn(membership::run(
-            MemberState::new(member_id.clone()),
-            MembershipLink {
-                group: config.group_id.clone(),
-                cluster: Arc::clone(&cluster),
-                subscription: subscription_rx.clone(),
-                assignment: assignment_tx,
-                epoch: Arc::clone(&epoch),
-                fatal: Arc::clone(&fatal),
-                leave: leave_rx,
-                request_timeout: config.request_timeout,
-            },
-        )
-        .in_current_span());
+        let heartbeat = tokio::spawn(
+            membership::run(
+                MemberState::new(member_id.clone()),
+                MembershipLink {
+                    group: config.group_id.clone(),
+                    cluster: Arc::clone(&cluster),
+                    subscription: subscription_rx.clone(),
+                    assignment: assignment_tx,
+                    epoch: Arc::clone(&epoch),
+                    fatal: Arc::clone(&fatal),
+                    leave: leave_rx,
+                    request_timeout: config.request_timeout,
+                },
+            )
+            .in_current_span(),
+        );
         let brokers = Arc::new(Mutex::new(HashMap::new()));
         let fetch = Arc::clone(&ctx);
-        let router = tokio::spawn(route(Router {
-            ctx,
-            brokers: Arc::clone(&brokers),
-            assignment: assignment_rx.clone(),
-            subscription: subscription_rx,
-            wake: router_wake,
-            refresh_every: config.metadata_max_age,
-        })
-        .in_current_span());
+        let router = tokio::spawn(
+            route(Router {
+                ctx,
+                brokers: Arc::clone(&brokers),
+                assignment: assignment_rx.clone(),
+                subscription: subscription_rx,
+                wake: router_wake,
+                refresh_every: config.metadata_max_age,
+            })
+            .in_current_span(),
+        );
         Ok(ShareConsumer {
             config,
             cluster,
