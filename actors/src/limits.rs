@@ -38,7 +38,7 @@ pub fn raise_open_files_limit() -> Result<(u64, u64), String> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Err(std::io::Error::last_os_error().to_string());
     }
-    let before = limit.rlim_cur as u64;
+    let before = limit.rlim_cur;
     if limit.rlim_cur >= limit.rlim_max {
         return Ok((before, before));
     }
@@ -50,7 +50,7 @@ pub fn raise_open_files_limit() -> Result<(u64, u64), String> {
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
         return Err(std::io::Error::last_os_error().to_string());
     }
-    Ok((before, raised.rlim_cur as u64))
+    Ok((before, raised.rlim_cur))
 }
 
 /// The default `tasks.max.per.worker`: as many tasks as the soft open-file limit holds at a
