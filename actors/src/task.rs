@@ -469,6 +469,15 @@ mod tests {
     }
 
     fn start_with(records: Vec<RawRecord>, sink: Box<dyn SinkTask>, o: Options) -> Run {
+        start_on(records, sink, o, &TaskPool::start(1))
+    }
+
+    fn start_on(
+        records: Vec<RawRecord>,
+        sink: Box<dyn SinkTask>,
+        o: Options,
+        pool: &TaskPool,
+    ) -> Run {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let source_seen = Arc::clone(&seen);
         let (tx, events) = mpsc::unbounded_channel();
@@ -539,7 +548,7 @@ mod tests {
                 inflight_bytes: o.inflight_bytes,
                 target_health: TargetHealth::default(),
             },
-            &TaskPool::start(1),
+            pool,
         );
         Run {
             seen,
@@ -580,6 +589,62 @@ mod tests {
         let mut v = run.seen.lock().unwrap().committed.clone();
         v.sort_by_key(|(o, _)| *o);
         v
+    }
+
+    #[actix::test]
+    async fn a_task_killed_on_a_shared_thread_is_dropped_and_its_sibling_goes_on() {
+        let pool = TaskPool::start(1);
+        let hanging = ScriptedSink {
+            put_delay: Duration::from_secs(60),
+            ..ScriptedSink::default()
+        };
+        let mut killed = start_on(
+            (0..6).map(|i| raw(i, "k")).collect(),
+            Box::new(hanging),
+            Options::default(),
+            &pool,
+        );
+        let sink = ScriptedSink::default();
+        let mut sibling = start_on(
+            (0..9).map(|i| raw(i, "s")).collect(),
+            Box::new(sink.clone()),
+            Options::default(),
+            &pool,
+        );
+        assert_eq!(
+            pool.tasks_per_thread(),
+            vec![2],
+            "both tasks share the one thread"
+        );
+        killed.task.kill();
+        // Every actor of the killed task is dropped: its reporter goes with them.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::time::timeout_at(deadline, killed.events.recv()).await {
+                Ok(None) => break,
+                Ok(Some(_)) => continue,
+                Err(_) => panic!("the killed task's actors are still alive"),
+            }
+        }
+        assert!(
+            !killed.seen.lock().unwrap().closed,
+            "a kill closes nothing gracefully"
+        );
+        let event = finish(&mut sibling, 9).await;
+        assert_eq!(
+            event,
+            TaskEvent::Stopped {
+                task: 0,
+                generation: 1
+            }
+        );
+        assert_eq!(sink.written.lock().unwrap().len(), 9);
+        drop(killed);
+        assert_eq!(
+            pool.tasks_per_thread(),
+            vec![1],
+            "the killed task's place is free"
+        );
     }
 
     #[actix::test]
