@@ -298,18 +298,6 @@ impl Cluster {
         })
     }
 
-    /// How many connections are open now.
-    pub async fn open_connections(&self) -> usize {
-        let slots: Vec<_> = locked(&self.slots).values().cloned().collect();
-        let mut open = 0;
-        for slot in slots {
-            if slot.lock().await.conn.is_some() {
-                open += 1;
-            }
-        }
-        open
-    }
-
     /// The connection to `addr`, opened if needed. A failed address is not retried before its
     /// backoff has passed.
     pub async fn connection_to(&self, addr: &str) -> Result<Arc<Connection>, ClusterError> {
