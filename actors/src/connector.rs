@@ -18,6 +18,7 @@ use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
 use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
 use spillway_kafka::admin::AdminClients;
 use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
+use spillway_kafka::cluster::Cluster;
 use spillway_kafka::share::ShareConsumer;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
@@ -29,6 +30,7 @@ use crate::error::RuntimeError;
 use crate::messages::{CloseGate, Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
 use crate::panic_guard::guard;
+use crate::pool::TaskPool;
 use crate::settings::TaskSettings;
 use crate::share_group::Preparation;
 use crate::source::{ConsumerGroupSource, RecordSource, ShareGroupSource};
@@ -63,6 +65,8 @@ pub struct ConnectorPlan {
     pub preparation: Preparation,
     /// The worker's admin clients.
     pub admin: Arc<AdminClients>,
+    /// The worker's task threads.
+    pub pool: TaskPool,
 }
 
 struct Slot {
@@ -91,7 +95,14 @@ pub struct ConnectorActor {
     target_health: TargetHealth,
     /// The setup failed: the tasks are FAILED without having run.
     preparation_failed: bool,
+    /// Share mode: the cluster connections the tasks' members share (made by the first).
+    shared_cluster: SharedCluster,
 }
+
+/// The connections the share-group members of one connector share for their heartbeats and
+/// metadata: made by the first task that needs them, kept while the connector runs, so a
+/// task's restart does not reconnect.
+type SharedCluster = Arc<tokio::sync::OnceCell<Arc<Cluster>>>;
 
 /// Change the number of tasks.
 #[derive(Message)]
@@ -138,6 +149,7 @@ impl ConnectorActor {
             preparing: false,
             target_health: TargetHealth::default(),
             preparation_failed: false,
+            shared_cluster: SharedCluster::default(),
         }
     }
 
@@ -223,7 +235,7 @@ impl ConnectorActor {
             }
         };
         let spec = TaskSpec { counters, ..spec };
-        let running = spawn_task(spec);
+        let running = spawn_task(spec, &self.plan.pool);
         let slot = self.slots.entry(id).or_insert(Slot {
             running: None,
             generation,
@@ -267,7 +279,7 @@ impl ConnectorActor {
             task_config,
             pipeline,
             sink_task,
-            source: source_factory(plan, id, task_commits_offsets),
+            source: source_factory(plan, id, task_commits_offsets, &self.shared_cluster),
             dead_letters: plan.dead_letters.clone(),
             settings: plan.settings.clone(),
             counters: Arc::default(),
@@ -389,8 +401,14 @@ impl ConnectorActor {
 /// Connects a share-group member or a consumer-group member for task `id`. When the task
 /// commits offsets itself (`task_commits_offsets`), a consumer-group member commits none and
 /// hands its group metadata over with each batch instead.
-fn source_factory(plan: &ConnectorPlan, id: u32, task_commits_offsets: bool) -> SourceFactory {
+fn source_factory(
+    plan: &ConnectorPlan,
+    id: u32,
+    task_commits_offsets: bool,
+    shared_cluster: &SharedCluster,
+) -> SourceFactory {
     let client_id = plan.scope.prefixed(&format!("{}-{id}", plan.config.name));
+    let connector_client_id = plan.scope.prefixed(&plan.config.name);
     let topics = plan.topics.clone();
     let bootstrap = plan.bootstrap.clone();
     let group = plan.group_id.clone();
@@ -402,11 +420,19 @@ fn source_factory(plan: &ConnectorPlan, id: u32, task_commits_offsets: bool) -> 
                 .consumer
                 .share_config(&bootstrap, &group, &client_id)
                 .map(|(config, _warned_at_plan)| config);
+            let shared_cluster = Arc::clone(shared_cluster);
             Box::new(move || {
                 async move {
                     let config = config.map_err(|e| RuntimeError::Source(e.to_string()))?;
-                    let consumer = ShareConsumer::connect(config)
+                    let cluster = shared_cluster
+                        .get_or_try_init(|| {
+                            let mut shared = config.clone();
+                            shared.client_id = connector_client_id;
+                            async move { ShareConsumer::connect_cluster(&shared).await }
+                        })
                         .await
+                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                    let consumer = ShareConsumer::connect_sharing(config, cluster)
                         .map_err(|e| RuntimeError::Source(e.to_string()))?;
                     Ok(Box::new(ShareGroupSource::new(consumer, topics)) as Box<dyn RecordSource>)
                 }

@@ -2,7 +2,7 @@
 //! KIP-1302 loop) or consumer groups.
 //!
 //! ```text
-//! Worker ─▶ Supervisor ─▶ ConnectorActor ─▶ per task, on its own thread:
+//! Worker ─▶ Supervisor ─▶ ConnectorActor ─▶ per task, on a shared pool thread:
 //!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ AckerActor
 //!        ▲  ▲                                                                         │
 //!        │  └─── Unsettled (a batch's BatchAck dropped on any path: release its records) ┤
@@ -27,6 +27,7 @@ pub mod messages;
 pub mod metrics;
 pub mod panic_guard;
 pub mod panics;
+pub mod pool;
 pub mod settings;
 pub mod share_group;
 pub mod sink;

@@ -13,19 +13,50 @@ pub const TASKS_MAX_PER_CONNECTOR: &str = "tasks.max.per.connector";
 pub const TASKS_MAX_PER_WORKER: &str = "tasks.max.per.worker";
 pub const DEFAULT_TASKS_PER_CONNECTOR: u64 = 64;
 /// File descriptors an idle task holds, with a margin: measured 13 for a classic-mode task
-/// (librdkafka: 7 threads, its sockets and wake-up pipes) and 6 for a share-mode task on one
-/// broker (`bench/src/bin/idle_tasks.rs`, docs/tenants.md).
+/// (librdkafka: 7 threads, its sockets and wake-up pipes); a share-mode task on the worker's
+/// thread pool holds about 1 per broker it fetches from (`bench/src/bin/idle_tasks.rs`,
+/// docs/tenants.md). The cap holds for the worst case.
 pub const FDS_PER_TASK: u64 = 16;
 /// Descriptors kept for everything but tasks: the REST server and its clients, the state
 /// store, logs, the dead letter queue producers.
 pub const FDS_RESERVED: u64 = 256;
 /// The default of `tasks.max.per.worker` is what the process's open-file limit holds at
 /// [`FDS_PER_TASK`] each after [`FDS_RESERVED`], within these bounds.
-pub const DEFAULT_TASKS_PER_WORKER_BOUNDS: (u64, u64) = (16, 1000);
+pub const DEFAULT_TASKS_PER_WORKER_BOUNDS: (u64, u64) = (16, 2000);
 
-/// The default `tasks.max.per.worker`: as many tasks as the soft open-file limit holds (48 at
-/// the common 1024, 1000 from about 16,500), so a full worker does not run out of file
-/// descriptors; 128 when the limit cannot be read.
+/// Raises this process's soft open-file limit to its hard limit, as the JVM does for a Kafka
+/// Connect worker (HotSpot's `MaxFDLimit`, on by default on Linux): the soft limit (1024 on
+/// most distributions) is a guard for programs that use `select`, the hard limit (4096 from
+/// the kernel, 524,288 under systemd since v240) is what the administrator allows. Returns
+/// the limits before and after, or why it could not.
+pub fn raise_open_files_limit() -> Result<(u64, u64), String> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own; no other memory is touched.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let before = limit.rlim_cur;
+    if limit.rlim_cur >= limit.rlim_max {
+        return Ok((before, before));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok((before, raised.rlim_cur))
+}
+
+/// The default `tasks.max.per.worker`: as many tasks as the soft open-file limit holds at a
+/// classic task's cost (the worker raises the soft limit to the hard one first: 240 at the
+/// kernel's 4096, 2000 under systemd's 524,288), so a full worker does not run out of file
+/// descriptors in either mode; 128 when the limit cannot be read.
 pub fn default_tasks_per_worker() -> u64 {
     let (low, high) = DEFAULT_TASKS_PER_WORKER_BOUNDS;
     match open_files_limit() {
@@ -96,8 +127,10 @@ pub fn limits_config_def() -> ConfigDef {
                 Importance::Medium,
                 "The most tasks (tasks.max summed over every connector not STOPPED) the \
                  worker runs; a change beyond it is refused (400). Default: what the open-file \
-                 limit holds at 16 descriptors a task after 256 for the rest (48 at a limit \
-                 of 1024), from 16 to 1000.",
+                 limit (raised to the hard limit at start) holds at 16 descriptors a task \
+                 after 256 for the rest (240 at 4096), from 16 to 2000. A share-mode task \
+                 holds about one descriptor per broker it fetches from and no thread, so a \
+                 worker running share connectors only may set it higher.",
             )
             .default(default_tasks_per_worker().to_string())
             .validator(Validator::Between(1, 1_000_000)),
@@ -267,12 +300,30 @@ mod tests {
     fn the_default_worker_cap_follows_the_open_file_limit() {
         let limit = open_files_limit().expect("linux has /proc/self/limits");
         let tasks = default_tasks_per_worker();
-        assert!((16..=1000).contains(&tasks), "{tasks}");
-        if limit < 16_000 {
+        assert!((16..=2000).contains(&tasks), "{tasks}");
+        if limit < 32_000 {
             assert!(
                 FDS_RESERVED + tasks * FDS_PER_TASK <= limit.max(FDS_RESERVED + 16 * FDS_PER_TASK),
                 "{tasks} tasks fit in {limit} descriptors"
             );
+        }
+    }
+
+    #[test]
+    fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+        let hard = std::fs::read_to_string("/proc/self/limits")
+            .expect("linux")
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(4).map(str::to_owned))
+            .expect("a hard limit");
+        let (before, after) =
+            raise_open_files_limit().expect("raising to the hard limit is allowed");
+        assert!(after >= before);
+        let soft = open_files_limit().expect("readable");
+        assert_eq!(soft, after);
+        if hard != "unlimited" {
+            assert_eq!(soft.to_string(), hard, "the soft limit is the hard one now");
         }
     }
 

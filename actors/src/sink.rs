@@ -341,8 +341,6 @@ impl Handler<Finish> for SinkActor {
             }
         };
         Box::pin(fut.into_actor(self).map(|outcome, _act, ctx| {
-            // The task's last work on its thread.
-            crate::telemetry::leave_thread_span();
             ctx.stop();
             outcome
         }))

@@ -442,14 +442,11 @@ impl ConsumerGroupSource {
         }
     }
 
-    /// Seeks `tp` forward to `start`; a failed seek only costs reading records `poll` drops.
+    /// Seeks `tp` forward to `start` (made by the next poll, off this thread); a failed seek
+    /// only costs reading records `poll` drops.
     fn skip_to(&self, tp: &TopicPartition, start: i64) {
-        match self.source.skip_to(&tp.topic, tp.partition, start) {
-            Ok(true) => debug!(partition = %tp, start, "moved to the sink task's start offset"),
-            Ok(false) => {}
-            Err(e) => {
-                warn!(partition = %tp, start, error = %e, "could not move to the sink task's start offset; records before it are read and dropped")
-            }
+        if self.source.skip_to(&tp.topic, tp.partition, start) {
+            debug!(partition = %tp, start, "moving to the sink task's start offset");
         }
     }
 }
@@ -546,9 +543,8 @@ impl RecordSource for ConsumerGroupSource {
             if let Some(start) = self.starts.get_mut(&tp) {
                 *start = (*start).min(offset);
             }
-            self.source
-                .seek_back(&topic, partition, offset)
-                .map_err(|e| RuntimeError::Source(e.to_string()))?;
+            // Made by the next poll, off this (shared) thread; its failure fails that poll.
+            self.source.seek_back(&topic, partition, offset);
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
-//! One task: its four actors on a thread of their own (an actix `Arbiter`), so a slow or
-//! stuck task never holds up another, and a killed task takes its consumer with it.
+//! One task: its four actors, run on a thread of the worker's [`TaskPool`] that other tasks
+//! share (so nothing in a task may block its thread), in the task's log span; a killed task's
+//! actors are dropped together, its consumer with them.
 
 use std::sync::Arc;
 
@@ -13,10 +14,11 @@ use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{CloseGate, Drain, Failing, Reporter};
+use crate::pool::{TaskPool, TaskScope, ThreadLease};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
 use crate::status::TaskCounters;
-use crate::telemetry::{self, TaskIdentity};
+use crate::telemetry::TaskIdentity;
 use crate::tenancy::{InflightBytes, Throttle};
 
 /// Everything one run of a task needs.
@@ -49,9 +51,11 @@ pub struct TaskSpec {
 
 /// A running task.
 pub struct RunningTask {
-    arbiter: Arbiter,
+    scope: TaskScope,
     consumer: Addr<ConsumerActor>,
     pub generation: u64,
+    /// Its place on a pool thread, given back when the task is dropped.
+    _lease: ThreadLease,
 }
 
 impl RunningTask {
@@ -68,27 +72,30 @@ impl RunningTask {
         });
     }
 
-    /// Ends the task's thread at once, as a crash would: nothing more is acknowledged, and the
-    /// broker redelivers what the task held (when its acquisition locks expire, or at once
-    /// when the broker sees the connection close).
+    /// Drops the task's actors at once, as a crash would: nothing more is acknowledged, and
+    /// the broker redelivers what the task held (when its acquisition locks expire, or when
+    /// its member leaves the group). The pool thread goes on with its other tasks.
     pub fn kill(&self) {
-        self.arbiter.stop();
+        self.scope.kill();
     }
 }
 
-/// Starts the task's actors on a new arbiter.
-pub fn spawn_task(spec: TaskSpec) -> RunningTask {
-    let arbiter = Arbiter::new();
+/// Starts the task's actors on the pool thread with the fewest tasks.
+pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
+    let lease = pool.lease();
+    let scope = TaskScope::default();
     let generation = spec.generation;
     let identity = Arc::new(TaskIdentity {
         tenant: spec.tenant.clone(),
         connector: spec.connector.clone(),
         task: spec.task,
     });
-    let log_span = identity.log_span();
-    // Runs first on the new thread: everything after it logs in the task's span.
-    arbiter.spawn_fn(move || telemetry::enter_for_thread(log_span));
-    let consumer = ConsumerActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
+    let (consumer, mailbox) = TaskScope::mailbox::<ConsumerActor>();
+    let task_scope = scope.clone();
+    lease.arbiter().spawn_fn(move || {
+        let scope = task_scope;
+        let span = identity.log_span();
+        let ctx = Context::with_receiver(mailbox);
         let TaskSpec {
             tenant: _,
             connector,
@@ -111,29 +118,35 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
         } = spec;
         let failing = Failing::default();
         let lock_facts = LockFacts::default();
-        let acker = AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)).start();
-        let sink = SinkActor::new(
-            sink_task,
-            acker,
-            ctx.address(),
-            SinkContext {
-                connector,
-                connector_class,
-                task,
-                share,
-                errors,
-                config: task_config,
-                counters: Arc::clone(&counters),
-                failing: failing.clone(),
-                delivery_attempt_limit: settings.delivery_attempt_limit,
-                retry_lock_margin: settings.retry_lock_margin,
-                lock_facts: lock_facts.clone(),
-                target_health: target_health.clone(),
-            },
-        )
-        .start();
-        let converter = ConverterActor::new(pipeline, sink, failing.clone()).start();
-        ConsumerActor::new(ConsumerSetup {
+        let acker = scope.start(
+            AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)),
+            &span,
+        );
+        let sink = scope.start(
+            SinkActor::new(
+                sink_task,
+                acker,
+                ctx.address(),
+                SinkContext {
+                    connector,
+                    connector_class,
+                    task,
+                    share,
+                    errors,
+                    config: task_config,
+                    counters: Arc::clone(&counters),
+                    failing: failing.clone(),
+                    delivery_attempt_limit: settings.delivery_attempt_limit,
+                    retry_lock_margin: settings.retry_lock_margin,
+                    lock_facts: lock_facts.clone(),
+                    target_health: target_health.clone(),
+                },
+            ),
+            &span,
+        );
+        let converter = scope.start(ConverterActor::new(pipeline, sink, failing.clone()), &span);
+        let owner = ConsumerActor::batch_owner(ctx.address());
+        let actor = ConsumerActor::new(ConsumerSetup {
             factory: source,
             converter,
             task,
@@ -151,13 +164,15 @@ pub fn spawn_task(spec: TaskSpec) -> RunningTask {
             failing,
             lock_facts,
             target_health,
-            owner: ConsumerActor::batch_owner(ctx.address()),
-        })
+            owner,
+        });
+        scope.run(ctx, actor, &span);
     });
     RunningTask {
-        arbiter,
+        scope,
         consumer,
         generation,
+        _lease: lease,
     }
 }
 
@@ -454,6 +469,15 @@ mod tests {
     }
 
     fn start_with(records: Vec<RawRecord>, sink: Box<dyn SinkTask>, o: Options) -> Run {
+        start_on(records, sink, o, &TaskPool::start(1))
+    }
+
+    fn start_on(
+        records: Vec<RawRecord>,
+        sink: Box<dyn SinkTask>,
+        o: Options,
+        pool: &TaskPool,
+    ) -> Run {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let source_seen = Arc::clone(&seen);
         let (tx, events) = mpsc::unbounded_channel();
@@ -473,56 +497,59 @@ mod tests {
             }
             .boxed_local()
         });
-        let task = spawn_task(TaskSpec {
-            tenant: "t1".into(),
-            connector: "c".into(),
-            connector_class: "scripted".into(),
-            task: 0,
-            generation: 1,
-            share: o.share,
-            errors: ErrorHandling {
-                tolerance: o.tolerance,
-                retry_timeout: o.retry_timeout,
-                retry_delay_max: Duration::from_millis(20),
-                log_enable: true,
-                log_include_messages: false,
-                dead_letter_queue: o.dlq.as_ref().map(|_| DeadLetterQueue {
-                    topic: "dlq".into(),
-                    replication_factor: 1,
-                    context_headers: true,
+        let task = spawn_task(
+            TaskSpec {
+                tenant: "t1".into(),
+                connector: "c".into(),
+                connector_class: "scripted".into(),
+                task: 0,
+                generation: 1,
+                share: o.share,
+                errors: ErrorHandling {
+                    tolerance: o.tolerance,
+                    retry_timeout: o.retry_timeout,
+                    retry_delay_max: Duration::from_millis(20),
+                    log_enable: true,
+                    log_include_messages: false,
+                    dead_letter_queue: o.dlq.as_ref().map(|_| DeadLetterQueue {
+                        topic: "dlq".into(),
+                        replication_factor: 1,
+                        context_headers: true,
+                    }),
+                },
+                task_config: ConfigMap::new(),
+                pipeline: if o.panicking_converter {
+                    RecordPipeline::new(
+                        spillway_core::convert::RecordConverter::new(
+                            Box::new(spillway_core::convert::StringConverter::new(
+                                spillway_core::RecordPart::Key,
+                            )),
+                            Box::new(PanickingConverter),
+                        ),
+                        spillway_core::transforms::TransformChain::empty(),
+                    )
+                } else {
+                    RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid")
+                },
+                sink_task: sink,
+                source: factory,
+                dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
+                settings: TaskSettings {
+                    inflight_batches: o.inflight,
+                    poll_timeout: Duration::from_millis(10),
+                    shutdown_timeout: o.shutdown_timeout,
+                    ..TaskSettings::default()
+                },
+                counters: Arc::clone(&counters),
+                reporter: Arc::new(move |e| {
+                    let _ = tx.send(e);
                 }),
+                throttle: o.throttle,
+                inflight_bytes: o.inflight_bytes,
+                target_health: TargetHealth::default(),
             },
-            task_config: ConfigMap::new(),
-            pipeline: if o.panicking_converter {
-                RecordPipeline::new(
-                    spillway_core::convert::RecordConverter::new(
-                        Box::new(spillway_core::convert::StringConverter::new(
-                            spillway_core::RecordPart::Key,
-                        )),
-                        Box::new(PanickingConverter),
-                    ),
-                    spillway_core::transforms::TransformChain::empty(),
-                )
-            } else {
-                RecordPipeline::from_config(&o.pipeline, &ConfigMap::new()).expect("valid")
-            },
-            sink_task: sink,
-            source: factory,
-            dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
-            settings: TaskSettings {
-                inflight_batches: o.inflight,
-                poll_timeout: Duration::from_millis(10),
-                shutdown_timeout: o.shutdown_timeout,
-                ..TaskSettings::default()
-            },
-            counters: Arc::clone(&counters),
-            reporter: Arc::new(move |e| {
-                let _ = tx.send(e);
-            }),
-            throttle: o.throttle,
-            inflight_bytes: o.inflight_bytes,
-            target_health: TargetHealth::default(),
-        });
+            pool,
+        );
         Run {
             seen,
             events,
@@ -562,6 +589,62 @@ mod tests {
         let mut v = run.seen.lock().unwrap().committed.clone();
         v.sort_by_key(|(o, _)| *o);
         v
+    }
+
+    #[actix::test]
+    async fn a_task_killed_on_a_shared_thread_is_dropped_and_its_sibling_goes_on() {
+        let pool = TaskPool::start(1);
+        let hanging = ScriptedSink {
+            put_delay: Duration::from_secs(60),
+            ..ScriptedSink::default()
+        };
+        let mut killed = start_on(
+            (0..6).map(|i| raw(i, "k")).collect(),
+            Box::new(hanging),
+            Options::default(),
+            &pool,
+        );
+        let sink = ScriptedSink::default();
+        let mut sibling = start_on(
+            (0..9).map(|i| raw(i, "s")).collect(),
+            Box::new(sink.clone()),
+            Options::default(),
+            &pool,
+        );
+        assert_eq!(
+            pool.tasks_per_thread(),
+            vec![2],
+            "both tasks share the one thread"
+        );
+        killed.task.kill();
+        // Every actor of the killed task is dropped: its reporter goes with them.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::time::timeout_at(deadline, killed.events.recv()).await {
+                Ok(None) => break,
+                Ok(Some(_)) => continue,
+                Err(_) => panic!("the killed task's actors are still alive"),
+            }
+        }
+        assert!(
+            !killed.seen.lock().unwrap().closed,
+            "a kill closes nothing gracefully"
+        );
+        let event = finish(&mut sibling, 9).await;
+        assert_eq!(
+            event,
+            TaskEvent::Stopped {
+                task: 0,
+                generation: 1
+            }
+        );
+        assert_eq!(sink.written.lock().unwrap().len(), 9);
+        drop(killed);
+        assert_eq!(
+            pool.tasks_per_thread(),
+            vec![1],
+            "the killed task's place is free"
+        );
     }
 
     #[actix::test]

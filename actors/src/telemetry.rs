@@ -19,7 +19,6 @@
 //!
 //! Nothing is computed when no subscriber wants the spans (tracing off).
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -28,7 +27,6 @@ use opentelemetry::trace::{Link, Span as _, SpanContext, SpanKind, TraceContextE
 use opentelemetry::{Context, KeyValue};
 use spillway_connectors::trace_context;
 use spillway_core::RawRecord;
-use tracing::span::EnteredSpan;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -55,7 +53,7 @@ pub struct TaskIdentity {
 }
 
 impl TaskIdentity {
-    /// The span a task's thread runs in, so every log line emitted by the task (its actors,
+    /// The span a task's actors run in, so every log line emitted by the task (its actors,
     /// its consumer, its sink) names the tenant, connector and task.
     /// At ERROR level so that it is on whenever any log line is: a task's warnings keep their
     /// context when the levels are set to WARN or ERROR.
@@ -67,39 +65,6 @@ impl TaskIdentity {
             task = self.task
         )
     }
-}
-
-/// The entered log span of a task's thread. Dropped with the thread's other thread-locals,
-/// when `tracing` may no longer use its own: then the span is left entered rather than exited
-/// (a task that stops gracefully has left it before, see [`leave_thread_span`]).
-struct ThreadLogSpan(Option<EnteredSpan>);
-
-impl Drop for ThreadLogSpan {
-    fn drop(&mut self) {
-        if let Some(entered) = self.0.take() {
-            std::mem::forget(entered);
-        }
-    }
-}
-
-thread_local! {
-    static THREAD_LOG_SPAN: RefCell<ThreadLogSpan> = const { RefCell::new(ThreadLogSpan(None)) };
-}
-
-/// Makes `span` the context of every log line emitted on this thread from now on. Meant for a
-/// task's own thread: all the work on it belongs to that task.
-pub fn enter_for_thread(span: Span) {
-    leave_thread_span();
-    let _ = THREAD_LOG_SPAN.try_with(|slot| slot.borrow_mut().0 = Some(span.entered()));
-}
-
-/// Exits the span [`enter_for_thread`] entered on this thread, if any: the task is done.
-pub fn leave_thread_span() {
-    let entered = THREAD_LOG_SPAN
-        .try_with(|slot| slot.borrow_mut().0.take())
-        .ok()
-        .flatten();
-    drop(entered);
 }
 
 /// A stage of a batch's way through a task.

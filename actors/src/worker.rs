@@ -19,7 +19,7 @@ use spillway_core::{ConfigError, ConfigMap};
 use spillway_kafka::admin::AdminClients;
 use spillway_kafka::groups::Membership;
 use spillway_kafka::producer::IdempotentProducer;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::connector::ConnectorPlan;
 use crate::consumer_settings::ConsumerSettings;
@@ -27,6 +27,7 @@ use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict};
 use crate::limits::{requested_tasks, WorkerLimits};
+use crate::pool::{task_threads, TaskPool};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::share_group::{Preparation, ShareGroupWish};
 use crate::status::{ConnectorStatus, StatusBoard};
@@ -63,6 +64,8 @@ pub struct Worker {
     admin: Arc<AdminClients>,
     /// Asks Kafka whether a group of another type holds a connector's group id.
     group_ids: GroupIdChecker,
+    /// The threads every task runs on (`task.threads`).
+    pool: TaskPool,
 }
 
 impl Worker {
@@ -94,8 +97,20 @@ impl Worker {
             }
             None => OverridePolicy::All,
         };
+        // Before the limits: the default task cap follows the open-file limit.
+        match crate::limits::raise_open_files_limit() {
+            Ok((before, after)) if after > before => {
+                info!(
+                    before,
+                    after, "raised the soft open-file limit to the hard limit"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot raise the soft open-file limit"),
+        }
         let limits =
             WorkerLimits::from_worker_config(&config).map_err(RuntimeError::WorkerConfig)?;
+        let threads = task_threads(&config).map_err(RuntimeError::WorkerConfig)?;
         let board = StatusBoard::default();
         crate::metrics::register(meter, &board);
         let supervisor_board = board.clone();
@@ -109,13 +124,15 @@ impl Worker {
                 let system = System::new();
                 system.block_on(async move {
                     let addr = Supervisor::new(supervisor_board).start();
-                    let _ = tx.send((addr, System::current()));
+                    // Arbiters of this system: they stop with it.
+                    let pool = TaskPool::start(threads);
+                    let _ = tx.send((addr, System::current(), pool));
                 });
                 // Returns when the system is stopped.
                 let _ = system.run();
             })
             .map_err(|e| RuntimeError::Task(format!("cannot start the worker thread: {e}")))?;
-        let (supervisor, system) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
+        let (supervisor, system, pool) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
         let group_ids = GroupIdChecker::new()
             .map_err(|e| RuntimeError::Task(format!("cannot start the group id checker: {e}")))?;
         Ok(Worker {
@@ -131,12 +148,18 @@ impl Worker {
             panic,
             admin: Arc::default(),
             group_ids,
+            pool,
         })
     }
 
     /// The worker's Kafka admin clients (one per cluster and security setting).
     pub fn admin_clients(&self) -> Arc<AdminClients> {
         Arc::clone(&self.admin)
+    }
+
+    /// The threads the worker's tasks run on.
+    pub fn task_pool(&self) -> &TaskPool {
+        &self.pool
     }
 
     /// The worker's task limits.
@@ -666,6 +689,7 @@ impl Worker {
             registry: self.registry.clone(),
             preparation,
             admin: Arc::clone(&self.admin),
+            pool: self.pool.clone(),
         })
     }
 }

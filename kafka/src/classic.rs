@@ -266,7 +266,7 @@ impl OffsetTracker {
     }
 }
 
-fn lock(m: &Mutex<OffsetTracker>) -> MutexGuard<'_, OffsetTracker> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Each critical section is a few map operations; a panic elsewhere cannot tear them.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -378,11 +378,65 @@ impl ConsumerContext for GroupContext {
 
 /// A consumer-group member that tracks processed offsets.
 pub struct ClassicSource {
-    consumer: Arc<BaseConsumer<GroupContext>>,
+    consumer: ClosedOffThread,
     tracker: Arc<Mutex<OffsetTracker>>,
     config: ClassicConfig,
     /// The partitions `keep_alive` paused; the next `poll` resumes them.
     paused: Arc<Mutex<BTreeSet<(String, i32)>>>,
+    /// Seeks asked for and not made yet: the next `poll` or `keep_alive` makes them on a
+    /// blocking thread before it reads, since librdkafka's seek waits (up to its timeout) for
+    /// the fetcher, and the caller's thread runs other tasks.
+    seeks: Arc<Mutex<BTreeMap<(String, i32), PendingSeek>>>,
+}
+
+/// A seek not made yet: to where, and whether failing it fails the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PendingSeek {
+    offset: i64,
+    /// A record given back must be read again (failing fails the poll); a skip forward only
+    /// saves reading records the caller drops anyway (failing is logged).
+    must: bool,
+}
+
+/// How long a seek may wait for librdkafka's fetcher (on a blocking thread).
+const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The consumer, whose last handle is dropped on a blocking thread: closing a librdkafka
+/// consumer leaves the group and waits for the broker's answer, which must not hold up the
+/// (shared) thread a task's source is dropped on when the task is killed.
+struct ClosedOffThread(Option<Arc<BaseConsumer<GroupContext>>>);
+
+impl ClosedOffThread {
+    fn take(mut self) -> Arc<BaseConsumer<GroupContext>> {
+        self.0.take().expect("the consumer is only taken once")
+    }
+}
+
+impl std::ops::Deref for ClosedOffThread {
+    type Target = Arc<BaseConsumer<GroupContext>>;
+
+    fn deref(&self) -> &Self::Target {
+        self.0
+            .as_ref()
+            .expect("the consumer is only taken on close")
+    }
+}
+
+impl Drop for ClosedOffThread {
+    fn drop(&mut self) {
+        let Some(consumer) = self.0.take() else {
+            return;
+        };
+        // A thread of its own, not the runtime's blocking pool: a runtime shutting down waits
+        // for its blocking tasks, and a close may wait for the broker.
+        let closing = std::thread::Builder::new()
+            .name("spillway-close".into())
+            .spawn(move || drop(consumer));
+        if let Err(e) = closing {
+            // The consumer went with the closure that could not run: closed here.
+            warn!(error = %e, "no thread to close a consumer on; it was closed on the caller's");
+        }
+    }
 }
 
 impl ClassicSource {
@@ -440,10 +494,11 @@ impl ClassicSource {
                     reason: e.to_string(),
                 })?;
         Ok(ClassicSource {
-            consumer: Arc::new(consumer),
+            consumer: ClosedOffThread(Some(Arc::new(consumer))),
             tracker,
             config,
             paused: Arc::new(Mutex::new(BTreeSet::new())),
+            seeks: Arc::default(),
         })
     }
 
@@ -486,7 +541,9 @@ impl ClassicSource {
         let group = self.config.group_id.clone();
         let bootstrap = self.config.bootstrap_servers.clone();
         let paused = Arc::clone(&self.paused);
+        let seeks = Arc::clone(&self.seeks);
         tokio::task::spawn_blocking(move || {
+            make_seeks(&consumer, &seeks, &group)?;
             let to_resume = std::mem::take(&mut *paused.lock().unwrap_or_else(|e| e.into_inner()));
             if !to_resume.is_empty() {
                 // Every partition paused, assigned now or not: librdkafka keeps a pause across
@@ -551,7 +608,9 @@ impl ClassicSource {
         let tracker = Arc::clone(&self.tracker);
         let group = self.config.group_id.clone();
         let paused = Arc::clone(&self.paused);
+        let seeks = Arc::clone(&self.seeks);
         tokio::task::spawn_blocking(move || {
+            make_seeks(&consumer, &seeks, &group)?;
             match consumer.assignment() {
                 Ok(assignment) => {
                     // Noted before pausing: a partition whose pause half-failed is resumed too.
@@ -598,41 +657,46 @@ impl ClassicSource {
 
     /// Reads `topic-partition` again from `offset` (a record given back unprocessed). Later
     /// records of the partition already in flight are read again too: duplicates, not loss.
-    pub fn seek_back(&self, topic: &str, partition: i32, offset: i64) -> Result<(), ClassicError> {
+    /// The seek is made by the next [`poll`](Self::poll) or [`keep_alive`](Self::keep_alive),
+    /// before it reads; if it fails, that call fails.
+    pub fn seek_back(&self, topic: &str, partition: i32, offset: i64) {
         lock(&self.tracker).rewind(topic, partition, offset);
-        self.seek(topic, partition, offset)
-    }
-
-    /// Makes the consumer read `topic-partition` from `offset` next.
-    fn seek(&self, topic: &str, partition: i32, offset: i64) -> Result<(), ClassicError> {
-        let mut tpl = TopicPartitionList::new();
-        // Only fails for an invalid offset value; a log offset is valid.
-        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
-        self.consumer
-            .seek_partitions(tpl, Duration::from_secs(5))
-            .map(|_| ())
-            .map_err(|e| ClassicError::Seek {
-                group: self.config.group_id.clone(),
-                topic: topic.to_owned(),
-                partition,
-                offset,
-                reason: e.to_string(),
-            })
+        lock(&self.seeks).insert(
+            (topic.to_owned(), partition),
+            PendingSeek { offset, must: true },
+        );
     }
 
     /// Moves `topic-partition` forward to `offset` (the sink has every record before it), unless
     /// a record at or after it was delivered already; never moves back. Returns whether it
-    /// sought. librdkafka may still hand out records fetched before the seek, and a seek
-    /// before the partition's first fetch can be overtaken by its committed offset, so callers
-    /// still drop records below `offset` and seek again when they see one.
-    pub fn skip_to(&self, topic: &str, partition: i32, offset: i64) -> Result<bool, ClassicError> {
+    /// asked for a seek (made by the next poll, a failure only logged). librdkafka may still
+    /// hand out records fetched before the seek, and a seek before the partition's first fetch
+    /// can be overtaken by its committed offset, so callers still drop records below `offset`
+    /// and seek again when they see one.
+    pub fn skip_to(&self, topic: &str, partition: i32, offset: i64) -> bool {
         let mut tracker = lock(&self.tracker);
         if tracker.next(topic, partition) >= offset {
-            return Ok(false);
+            return false;
         }
-        self.seek(topic, partition, offset)?;
+        let mut seeks = lock(&self.seeks);
+        let seek = seeks
+            .entry((topic.to_owned(), partition))
+            .or_insert(PendingSeek {
+                offset,
+                must: false,
+            });
+        // A rewind asked for before stays one; the later position wins.
+        seek.offset = offset;
         tracker.skipped_to(topic, partition, offset);
-        Ok(true)
+        true
+    }
+
+    /// Seeks asked for and not made yet, by partition: (offset, whether it must succeed).
+    pub fn pending_seeks(&self) -> Vec<((String, i32), i64)> {
+        lock(&self.seeks)
+            .iter()
+            .map(|(tp, seek)| (tp.clone(), seek.offset))
+            .collect()
     }
 
     /// One past the highest offset of `topic-partition` delivered (0 when none was).
@@ -683,7 +747,7 @@ impl ClassicSource {
     /// Commits what is processed and leaves the group.
     pub async fn close(self) -> Result<(), ClassicError> {
         let committed = self.commit().await;
-        let consumer = self.consumer;
+        let consumer = self.consumer.take();
         tokio::task::spawn_blocking(move || {
             consumer.unsubscribe();
             // Dropping the last handle closes the consumer, which leaves the group.
@@ -693,6 +757,46 @@ impl ClassicSource {
         .map_err(|e| ClassicError::Cancelled(e.to_string()))?;
         committed.map(|_| ())
     }
+}
+
+/// Makes the seeks asked for since the last poll (on a blocking thread). A partition that is
+/// not assigned any more is left alone: its new owner reads from the last commit.
+fn make_seeks(
+    consumer: &BaseConsumer<GroupContext>,
+    seeks: &Mutex<BTreeMap<(String, i32), PendingSeek>>,
+    group: &str,
+) -> Result<(), ClassicError> {
+    let pending = std::mem::take(&mut *lock(seeks));
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let assigned = consumer
+        .assignment()
+        .map(|a| partitions_of(&a))
+        .unwrap_or_default();
+    for ((topic, partition), seek) in pending {
+        if !assigned.contains(&(topic.clone(), partition)) {
+            debug!(group = %group, %topic, partition, offset = seek.offset, "not seeking a partition no longer assigned");
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        // Only fails for an invalid offset value; a log offset is valid.
+        let _ = tpl.add_partition_offset(&topic, partition, Offset::Offset(seek.offset));
+        if let Err(e) = consumer.seek_partitions(tpl, SEEK_TIMEOUT) {
+            let error = ClassicError::Seek {
+                group: group.to_owned(),
+                topic: topic.clone(),
+                partition,
+                offset: seek.offset,
+                reason: e.to_string(),
+            };
+            if seek.must {
+                return Err(error);
+            }
+            warn!(error = %error, "could not move to the sink task's start offset; records before it are read and dropped");
+        }
+    }
+    Ok(())
 }
 
 /// What a poll hands out: the rebalances since the last one, then `records`, which count as

@@ -184,7 +184,8 @@ pub struct Cluster {
     request_timeout: Duration,
     /// Limit for dialling a broker (TCP and TLS handshake).
     connect_timeout: Duration,
-    meta: Mutex<Meta>,
+    /// Shared with the clusters made by [`Cluster::own_connections`].
+    meta: Arc<Mutex<Meta>>,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
 }
 
@@ -269,7 +270,7 @@ impl Cluster {
             security,
             request_timeout,
             connect_timeout,
-            meta: Mutex::new(Meta::default()),
+            meta: Arc::default(),
             slots: Mutex::new(HashMap::new()),
         });
         cluster.refresh_metadata(&[]).await?;
@@ -278,6 +279,23 @@ impl Cluster {
 
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// The same cluster (its metadata shared, kept up to date by either) with connections of
+    /// its own. Kafka handles one request at a time per connection, in order (the protocol
+    /// guide's ordering guarantee): a client whose requests wait at the broker (a ShareFetch
+    /// long poll) needs its own connections, while quick requests of many clients (heartbeats,
+    /// metadata) can share this one's.
+    pub fn own_connections(&self) -> Arc<Cluster> {
+        Arc::new(Cluster {
+            bootstrap: self.bootstrap.clone(),
+            client_id: self.client_id.clone(),
+            security: self.security.clone(),
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+            meta: Arc::clone(&self.meta),
+            slots: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The connection to `addr`, opened if needed. A failed address is not retried before its

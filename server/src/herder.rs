@@ -719,7 +719,8 @@ impl Herder {
         self.check_quotas(tenant, name, &config, initial)?;
         let record = ConnectorRecord::new(config.clone(), initial);
         let key = key(tenant, name);
-        self.store.put_connector(&key, &record)?;
+        let (k, r) = (key.clone(), record.clone());
+        self.write(move |store| store.put_connector(&k, &r)).await?;
         info!(tenant, connector = %name, target = %initial, "created");
         if initial == TargetState::Running {
             self.start(&key, config).await;
@@ -774,7 +775,8 @@ impl Herder {
         self.check(tenant, &config).await?;
         self.check_quotas(tenant, name, &config, record.target_state)?;
         record.config = config.clone();
-        self.store.put_connector(&key, &record)?;
+        let (k, r) = (key.clone(), record.clone());
+        self.write(move |store| store.put_connector(&k, &r)).await?;
         info!(tenant, connector = %name, created, "configuration written");
         let runtime = runtime_key(tenant, name);
         if record.target_state == TargetState::Running {
@@ -833,7 +835,8 @@ impl Herder {
         self.record(tenant, name)?;
         let key = key(tenant, name);
         self.halt(&key).await?;
-        self.store.delete_connector(&key)?;
+        let k = key.clone();
+        self.write(move |store| store.delete_connector(&k)).await?;
         let runtime = runtime_key(tenant, name);
         lock(&self.persisted).retain(|(n, _), _| *n != runtime);
         info!(tenant, connector = %name, "deleted");
@@ -858,7 +861,9 @@ impl Herder {
             self.check_quotas(tenant, name, &record.config, target)?;
         }
         let key = key(tenant, name);
-        self.store.set_target_state(&key, target)?;
+        let k = key.clone();
+        self.write(move |store| store.set_target_state(&k, target))
+            .await?;
         info!(tenant, connector = %name, from = %record.target_state, to = %target, "target state");
         match target {
             TargetState::Running => self.start(&key, record.config).await,
@@ -957,7 +962,9 @@ impl Herder {
         let _guard = self.control.lock().await;
         let record = self.record(tenant, name)?;
         let key = key(tenant, name);
-        self.store.count_connector_restart(&key)?;
+        let k = key.clone();
+        self.write(move |store| store.count_connector_restart(&k))
+            .await?;
         if record.target_state == TargetState::Running {
             info!(tenant, connector = %name, "restarting");
             self.halt(&key).await?;
@@ -1542,16 +1549,34 @@ impl Herder {
         Ok(())
     }
 
+    /// Runs a change of the store on a blocking thread: sled writes it to disk before it
+    /// returns, which must not hold up the executor serving the other REST requests.
+    async fn write<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&dyn StateStore) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, HerderError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || change(store.as_ref()))
+            .await
+            .map_err(|e| {
+                HerderError::Runtime(RuntimeError::Task(format!(
+                    "the state store write did not finish: {e}"
+                )))
+            })?
+            .map_err(HerderError::from)
+    }
+
     /// Writes the tasks' states, traces and restart counts to the store when they changed.
     pub fn persist_task_statuses(&self) -> Result<(), HerderError> {
         for status in self.worker.statuses() {
             let Some(key) = split_runtime_key(&status.name) else {
                 continue;
             };
+            // The configuration the runtime holds (the stored one): the store is only written
+            // here, never read on each tick.
             let config = self
-                .store
-                .connector(&key)?
-                .map(|r| r.config)
+                .worker
+                .connector_config(&status.name)
                 .unwrap_or_default();
             for task in status.tasks {
                 let record = TaskRecord {
@@ -1762,4 +1787,193 @@ fn committed_offsets(
             _ => None,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use spillway_core::config::config_map;
+    use spillway_storage::{
+        ConnectorKey, ConnectorRecord, SledStore, StateStore, StorageError, TaskRecord, Tenant,
+    };
+
+    use super::*;
+
+    /// The worker's store, counting the reads of connector records; its connector writes take
+    /// `write_delay` (a disk that is slow to sync).
+    struct CountingStore {
+        inner: SledStore,
+        connector_reads: AtomicUsize,
+        write_delay: Duration,
+    }
+
+    impl StateStore for CountingStore {
+        fn put_tenant(&self, tenant: &Tenant) -> Result<(), StorageError> {
+            self.inner.put_tenant(tenant)
+        }
+        fn delete_tenant(&self, name: &str) -> Result<bool, StorageError> {
+            self.inner.delete_tenant(name)
+        }
+        fn tenants(&self) -> Result<Vec<Tenant>, StorageError> {
+            self.inner.tenants()
+        }
+        fn put_connector(
+            &self,
+            key: &ConnectorKey,
+            record: &ConnectorRecord,
+        ) -> Result<(), StorageError> {
+            std::thread::sleep(self.write_delay);
+            self.inner.put_connector(key, record)
+        }
+        fn connector(&self, key: &ConnectorKey) -> Result<Option<ConnectorRecord>, StorageError> {
+            self.connector_reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.connector(key)
+        }
+        fn set_target_state(
+            &self,
+            key: &ConnectorKey,
+            state: TargetState,
+        ) -> Result<bool, StorageError> {
+            self.inner.set_target_state(key, state)
+        }
+        fn count_connector_restart(&self, key: &ConnectorKey) -> Result<Option<u32>, StorageError> {
+            self.inner.count_connector_restart(key)
+        }
+        fn delete_connector(&self, key: &ConnectorKey) -> Result<bool, StorageError> {
+            self.inner.delete_connector(key)
+        }
+        fn connectors(&self) -> Result<Vec<(ConnectorKey, ConnectorRecord)>, StorageError> {
+            self.inner.connectors()
+        }
+        fn put_task(
+            &self,
+            key: &ConnectorKey,
+            task: u32,
+            record: &TaskRecord,
+        ) -> Result<bool, StorageError> {
+            self.inner.put_task(key, task, record)
+        }
+        fn tasks(&self, key: &ConnectorKey) -> Result<Vec<(u32, TaskRecord)>, StorageError> {
+            self.inner.tasks(key)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_status_tick_writes_changed_statuses_without_reading_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(CountingStore {
+            inner: SledStore::open(dir.path()).expect("store"),
+            connector_reads: AtomicUsize::new(0),
+            write_delay: Duration::ZERO,
+        });
+        // No broker answers here: the tasks fail to connect, which is a status to record.
+        let worker = Worker::start(
+            config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
+            ConnectorRegistry::builtin(),
+        )
+        .expect("worker");
+        let herder = Herder::new(
+            worker,
+            Arc::clone(&store) as Arc<dyn StateStore>,
+            ConnectorRegistry::builtin(),
+            "w1".into(),
+        )
+        .expect("herder");
+        let file = dir.path().join("out.txt").display().to_string();
+        herder
+            .create(
+                DEFAULT_TENANT,
+                config_map(&[
+                    ("connector.class", "file"),
+                    ("topics", "t"),
+                    ("file", &file),
+                    ("tasks.max", "2"),
+                ]),
+                "files",
+                TargetState::Running,
+            )
+            .await
+            .expect("created");
+        store.connector_reads.store(0, Ordering::SeqCst);
+        for _ in 0..5 {
+            herder.persist_task_statuses().expect("recorded");
+        }
+        assert_eq!(
+            store.connector_reads.load(Ordering::SeqCst),
+            0,
+            "a status tick reads the configuration from memory, not from the store"
+        );
+        let recorded = store
+            .inner
+            .tasks(&key(DEFAULT_TENANT, "files"))
+            .expect("tasks");
+        assert_eq!(
+            recorded.len(),
+            2,
+            "both tasks' statuses are recorded: {recorded:?}"
+        );
+    }
+
+    /// A store write that takes long (sled syncing to a slow disk) runs on a blocking thread:
+    /// the executor serving REST requests goes on meanwhile. One thread, as a worker under load
+    /// has every executor thread busy.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_store_write_does_not_hold_up_the_executor() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(CountingStore {
+            inner: SledStore::open(dir.path()).expect("store"),
+            connector_reads: AtomicUsize::new(0),
+            write_delay: Duration::from_millis(800),
+        });
+        let worker = Worker::start(
+            config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
+            ConnectorRegistry::builtin(),
+        )
+        .expect("worker");
+        let herder = Herder::new(
+            worker,
+            Arc::clone(&store) as Arc<dyn StateStore>,
+            ConnectorRegistry::builtin(),
+            "w1".into(),
+        )
+        .expect("herder");
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let ticker = tokio::spawn({
+            let ticks = Arc::clone(&ticks);
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        let file = dir.path().join("out.txt").display().to_string();
+        let created = herder.create(
+            DEFAULT_TENANT,
+            config_map(&[
+                ("connector.class", "file"),
+                ("topics", "t"),
+                ("file", &file),
+                ("tasks.max", "1"),
+                ("consumer.override.group.protocol", "classic"),
+            ]),
+            "slow",
+            TargetState::Stopped,
+        );
+        let started = std::time::Instant::now();
+        created.await.expect("created");
+        let took = started.elapsed();
+        let during = ticks.load(Ordering::SeqCst);
+        ticker.abort();
+        assert!(
+            took >= Duration::from_millis(800),
+            "the write took {took:?}"
+        );
+        // 800 ms of 10 ms ticks: 80 if the executor were free all along; blocked, 0 or 1.
+        assert!(
+            during >= 20,
+            "the executor was held up by the store write: {during} ticks in {took:?}"
+        );
+    }
 }

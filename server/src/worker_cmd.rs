@@ -380,8 +380,13 @@ impl RunningWorker {
                 let mut tick = tokio::time::interval(STATUS_PERSIST_INTERVAL);
                 loop {
                     tick.tick().await;
-                    if let Err(e) = herder.persist_task_statuses() {
-                        warn!(error = %e, "cannot record task statuses");
+                    // sled writes (with fsync) on a blocking thread, not the REST executor.
+                    let writer = Arc::clone(&herder);
+                    match tokio::task::spawn_blocking(move || writer.persist_task_statuses()).await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => warn!(error = %e, "cannot record task statuses"),
+                        Err(e) => warn!(error = %e, "recording task statuses stopped"),
                     }
                 }
             }

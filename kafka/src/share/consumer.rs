@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::ack::{
     AckBatch, AcknowledgementBatch, Ledger, PartitionAcknowledgements, ShareGroupMetadata,
@@ -188,14 +188,44 @@ impl ShareConsumer {
     /// [`ShareConsumer::subscribe`].
     pub async fn connect(config: ShareConsumerConfig) -> Result<ShareConsumer, ShareError> {
         config.validate()?;
-        let cluster = Cluster::connect_with(
+        let cluster = ShareConsumer::connect_cluster(&config).await?;
+        ShareConsumer::start(config, cluster, None)
+    }
+
+    /// The cluster `config` names, contacted: to be shared by the members of one group
+    /// ([`ShareConsumer::connect_sharing`]).
+    pub async fn connect_cluster(config: &ShareConsumerConfig) -> Result<Arc<Cluster>, ShareError> {
+        config.validate()?;
+        Ok(Cluster::connect_with(
             &config.bootstrap_servers,
             &config.client_id,
             config.request_timeout,
             config.connect_timeout,
             config.security.clone(),
         )
-        .await?;
+        .await?)
+    }
+
+    /// [`ShareConsumer::connect`] as one of several members that share `cluster` (made by
+    /// [`ShareConsumer::connect_cluster`] with the same bootstrap servers and security): their
+    /// heartbeats and metadata requests share its connection per broker; each member fetches
+    /// and acknowledges on connections of its own, since a ShareFetch waits at the broker and
+    /// Kafka serves one request at a time per connection.
+    pub fn connect_sharing(
+        config: ShareConsumerConfig,
+        cluster: &Arc<Cluster>,
+    ) -> Result<ShareConsumer, ShareError> {
+        config.validate()?;
+        ShareConsumer::start(config, Arc::clone(cluster), Some(cluster.own_connections()))
+    }
+
+    /// Starts the member's background tasks on `cluster`; its fetches go through
+    /// `fetch_cluster` when given.
+    fn start(
+        config: ShareConsumerConfig,
+        cluster: Arc<Cluster>,
+        fetch_cluster: Option<Arc<Cluster>>,
+    ) -> Result<ShareConsumer, ShareError> {
         let member_id = membership::new_member_id();
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
@@ -203,7 +233,7 @@ impl ShareConsumer {
         let router_wake = Arc::new(Notify::new());
         let max_records = config.fetch_records() as i32;
         let ctx = Arc::new(FetchContext {
-            cluster: Arc::clone(&cluster),
+            cluster: fetch_cluster.unwrap_or_else(|| Arc::clone(&cluster)),
             group_id: Cluster::group_id(&config.group_id),
             member_id: StrBytes::from_string(member_id.clone()),
             ledger: Arc::clone(&ledger),
@@ -227,29 +257,36 @@ impl ShareConsumer {
         let (leave_tx, leave_rx) = oneshot::channel();
         let fatal = Arc::new(Mutex::new(None));
         let epoch = Arc::new(Mutex::new(0));
-        let heartbeat = tokio::spawn(membership::run(
-            MemberState::new(member_id.clone()),
-            MembershipLink {
-                group: config.group_id.clone(),
-                cluster: Arc::clone(&cluster),
-                subscription: subscription_rx.clone(),
-                assignment: assignment_tx,
-                epoch: Arc::clone(&epoch),
-                fatal: Arc::clone(&fatal),
-                leave: leave_rx,
-                request_timeout: config.request_timeout,
-            },
-        ));
+        // Background tasks log in the span of whoever made the member (a task's).
+        let heartbeat = tokio::spawn(
+            membership::run(
+                MemberState::new(member_id.clone()),
+                MembershipLink {
+                    group: config.group_id.clone(),
+                    cluster: Arc::clone(&cluster),
+                    subscription: subscription_rx.clone(),
+                    assignment: assignment_tx,
+                    epoch: Arc::clone(&epoch),
+                    fatal: Arc::clone(&fatal),
+                    leave: leave_rx,
+                    request_timeout: config.request_timeout,
+                },
+            )
+            .in_current_span(),
+        );
         let brokers = Arc::new(Mutex::new(HashMap::new()));
         let fetch = Arc::clone(&ctx);
-        let router = tokio::spawn(route(Router {
-            ctx,
-            brokers: Arc::clone(&brokers),
-            assignment: assignment_rx.clone(),
-            subscription: subscription_rx,
-            wake: router_wake,
-            refresh_every: config.metadata_max_age,
-        }));
+        let router = tokio::spawn(
+            route(Router {
+                ctx,
+                brokers: Arc::clone(&brokers),
+                assignment: assignment_rx.clone(),
+                subscription: subscription_rx,
+                wake: router_wake,
+                refresh_every: config.metadata_max_age,
+            })
+            .in_current_span(),
+        );
         Ok(ShareConsumer {
             config,
             cluster,

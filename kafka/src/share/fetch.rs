@@ -31,7 +31,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, warn, Instrument};
 use uuid::Uuid;
 
 use super::ack::{encode_batches, Acquire, Ledger, Owner, SentAcks, GAP};
@@ -155,7 +155,7 @@ pub(crate) fn spawn_broker(broker: i32, ctx: Arc<FetchContext>) -> BrokerHandle 
     BrokerHandle {
         commands,
         wanted,
-        task: tokio::spawn(task.run()),
+        task: tokio::spawn(task.run().in_current_span()),
     }
 }
 
