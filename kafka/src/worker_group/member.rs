@@ -48,17 +48,28 @@ use crate::error_name;
 const JOIN_GROUP_KEY: i16 = 11;
 const LEAVE_GROUP_KEY: i16 = 13;
 const SYNC_GROUP_KEY: i16 = 14;
-/// v4+: the coordinator hands out member ids (MEMBER_ID_REQUIRED, KIP-394).
-const JOIN_GROUP_VERSIONS: (i16, i16) = (4, 9);
-const SYNC_GROUP_VERSIONS: (i16, i16) = (0, 5);
-const HEARTBEAT_VERSIONS: (i16, i16) = (0, 4);
-/// v0-2 name one member at the top level; Kafka 4.2 still accepts them. v3+ (a list of members)
-/// is not used: the dev broker announces v3-4 but reads every version as v0 (librdkafka's mock,
-/// `rd_kafka_mock_handle_LeaveGroup`), and one member leaving needs nothing more.
+/// The group APIs are spoken in their last non-flexible versions, which Kafka 4.2 accepts:
+/// the dev broker (librdkafka's mock, `rdkafka_mock_handlers.c`) announces flexible versions of
+/// JoinGroup (v6), SyncGroup (v4), Heartbeat (v4) and LeaveGroup (v3-4) but reads every version
+/// with the old layout (int32 array counts, one member at the top level), so a flexible request
+/// makes it drop the connection. Nothing of the newer versions is needed here: the join reason
+/// (v8), the protocol type echoed in SyncGroup (v5), batch leaves (v3).
+///
+/// JoinGroup v4+: the coordinator hands out member ids (MEMBER_ID_REQUIRED, KIP-394).
+const JOIN_GROUP_VERSIONS: (i16, i16) = (4, 5);
+const SYNC_GROUP_VERSIONS: (i16, i16) = (0, 3);
+const HEARTBEAT_VERSIONS: (i16, i16) = (0, 3);
 const LEAVE_GROUP_VERSIONS: (i16, i16) = (0, 2);
 /// A JoinGroup or SyncGroup may wait up to the rebalance timeout; the request limit is that
 /// plus this margin (Kafka's clients add 5 s too).
 const REBALANCE_REQUEST_MARGIN: Duration = Duration::from_secs(5);
+/// How long a leader of several members waits before its SyncGroup. On Kafka it costs only this
+/// much per rebalance (followers wait for the leader's SyncGroup anyway). The dev broker needs
+/// it: it completes a generation as soon as the leader's SyncGroup names every member's
+/// assignment and then refuses the followers whose SyncGroup came later
+/// (`rdkafka_mock_cgrp.c`, `sync_check` counts assignments, not synced members), where Kafka
+/// answers them from the stored assignment.
+const LEADER_SYNC_GRACE: Duration = Duration::from_millis(200);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -511,6 +522,9 @@ impl Member {
             Vec::new()
         };
         debug!(group = %self.config.group_id, member = %self.member_id, generation = self.generation, leader, "joined");
+        if leader && response.members.len() > 1 {
+            tokio::time::sleep(LEADER_SYNC_GRACE).await;
+        }
         self.sync(&conn, assignments, leader).await
     }
 
