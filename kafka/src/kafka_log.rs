@@ -9,8 +9,8 @@
 //! for ever, and a record with no value (a tombstone) deletes the key. Readers must therefore
 //! never depend on a record that a later one of the same key replaces.
 //!
-//! The reader is an rdkafka consumer without a group (partitions assigned, no commits): every
-//! worker reads everything. Its calls block, so they run on tokio's blocking pool.
+//! The reader is an rdkafka consumer that joins no group (partitions assigned, no commits):
+//! every worker reads everything. Its calls block, so they run on tokio's blocking pool.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -111,6 +111,9 @@ impl KafkaLog {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", bootstrap)
+            // librdkafka refuses assign() without a group id. This one is never joined and
+            // never committed to, so no group is created on the broker.
+            .set("group.id", "spillway-kafka-log-reader")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
