@@ -118,7 +118,8 @@ impl KafkaLog {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false");
-        let context = rdkafka_config(&mut config, client).map_err(|e| reader_error(e.to_string()))?;
+        let context =
+            rdkafka_config(&mut config, client).map_err(|e| reader_error(e.to_string()))?;
         let consumer: BaseConsumer<SecurityContext> = config
             .create_with_context(context)
             .map_err(|e| reader_error(e.to_string()))?;
@@ -376,7 +377,10 @@ pub async fn ensure_compacted_topic(
         return Ok(created);
     }
     match admin
-        .describe_configs(&ConfigResource::Topic(topic.name.clone()), &["cleanup.policy"])
+        .describe_configs(
+            &ConfigResource::Topic(topic.name.clone()),
+            &["cleanup.policy"],
+        )
         .await
     {
         Ok(configs) => {

@@ -115,7 +115,9 @@ pub struct DistributedConfig {
 
 impl DistributedConfig {
     /// Distributed mode's settings when `group.id` is set; `None` for a single worker.
-    pub fn from_worker_config(config: &ConfigMap) -> Result<Option<DistributedConfig>, ConfigError> {
+    pub fn from_worker_config(
+        config: &ConfigMap,
+    ) -> Result<Option<DistributedConfig>, ConfigError> {
         let parsed = distributed_config_def().parse(config)?;
         let Some(group_id) = parsed.string(GROUP_ID)? else {
             return Ok(None);
@@ -142,7 +144,10 @@ impl DistributedConfig {
         let status_name = topic(STATUS_STORAGE_TOPIC);
         let offset_name = parsed.string(OFFSET_STORAGE_TOPIC)?.map(str::trim);
         if let (Some(c), Some(s)) = (&config_name, &status_name) {
-            let mut names = vec![(CONFIG_STORAGE_TOPIC, c.as_str()), (STATUS_STORAGE_TOPIC, s.as_str())];
+            let mut names = vec![
+                (CONFIG_STORAGE_TOPIC, c.as_str()),
+                (STATUS_STORAGE_TOPIC, s.as_str()),
+            ];
             if let Some(o) = offset_name {
                 names.push((OFFSET_STORAGE_TOPIC, o));
             }
@@ -156,11 +161,23 @@ impl DistributedConfig {
                 }
             }
         }
-        let config_rf = replication_factor(&parsed_int(&parsed, CONFIG_STORAGE_REPLICATION_FACTOR)?, CONFIG_STORAGE_REPLICATION_FACTOR, &mut errors);
-        let status_rf = replication_factor(&parsed_int(&parsed, STATUS_STORAGE_REPLICATION_FACTOR)?, STATUS_STORAGE_REPLICATION_FACTOR, &mut errors);
+        let config_rf = replication_factor(
+            &parsed_int(&parsed, CONFIG_STORAGE_REPLICATION_FACTOR)?,
+            CONFIG_STORAGE_REPLICATION_FACTOR,
+            &mut errors,
+        );
+        let status_rf = replication_factor(
+            &parsed_int(&parsed, STATUS_STORAGE_REPLICATION_FACTOR)?,
+            STATUS_STORAGE_REPLICATION_FACTOR,
+            &mut errors,
+        );
         let status_partitions = parsed_int(&parsed, STATUS_STORAGE_PARTITIONS)?;
         if status_partitions == 0 || status_partitions < -1 {
-            errors.push(invalid(STATUS_STORAGE_PARTITIONS, &status_partitions.to_string(), "must be -1 (the broker's default) or at least 1"));
+            errors.push(invalid(
+                STATUS_STORAGE_PARTITIONS,
+                &status_partitions.to_string(),
+                "must be -1 (the broker's default) or at least 1",
+            ));
         }
         let millis = |key| parsed_int(&parsed, key).map(|v| Duration::from_millis(v.max(0) as u64));
         let session_timeout = millis(SESSION_TIMEOUT_MS)?;
@@ -207,7 +224,11 @@ fn replication_factor(value: &i32, key: &str, errors: &mut Vec<ConfigError>) -> 
     match i16::try_from(*value) {
         Ok(v) if v == -1 || v >= 1 => v,
         _ => {
-            errors.push(invalid(key, &value.to_string(), "must be -1 (the broker's default) or at least 1"));
+            errors.push(invalid(
+                key,
+                &value.to_string(),
+                "must be -1 (the broker's default) or at least 1",
+            ));
             -1
         }
     }
@@ -239,7 +260,10 @@ mod tests {
     #[test]
     fn without_group_id_the_worker_stays_single() {
         let config = config_map(&[("bootstrap.servers", "b:9092"), (CONFIG_STORAGE_TOPIC, "x")]);
-        assert_eq!(DistributedConfig::from_worker_config(&config).unwrap(), None);
+        assert_eq!(
+            DistributedConfig::from_worker_config(&config).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -253,8 +277,22 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(d.group_id, "spillway-cluster");
-        assert_eq!(d.config_topic, StorageTopic { name: "spillway-configs".into(), replication_factor: -1, partitions: 1 });
-        assert_eq!(d.status_topic, StorageTopic { name: "spillway-status".into(), replication_factor: 3, partitions: 3 });
+        assert_eq!(
+            d.config_topic,
+            StorageTopic {
+                name: "spillway-configs".into(),
+                replication_factor: -1,
+                partitions: 1
+            }
+        );
+        assert_eq!(
+            d.status_topic,
+            StorageTopic {
+                name: "spillway-status".into(),
+                replication_factor: 3,
+                partitions: 3
+            }
+        );
         assert_eq!(d.session_timeout, Duration::from_secs(10));
         assert_eq!(d.heartbeat_interval, Duration::from_secs(3));
         assert_eq!(d.rebalance_timeout, Duration::from_secs(60));
@@ -266,17 +304,35 @@ mod tests {
         let err = DistributedConfig::from_worker_config(&config_map(&[(GROUP_ID, "g")]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains(CONFIG_STORAGE_TOPIC) && err.contains(STATUS_STORAGE_TOPIC), "{err}");
+        assert!(
+            err.contains(CONFIG_STORAGE_TOPIC) && err.contains(STATUS_STORAGE_TOPIC),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_values_are_refused_naming_the_key() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[(STATUS_STORAGE_TOPIC, "spillway-configs")], "both name topic 'spillway-configs'"),
-            (&[(OFFSET_STORAGE_TOPIC, "spillway-status")], "both name topic 'spillway-status'"),
-            (&[(STATUS_STORAGE_REPLICATION_FACTOR, "0")], STATUS_STORAGE_REPLICATION_FACTOR),
-            (&[(STATUS_STORAGE_PARTITIONS, "0")], STATUS_STORAGE_PARTITIONS),
-            (&[(HEARTBEAT_INTERVAL_MS, "10000")], "must be below session.timeout.ms"),
+            (
+                &[(STATUS_STORAGE_TOPIC, "spillway-configs")],
+                "both name topic 'spillway-configs'",
+            ),
+            (
+                &[(OFFSET_STORAGE_TOPIC, "spillway-status")],
+                "both name topic 'spillway-status'",
+            ),
+            (
+                &[(STATUS_STORAGE_REPLICATION_FACTOR, "0")],
+                STATUS_STORAGE_REPLICATION_FACTOR,
+            ),
+            (
+                &[(STATUS_STORAGE_PARTITIONS, "0")],
+                STATUS_STORAGE_PARTITIONS,
+            ),
+            (
+                &[(HEARTBEAT_INTERVAL_MS, "10000")],
+                "must be below session.timeout.ms",
+            ),
             (&[(GROUP_ID, "  ")], "empty group id"),
         ];
         for (extra, expected) in cases {

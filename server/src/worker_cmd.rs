@@ -459,7 +459,10 @@ mod tests {
         ]))
         .unwrap_err()
         .to_string();
-        assert!(err.contains("group.id=cluster") && err.contains("Remove group.id"), "{err}");
+        assert!(
+            err.contains("group.id=cluster") && err.contains("Remove group.id"),
+            "{err}"
+        );
         let err = refuse_distributed_mode(&config(&[("group.id", "cluster")]))
             .unwrap_err()
             .to_string();

@@ -29,9 +29,14 @@ fn topic(bootstrap: &str, name: &str, partitions: i32) -> StoreTopic {
 }
 
 async fn admin(bootstrap: &str) -> AdminClient {
-    AdminClient::connect(bootstrap, "state-test", TIMEOUT, ClientSecurity::plaintext())
-        .await
-        .expect("admin client")
+    AdminClient::connect(
+        bootstrap,
+        "state-test",
+        TIMEOUT,
+        ClientSecurity::plaintext(),
+    )
+    .await
+    .expect("admin client")
 }
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -47,15 +52,23 @@ async fn a_second_worker_reading_the_config_topic_rebuilds_the_same_view() {
     let bootstrap = cluster.bootstrap();
     let admin = admin(&bootstrap).await;
     let configs = topic(&bootstrap, "spillway-configs", 1);
-    let first = KafkaConfigStore::open(&admin, &configs).await.expect("config store");
+    let first = KafkaConfigStore::open(&admin, &configs)
+        .await
+        .expect("config store");
 
     // Created compacted, with one partition.
     let described = admin
-        .describe_configs(&ConfigResource::Topic("spillway-configs".into()), &["cleanup.policy"])
+        .describe_configs(
+            &ConfigResource::Topic("spillway-configs".into()),
+            &["cleanup.policy"],
+        )
         .await
         .unwrap();
     assert_eq!(
-        described.get("cleanup.policy").and_then(|e| e.value.clone()).as_deref(),
+        described
+            .get("cleanup.policy")
+            .and_then(|e| e.value.clone())
+            .as_deref(),
         Some("compact")
     );
     assert_eq!(first.offset(), 0, "a new topic holds nothing");
@@ -80,20 +93,39 @@ async fn a_second_worker_reading_the_config_topic_rebuilds_the_same_view() {
     let audit = ConnectorKey::new("acme", "audit");
     let old = ConnectorKey::new("gone", "old");
     let orders_config = map(&[("connector.class", "http"), ("tasks.max", "2")]);
-    first.put_connector(&orders, &orders_config, Some(TargetState::Running)).await.unwrap();
     first
-        .put_connector(&audit, &map(&[("connector.class", "postgres")]), Some(TargetState::Paused))
+        .put_connector(&orders, &orders_config, Some(TargetState::Running))
         .await
         .unwrap();
-    first.put_connector(&old, &map(&[("connector.class", "http")]), None).await.unwrap();
+    first
+        .put_connector(
+            &audit,
+            &map(&[("connector.class", "postgres")]),
+            Some(TargetState::Paused),
+        )
+        .await
+        .unwrap();
+    first
+        .put_connector(&old, &map(&[("connector.class", "http")]), None)
+        .await
+        .unwrap();
     first
         .put_task_configs(&orders, &[map(&[("task", "0")]), map(&[("task", "1")])])
         .await
         .unwrap();
-    assert!(first.set_target_state(&orders, TargetState::Stopped).await.unwrap());
-    assert_eq!(first.count_connector_restart(&orders).await.unwrap(), Some(1));
+    assert!(first
+        .set_target_state(&orders, TargetState::Stopped)
+        .await
+        .unwrap());
+    assert_eq!(
+        first.count_connector_restart(&orders).await.unwrap(),
+        Some(1)
+    );
     assert!(first.delete_tenant("gone").await.unwrap());
-    assert!(!first.delete_connector(&ConnectorKey::new("acme", "never")).await.unwrap());
+    assert!(!first
+        .delete_connector(&ConnectorKey::new("acme", "never"))
+        .await
+        .unwrap());
 
     let view = first.view();
     assert_eq!(view.tenants["acme"], acme);
@@ -107,7 +139,9 @@ async fn a_second_worker_reading_the_config_topic_rebuilds_the_same_view() {
     assert!(view.unreadable.is_empty(), "{:?}", view.unreadable);
 
     // Another worker opens the same topic (it exists now) and reads everything back.
-    let second = KafkaConfigStore::open(&admin, &configs).await.expect("second store");
+    let second = KafkaConfigStore::open(&admin, &configs)
+        .await
+        .expect("second store");
     assert_eq!(second.view(), view);
 
     // A write by the second is seen by the first after its next read to the end.
@@ -123,8 +157,12 @@ async fn statuses_are_shared_and_an_older_generation_cannot_overwrite_a_newer_on
     let bootstrap = cluster.bootstrap();
     let admin = admin(&bootstrap).await;
     let statuses = topic(&bootstrap, "spillway-status", 3);
-    let first = KafkaStatusStore::open(&admin, &statuses).await.expect("status store");
-    let second = KafkaStatusStore::open(&admin, &statuses).await.expect("status store");
+    let first = KafkaStatusStore::open(&admin, &statuses)
+        .await
+        .expect("status store");
+    let second = KafkaStatusStore::open(&admin, &statuses)
+        .await
+        .expect("status store");
     let orders = ConnectorKey::new("acme", "orders");
     let task0 = StatusKey::Task(orders.clone(), 0);
     let status = |worker: &str, generation, state: &str| Status {
@@ -133,11 +171,26 @@ async fn statuses_are_shared_and_an_older_generation_cannot_overwrite_a_newer_on
         worker_id: worker.into(),
         generation,
     };
-    first.put(&StatusKey::Connector(orders.clone()), &status("w1:8083", 3, "RUNNING")).await.unwrap();
-    first.put(&task0, &status("w1:8083", 3, "RUNNING")).await.unwrap();
+    first
+        .put(
+            &StatusKey::Connector(orders.clone()),
+            &status("w1:8083", 3, "RUNNING"),
+        )
+        .await
+        .unwrap();
+    first
+        .put(&task0, &status("w1:8083", 3, "RUNNING"))
+        .await
+        .unwrap();
     // The task moved to w2 in generation 4; w1, late, still reports it from generation 3.
-    second.put(&task0, &status("w2:8083", 4, "RUNNING")).await.unwrap();
-    first.put(&task0, &status("w1:8083", 3, "UNASSIGNED")).await.unwrap();
+    second
+        .put(&task0, &status("w2:8083", 4, "RUNNING"))
+        .await
+        .unwrap();
+    first
+        .put(&task0, &status("w1:8083", 3, "UNASSIGNED"))
+        .await
+        .unwrap();
     for store in [&first, &second] {
         let view = store.refresh().await.unwrap();
         assert_eq!(view.statuses[&task0], status("w2:8083", 4, "RUNNING"));

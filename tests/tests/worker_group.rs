@@ -192,29 +192,42 @@ async fn workers_share_tasks_hold_a_dead_workers_work_for_the_delay_and_admit_a_
     let leader = leaders[0].to_owned();
     drop(all);
     let mut live = vec![("a", a), ("b", b), ("c", c)];
-    let victim = live.iter().position(|(n, _)| *n != leader).expect("a non-leader");
+    let victim = live
+        .iter()
+        .position(|(n, _)| *n != leader)
+        .expect("a non-leader");
     let (_, mut dead) = live.remove(victim);
-    let before: BTreeMap<&str, Allocation> =
-        live.iter().map(|(n, m)| (*n, m.running())).collect();
+    let before: BTreeMap<&str, Allocation> = live.iter().map(|(n, m)| (*n, m.running())).collect();
     let dead_work = dead.running();
     let died_at = Instant::now();
     dead.member.take().unwrap().abandon();
 
     let live_view: BTreeMap<&str, &TestMember> = live.iter().map(|(n, m)| (*n, m)).collect();
-    wait_for(&live_view, "the dead worker's tasks run on the survivors", |r| {
-        covers_once(r, &expected)
-    })
+    wait_for(
+        &live_view,
+        "the dead worker's tasks run on the survivors",
+        |r| covers_once(r, &expected),
+    )
     .await;
     let moved_at = Instant::now();
     for (name, member) in &live {
         let s = member.seen.lock().unwrap();
-        assert!(!s.revoked_anything, "{name} had to stop work: {:?}", s.assignments);
+        assert!(
+            !s.revoked_anything,
+            "{name} had to stop work: {:?}",
+            s.assignments
+        );
         let held_since = s
             .assignments
             .iter()
             .find(|(_, delay, at)| *delay > 0 && *at > died_at)
             .map(|(_, _, at)| *at)
-            .unwrap_or_else(|| panic!("{name} was never told that work is held: {:?}", s.assignments));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} was never told that work is held: {:?}",
+                    s.assignments
+                )
+            });
         // The leader decided to hold just before this member heard of it; the margin covers
         // that SyncGroup round trip.
         let held_for = moved_at.duration_since(held_since);
@@ -227,8 +240,7 @@ async fn workers_share_tasks_hold_a_dead_workers_work_for_the_delay_and_admit_a_
     drop(dead);
 
     // A newcomer joins: it gets a share, the others only give up what they must.
-    let before: BTreeMap<&str, Allocation> =
-        live.iter().map(|(n, m)| (*n, m.running())).collect();
+    let before: BTreeMap<&str, Allocation> = live.iter().map(|(n, m)| (*n, m.running())).collect();
     let d = start_member(&bootstrap, "d", group, 2).await;
     let mut with_d: BTreeMap<&str, &TestMember> = live.iter().map(|(n, m)| (*n, m)).collect();
     with_d.insert("d", &d);

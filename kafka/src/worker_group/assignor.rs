@@ -81,7 +81,8 @@ impl IncrementalAssignor {
         running: &BTreeMap<String, Allocation>,
         configured: &Allocation,
     ) -> GroupAssignment {
-        if self.previous_generation.is_none() || self.previous_generation != last_completed_generation
+        if self.previous_generation.is_none()
+            || self.previous_generation != last_completed_generation
         {
             self.previous = Allocation::default();
             self.previous_members.clear();
@@ -297,7 +298,13 @@ fn balancing_revocations(
             .cloned()
             .collect();
         let extra = allocation.tasks.len().saturating_sub(task_targets[member]);
-        let tasks: BTreeSet<TaskId> = kept_before.tasks.iter().rev().take(extra).cloned().collect();
+        let tasks: BTreeSet<TaskId> = kept_before
+            .tasks
+            .iter()
+            .rev()
+            .take(extra)
+            .cloned()
+            .collect();
         if !connectors.is_empty() || !tasks.is_empty() {
             revocations.insert(member.clone(), Allocation { connectors, tasks });
         }
@@ -441,7 +448,9 @@ mod tests {
         let result = group.round(10, &configured(2, 4));
         for (member, assignment) in &result.members {
             assert!(assignment.revoked.is_empty(), "{member} lost work");
-            assert!(group.running[member].tasks.is_superset(&before[member].tasks));
+            assert!(group.running[member]
+                .tasks
+                .is_superset(&before[member].tasks));
         }
         assert_eq!(group.everything(), configured(2, 4));
         assert_eq!(group.tasks_of("w1"), 4);
@@ -468,7 +477,9 @@ mod tests {
             assert_eq!(group.tasks_of(member), 2, "{:?}", group.running);
         }
         for member in ["w1", "w2"] {
-            assert!(before[member].tasks.is_superset(&group.running[member].tasks));
+            assert!(before[member]
+                .tasks
+                .is_superset(&group.running[member].tasks));
         }
         assert_eq!(group.everything(), work);
     }
@@ -482,7 +493,10 @@ mod tests {
         assert!(!gone.is_empty());
         let held = group.round(1_000, &work);
         assert_eq!(held.delay_ms, DELAY);
-        assert!(held.members.values().all(|m| m.assigned.is_empty() && m.revoked.is_empty()));
+        assert!(held
+            .members
+            .values()
+            .all(|m| m.assigned.is_empty() && m.revoked.is_empty()));
         // A rebalance within the delay (the held work's delay counts down, nothing moves).
         let still = group.round(6_000, &work);
         assert_eq!(still.delay_ms, 5_000);
@@ -506,14 +520,19 @@ mod tests {
         let gone = group.running.remove("w3").unwrap();
         group.round(1_000, &work);
         // It comes back as a new, empty member (a restart gets a new member id).
-        group.running.insert("w3-restarted".into(), Allocation::default());
+        group
+            .running
+            .insert("w3-restarted".into(), Allocation::default());
         let back = group.round(3_000, &work);
         assert_eq!(back.delay_ms, 8_000, "the delay keeps its deadline");
         assert!(back.members["w3-restarted"].assigned.is_empty());
         let given = group.round(11_000, &work);
         assert_eq!(given.members["w3-restarted"].assigned, gone);
         for member in ["w1", "w2"] {
-            assert_eq!(group.running[member], before[member], "{member} was disturbed");
+            assert_eq!(
+                group.running[member], before[member],
+                "{member} was disturbed"
+            );
         }
         assert_eq!(group.everything(), work);
     }
@@ -529,7 +548,10 @@ mod tests {
         group.running.insert("w3".into(), w3.clone());
         let back = group.round(2_000, &work);
         assert_eq!(back.delay_ms, 0);
-        assert!(back.members.values().all(|m| m.assigned.is_empty() && m.revoked.is_empty()));
+        assert!(back
+            .members
+            .values()
+            .all(|m| m.assigned.is_empty() && m.revoked.is_empty()));
         assert_eq!(group.running["w3"], w3);
     }
 
@@ -553,10 +575,14 @@ mod tests {
         let before = group.running.clone();
         let remaining = configured(1, 2);
         let result = group.round(1, &remaining);
-        let stopped: Allocation = result.members.values().fold(Allocation::default(), |mut a, m| {
-            a.add_all(&m.revoked);
-            a
-        });
+        let stopped: Allocation =
+            result
+                .members
+                .values()
+                .fold(Allocation::default(), |mut a, m| {
+                    a.add_all(&m.revoked);
+                    a
+                });
         assert_eq!(stopped, configured(2, 2).minus(&remaining));
         for member in ["w1", "w2"] {
             assert_eq!(group.running[member], before[member].intersect(&remaining));
@@ -574,7 +600,10 @@ mod tests {
             a.tasks.insert(task.clone());
         }
         let result = group.round(1, &work);
-        assert!(result.members.values().all(|m| m.revoked.tasks.contains(&task)));
+        assert!(result
+            .members
+            .values()
+            .all(|m| m.revoked.tasks.contains(&task)));
         group.settle(2, &work);
         assert_eq!(group.everything(), work);
     }
@@ -596,7 +625,8 @@ mod tests {
     fn a_leader_that_missed_a_generation_forgets_what_it_assigned() {
         let mut assignor = IncrementalAssignor::new(DELAY);
         let work = configured(1, 2);
-        let running: BTreeMap<String, Allocation> = [("w1".to_string(), Allocation::default())].into();
+        let running: BTreeMap<String, Allocation> =
+            [("w1".to_string(), Allocation::default())].into();
         assignor.assign(0, None, 1, &running, &work);
         // Generation 2 was led by someone else; w1 reports nothing now. Were the memory of
         // generation 1 trusted, the work would be held as lost.

@@ -123,7 +123,7 @@ pub enum MemberEvent {
         generation: i32,
         member_id: String,
         leader: bool,
-        assignment: WorkerAssignment,
+        assignment: Box<WorkerAssignment>,
         /// Everything the worker should run now.
         running: Allocation,
         applied: oneshot::Sender<()>,
@@ -199,7 +199,7 @@ impl WorkerGroupMember {
         let rejoin = Arc::new(Notify::new());
         let member = Member {
             assignor: IncrementalAssignor::new(
-                config.scheduled_rebalance_max_delay.as_millis() as u64,
+                config.scheduled_rebalance_max_delay.as_millis() as u64
             ),
             cluster,
             config,
@@ -406,7 +406,8 @@ impl Member {
                     code: ResponseError::UnsupportedVersion.code(),
                     name: "UnsupportedVersion".into(),
                     message: format!(": {e}"),
-                    hint: "; distributed mode needs a broker with classic groups (Kafka 2.3 or newer)",
+                    hint:
+                        "; distributed mode needs a broker with classic groups (Kafka 2.3 or newer)",
                 })
             }
             e if e.is_security_error() => Setback::Fatal(WorkerGroupError::Security {
@@ -569,7 +570,10 @@ impl Member {
             None => {
                 info!(group = %self.config.group_id, max_offset, "leader has not read the config topic as far as another worker; everyone reads on and joins again");
                 for id in members.keys() {
-                    out.insert(id.clone(), base(Some(AssignmentError::ConfigMismatch), max_offset));
+                    out.insert(
+                        id.clone(),
+                        base(Some(AssignmentError::ConfigMismatch), max_offset),
+                    );
                 }
             }
             Some((offset, configured)) => {
@@ -635,14 +639,13 @@ impl Member {
             // The leader left us out (it joined before us and saw an older member list).
             return Ok(Joined::Again);
         }
-        let assignment = WorkerAssignment::decode("the leader", &response.assignment).map_err(
-            |source| {
+        let assignment =
+            WorkerAssignment::decode("the leader", &response.assignment).map_err(|source| {
                 Setback::Fatal(WorkerGroupError::Protocol {
                     group: self.config.group_id.clone(),
                     source,
                 })
-            },
-        )?;
+            })?;
         self.last_completed = Some(self.generation);
         if assignment.error.is_none() {
             self.running.remove_all(&assignment.revoked);
@@ -665,7 +668,7 @@ impl Member {
             generation: self.generation,
             member_id: self.member_id.clone(),
             leader,
-            assignment,
+            assignment: Box::new(assignment),
             running: self.running.clone(),
             applied,
         });
@@ -705,7 +708,12 @@ impl Member {
         request.member_id = StrBytes::from_string(self.member_id.clone());
         let timeout = self.cluster.request_timeout();
         let (response, _) = conn
-            .request_in_range(&request, HEARTBEAT_VERSIONS.0, HEARTBEAT_VERSIONS.1, timeout)
+            .request_in_range(
+                &request,
+                HEARTBEAT_VERSIONS.0,
+                HEARTBEAT_VERSIONS.1,
+                timeout,
+            )
             .await
             .map_err(|e| self.connection_setback("Heartbeat", e))?;
         self.last_contact = Instant::now();
@@ -722,7 +730,11 @@ impl Member {
             if let Ok(conn) = self.coordinator().await {
                 let mut request = LeaveGroupRequest::default();
                 request.group_id = Cluster::group_id(&self.config.group_id);
-                match conn.pick(LEAVE_GROUP_KEY, LEAVE_GROUP_VERSIONS.0, LEAVE_GROUP_VERSIONS.1) {
+                match conn.pick(
+                    LEAVE_GROUP_KEY,
+                    LEAVE_GROUP_VERSIONS.0,
+                    LEAVE_GROUP_VERSIONS.1,
+                ) {
                     Ok(version) => {
                         if version >= 3 {
                             let mut member = MemberIdentity::default();
@@ -744,7 +756,9 @@ impl Member {
                             }
                         }
                     }
-                    Err(e) => warn!(group = %self.config.group_id, error = %e, "cannot send LeaveGroup"),
+                    Err(e) => {
+                        warn!(group = %self.config.group_id, error = %e, "cannot send LeaveGroup")
+                    }
                 }
             }
         }

@@ -271,7 +271,10 @@ mod tests {
         let err = WorkerAssignment::decode("lead", b"\x00\x01binary")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("lead") && err.contains("Kafka Connect"), "{err}");
+        assert!(
+            err.contains("lead") && err.contains("Kafka Connect"),
+            "{err}"
+        );
     }
 
     #[test]

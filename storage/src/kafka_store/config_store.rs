@@ -84,7 +84,9 @@ impl std::fmt::Debug for KafkaConfigStore {
 
 fn value<T: Serialize>(v: &T) -> Option<Bytes> {
     // Maps of strings and numbers: serialising cannot fail.
-    Some(Bytes::from(serde_json::to_vec(v).expect("record serialises")))
+    Some(Bytes::from(
+        serde_json::to_vec(v).expect("record serialises"),
+    ))
 }
 
 fn check(kind: &'static str, name: &str) -> Result<(), KafkaStoreError> {

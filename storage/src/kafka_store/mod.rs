@@ -15,7 +15,5 @@ mod records;
 mod status_store;
 
 pub use config_store::{KafkaConfigStore, KafkaStoreError, StoreTopic};
-pub use records::{
-    ConfigKey, ConfigView, ConnectorState, Status, StatusKey, StatusView,
-};
+pub use records::{ConfigKey, ConfigView, ConnectorState, Status, StatusKey, StatusView};
 pub use status_store::KafkaStatusStore;

@@ -222,7 +222,10 @@ impl ConfigView {
             }
             (ConfigKey::Task(k, task), Some(v)) => {
                 let v: TaskConfigValue = parse(v)?;
-                self.pending_tasks.entry(k).or_default().insert(task, v.config);
+                self.pending_tasks
+                    .entry(k)
+                    .or_default()
+                    .insert(task, v.config);
             }
             (ConfigKey::Commit(_), None) => {}
             (ConfigKey::Commit(k), Some(v)) => {
@@ -412,7 +415,10 @@ mod tests {
     #[test]
     fn task_configs_take_effect_only_with_their_commit() {
         let written = view(&[connector(), task(0), task(1)]);
-        assert!(written.connectors[&key()].tasks.is_empty(), "uncommitted tasks ran");
+        assert!(
+            written.connectors[&key()].tasks.is_empty(),
+            "uncommitted tasks ran"
+        );
         let committed = view(&[connector(), task(0), task(1), commit(2)]);
         assert_eq!(committed.connectors[&key()].tasks.len(), 2);
         assert_eq!(committed.connectors[&key()].tasks[1]["task.id"], "1");
@@ -469,7 +475,11 @@ mod tests {
     fn an_unreadable_record_is_named_not_skipped_silently() {
         let mut v = ConfigView::default();
         v.apply(0, Some(b"garbage"), Some(b"{}"));
-        v.apply(1, Some(&ConfigKey::Connector(key()).encode()), Some(b"not json"));
+        v.apply(
+            1,
+            Some(&ConfigKey::Connector(key()).encode()),
+            Some(b"not json"),
+        );
         assert_eq!(v.unreadable.len(), 2, "{:?}", v.unreadable);
         assert!(v.unreadable[1].contains("offset 1"));
         assert_eq!(v.offset, 2);
