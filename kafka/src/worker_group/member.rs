@@ -674,8 +674,22 @@ impl Member {
         });
         if must_rejoin {
             // Revoked work must have stopped before the leader hands it on; a worker that
-            // does not answer within the rebalance timeout would be dropped anyway.
-            let _ = tokio::time::timeout(self.config.rebalance_timeout, done).await;
+            // does not answer within the rebalance timeout would be dropped anyway. Heartbeats
+            // go on meanwhile, so stopping slow tasks does not cost the session; a refused
+            // heartbeat only ends them (the rejoin that follows answers it).
+            let deadline = tokio::time::Instant::now() + self.config.rebalance_timeout;
+            let mut done = done;
+            let mut beating = true;
+            loop {
+                let interval = self.config.heartbeat_interval;
+                tokio::select! {
+                    _ = &mut done => break,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = tokio::time::sleep(interval), if beating => {
+                        beating = self.heartbeat().await.is_ok();
+                    }
+                }
+            }
             return Ok(Joined::Again);
         }
         Ok(Joined::Stable {
