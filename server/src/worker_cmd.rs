@@ -23,6 +23,7 @@ use spillway_storage::{SledStore, StateStore};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use crate::distributed_config::{DistributedConfig, GROUP_ID};
 use crate::herder::Herder;
 use crate::metrics::Telemetry;
 use crate::rest::{self, Api};
@@ -266,6 +267,19 @@ pub async fn run(worker_properties: PathBuf) -> Result<()> {
     worker.run_until_signal(signals).await
 }
 
+/// Distributed mode's keys are read and validated, but its worker is not assembled yet
+/// (docs/distributed.md): a worker given `group.id` stops here rather than run as a single
+/// worker beside others that would then run the same connectors twice.
+fn refuse_distributed_mode(config: &ConfigMap) -> Result<()> {
+    if let Some(distributed) = DistributedConfig::from_worker_config(config)? {
+        bail!(
+            "{GROUP_ID}={} asks for distributed mode, which this build cannot run yet (its group membership and Kafka-backed stores exist, the worker that uses them does not; see docs/distributed.md). Remove {GROUP_ID} to run a single worker on state.dir",
+            distributed.group_id
+        );
+    }
+    Ok(())
+}
+
 /// A worker serving the REST API, its connectors restored.
 pub struct RunningWorker {
     address: SocketAddr,
@@ -283,6 +297,7 @@ impl RunningWorker {
     /// Opens the state store, starts the worker and the REST server, and starts restoring
     /// every stored connector in its target state (`/health` answers 200 once that is done).
     pub async fn start(config: ConfigMap, registry: ConnectorRegistry) -> Result<RunningWorker> {
+        refuse_distributed_mode(&config)?;
         let parsed = worker_rest_config_def().parse(&config)?;
         let state_dir = PathBuf::from(parsed.string(STATE_DIR)?.unwrap_or("spillway-state"));
         std::fs::create_dir_all(&state_dir)
@@ -463,6 +478,26 @@ mod tests {
     use super::*;
 
     use spillway_core::config::config_map as config;
+
+    #[test]
+    fn a_worker_given_group_id_refuses_to_run_single_and_a_bad_distributed_key_is_named() {
+        assert!(refuse_distributed_mode(&config(&[("state.dir", "x")])).is_ok());
+        let err = refuse_distributed_mode(&config(&[
+            ("group.id", "cluster"),
+            ("config.storage.topic", "c"),
+            ("status.storage.topic", "s"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("group.id=cluster") && err.contains("Remove group.id"),
+            "{err}"
+        );
+        let err = refuse_distributed_mode(&config(&[("group.id", "cluster")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("config.storage.topic"), "{err}");
+    }
 
     fn one(config: &ConfigMap) -> (Scheme, String, u16, bool) {
         let specs = listen_addresses(config).expect("valid");

@@ -5,8 +5,12 @@
 //! so a REST call that answered survives a `kill -9` right after. Opening refuses — with the
 //! path and what to do — a store written by a newer Spillway or one that cannot be read;
 //! nothing is ever reset silently.
+//!
+//! [`kafka_store`] keeps the same state in Kafka topics for distributed mode, as Kafka Connect's
+//! distributed workers do.
 
 mod error;
+pub mod kafka_store;
 mod model;
 mod sled_store;
 
