@@ -1859,6 +1859,22 @@ mod tests {
         }
     }
 
+    /// A herder on `store` whose worker reaches no broker.
+    fn herder_on(store: &Arc<CountingStore>) -> Herder {
+        let worker = Worker::start(
+            config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
+            ConnectorRegistry::builtin(),
+        )
+        .expect("worker");
+        Herder::new(
+            worker,
+            Arc::clone(store) as Arc<dyn StateStore>,
+            ConnectorRegistry::builtin(),
+            "w1".into(),
+        )
+        .expect("herder")
+    }
+
     #[tokio::test]
     async fn the_status_tick_writes_changed_statuses_without_reading_the_store() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -1868,18 +1884,7 @@ mod tests {
             write_delay: Duration::ZERO,
         });
         // No broker answers here: the tasks fail to connect, which is a status to record.
-        let worker = Worker::start(
-            config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
-            ConnectorRegistry::builtin(),
-        )
-        .expect("worker");
-        let herder = Herder::new(
-            worker,
-            Arc::clone(&store) as Arc<dyn StateStore>,
-            ConnectorRegistry::builtin(),
-            "w1".into(),
-        )
-        .expect("herder");
+        let herder = herder_on(&store);
         let file = dir.path().join("out.txt").display().to_string();
         herder
             .create(
@@ -1926,18 +1931,7 @@ mod tests {
             connector_reads: AtomicUsize::new(0),
             write_delay: Duration::from_millis(800),
         });
-        let worker = Worker::start(
-            config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
-            ConnectorRegistry::builtin(),
-        )
-        .expect("worker");
-        let herder = Herder::new(
-            worker,
-            Arc::clone(&store) as Arc<dyn StateStore>,
-            ConnectorRegistry::builtin(),
-            "w1".into(),
-        )
-        .expect("herder");
+        let herder = herder_on(&store);
         let ticks = Arc::new(AtomicUsize::new(0));
         let ticker = tokio::spawn({
             let ticks = Arc::clone(&ticks);

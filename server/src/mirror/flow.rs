@@ -166,6 +166,17 @@ pub struct FlowRunner {
 }
 
 impl FlowRunner {
+    /// The source topics replicated so far.
+    fn replicated_topics(&self) -> Vec<String> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replicated
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     pub async fn start(
         flow: FlowSettings,
         source: ClusterSettings,
@@ -382,14 +393,7 @@ impl FlowRunner {
         if !self.flow.sync_topic_configs {
             return Ok(());
         }
-        let topics: Vec<String> = self
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replicated
-            .keys()
-            .cloned()
-            .collect();
+        let topics = self.replicated_topics();
         let mut changed = 0;
         for topic in topics {
             let remote = self
@@ -472,14 +476,7 @@ impl FlowRunner {
         else {
             return Ok(());
         };
-        let topics: Vec<String> = self
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replicated
-            .keys()
-            .cloned()
-            .collect();
+        let topics = self.replicated_topics();
         if topics.is_empty() {
             return Ok(());
         }
