@@ -264,7 +264,10 @@ async fn run(args: &Args, file: &std::path::Path) -> Result<(u64, f64, f64)> {
             }
         }
         if Instant::now() > deadline {
-            bail!("only {accepted} of {} records accepted in 600 s", args.records);
+            bail!(
+                "only {accepted} of {} records accepted in 600 s",
+                args.records
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -148,7 +148,10 @@ async fn compare(args: &Args) -> Result<()> {
     // drains the round's records on a dev cluster of its own, produced the same way; the order
     // alternates between rounds.
     let reference_program = CReference::build()?;
-    let rounds = args.records.div_ceil(args.round_records.max(1)).max(args.rounds);
+    let rounds = args
+        .records
+        .div_ceil(args.round_records.max(1))
+        .max(args.rounds);
     let mut reference = Rounds::default();
     let mut ours = Rounds::default();
     let mut reference_requests = Totals::default();
@@ -206,7 +209,10 @@ async fn compare(args: &Args) -> Result<()> {
                     .share_drain(&bootstrap, "bench-reference", "bench", count, poll_records)
                     .await?;
                 if summary.records != count {
-                    bail!("the C reference drained {} of {count} records", summary.records);
+                    bail!(
+                        "the C reference drained {} of {count} records",
+                        summary.records
+                    );
                 }
                 reference.add(
                     summary.records,

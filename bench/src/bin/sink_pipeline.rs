@@ -345,7 +345,7 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
     let overhead_inflight = args
         .overhead_inflight
         .unwrap_or(SHARE_INFLIGHT_BATCHES_DEFAULT);
-    let reference_program = CReference::build()?;
+    let reference_program = &CReference::build()?;
     let dir = temp_dir("overhead")?;
     let child_args = |role: &str, bootstrap: &str| -> Vec<String> {
         vec![
@@ -422,7 +422,10 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
                 })
                 .await?;
                 if summary.records != records {
-                    bail!("the C reference drained {} of {records} records", summary.records);
+                    bail!(
+                        "the C reference drained {} of {records} records",
+                        summary.records
+                    );
                 }
                 reference.add(
                     summary.records,
@@ -518,7 +521,7 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
 /// round after round, the order alternating.
 async fn classic(args: &Args) -> Result<Vec<String>> {
     let records = args.overhead_records;
-    let reference_program = CReference::build()?;
+    let reference_program = &CReference::build()?;
     let dir = temp_dir("classic")?;
     let mut reference = Rounds::default();
     let mut ours = Rounds::default();
@@ -574,7 +577,10 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                 })
                 .await?;
                 if summary.records != records {
-                    bail!("the C reference drained {} of {records} records", summary.records);
+                    bail!(
+                        "the C reference drained {} of {records} records",
+                        summary.records
+                    );
                 }
                 reference.add(
                     summary.records,
@@ -593,7 +599,10 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
         args.brokers,
         args.rounds.max(1)
     );
-    println!("  C classic consumer (librdkafka 2.16): {}", reference.line());
+    println!(
+        "  C classic consumer (librdkafka 2.16): {}",
+        reference.line()
+    );
     println!("  classic connector -> file sink      : {}", ours.line());
     let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
     println!(
@@ -766,7 +775,10 @@ async fn pipeline(
     if !classic {
         connector.insert("consumer.override.group.protocol".into(), "share".into());
     } else {
-        connector.insert("consumer.override.auto.offset.reset".into(), "earliest".into());
+        connector.insert(
+            "consumer.override.auto.offset.reset".into(),
+            "earliest".into(),
+        );
     }
     worker.start_connector(connector).await?;
     let running = if announce_ready {
