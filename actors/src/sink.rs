@@ -358,7 +358,7 @@ const SLOW_BATCHES_TO_FAIL: u32 = 2;
 /// every record's verdict. `Err` is a failure of the task itself.
 async fn run_batch(
     task: &mut dyn SinkTask,
-    batch: PutBatch,
+    mut batch: PutBatch,
     ctx: &SinkContext,
     retries: &mut Retries,
 ) -> Result<Decided, String> {
@@ -385,36 +385,56 @@ async fn run_batch(
     if let Some(group) = &batch.group {
         task.consumer_group(group);
     }
-    let ready: Vec<(usize, SinkRecord)> = batch
-        .entries
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| match &e.processed {
-            Processed::Ready(r) => Some((i, r.clone())),
-            _ => None,
-        })
-        .collect();
-    let mut outcomes: BTreeMap<usize, PutOutcome> = BTreeMap::new();
+    // The ready records move out of the batch into `put` (no copy); `was_ready` remembers
+    // which entries they were.
+    let mut was_ready = vec![false; batch.entries.len()];
+    let mut ready = Ready::default();
+    for (i, e) in batch.entries.iter_mut().enumerate() {
+        if matches!(e.processed, Processed::Ready(_)) {
+            if let Processed::Ready(r) = std::mem::replace(&mut e.processed, Processed::Filtered) {
+                was_ready[i] = true;
+                ready.indices.push(i);
+                ready.records.push(r);
+            }
+        }
+    }
+    // Indexed by entry: the put's outcome of each ready record.
+    let mut outcomes: Vec<Option<PutOutcome>> = Vec::new();
+    outcomes.resize_with(batch.entries.len(), || None);
     let put_span = batch.trace.span(BatchStage::Put);
     let mut pause_fetch_until = None;
     let mut slow_batch = None;
-    if !ready.is_empty() {
+    if !ready.records.is_empty() {
         pause_fetch_until = put_with_retries(task, ready, ctx, retries, &mut outcomes)
             .instrument(put_span.clone())
             .await;
-        if let Some(error) = outcomes.values().find_map(PutOutcome::task_level).cloned() {
+        if let Some(error) = outcomes
+            .iter()
+            .flatten()
+            .find_map(PutOutcome::task_level)
+            .cloned()
+        {
             return Ok(task_level_failure(ctx, batch, start_offsets, &error));
         }
-        let mut offsets: BTreeMap<TopicPartition, i64> = BTreeMap::new();
-        for (i, outcome) in &outcomes {
-            if outcome.is_ok() {
-                let c = &batch.entries[*i].raw;
-                let next = offsets
-                    .entry(TopicPartition::new(c.topic.clone(), c.partition))
-                    .or_insert(0);
-                *next = (*next).max(c.offset + 1);
+        // Per partition, the offset after the last record written; a batch spans few
+        // partitions, so a short list beats a map keyed by an owned topic per record.
+        let mut next_offsets: Vec<(&str, i32, i64)> = Vec::new();
+        for (i, outcome) in outcomes.iter().enumerate() {
+            if outcome.as_ref().is_some_and(PutOutcome::is_ok) {
+                let c = &batch.entries[i].raw;
+                match next_offsets
+                    .iter_mut()
+                    .find(|(t, p, _)| *p == c.partition && *t == c.topic)
+                {
+                    Some((_, _, next)) => *next = (*next).max(c.offset + 1),
+                    None => next_offsets.push((&c.topic, c.partition, c.offset + 1)),
+                }
             }
         }
+        let offsets: BTreeMap<TopicPartition, i64> = next_offsets
+            .into_iter()
+            .map(|(t, p, next)| (TopicPartition::new(t, p), next))
+            .collect();
         if !offsets.is_empty() {
             let flush_started = Instant::now();
             match task.flush(&offsets).instrument(put_span.clone()).await {
@@ -430,7 +450,7 @@ async fn run_batch(
                     }
                     // Not durable: give the records back rather than accept them.
                     warn!(task = ctx.task, error = %e, "flush failed; releasing the batch");
-                    for outcome in outcomes.values_mut() {
+                    for outcome in outcomes.iter_mut().flatten() {
                         if outcome.is_ok() {
                             *outcome = PutOutcome::Retriable(e.clone());
                         }
@@ -445,17 +465,24 @@ async fn run_batch(
     for (i, entry) in batch.entries.into_iter().enumerate() {
         let record = entry.raw.coordinates();
         let last_delivery = ctx.share && is_last_delivery(&entry.raw, ctx.delivery_attempt_limit);
-        let failure = match (entry.processed, outcomes.remove(&i)) {
-            (Processed::Filtered, _) => {
+        let outcome = outcomes[i].take();
+        // A ready record's `processed` was moved into the put: it is the outcome that counts.
+        let processed = if was_ready[i] {
+            None
+        } else {
+            Some(entry.processed)
+        };
+        let failure = match (processed, outcome) {
+            (Some(Processed::Filtered), _) => {
                 TaskCounters::add(&ctx.counters.filtered, 1);
                 None
             }
-            (Processed::Failed { stage, error }, _) => {
+            (Some(Processed::Failed { stage, error }), _) => {
                 ctx.counters.metrics.conversion_failed();
                 Some((stage, error))
             }
-            (Processed::Ready(_), Some(PutOutcome::Ok)) => None,
-            (Processed::Ready(_), Some(PutOutcome::Retriable(e)))
+            (None | Some(Processed::Ready(_)), Some(PutOutcome::Ok)) => None,
+            (None | Some(Processed::Ready(_)), Some(PutOutcome::Retriable(e)))
                 if ctx.share && !last_delivery =>
             {
                 ctx.counters.metrics.retried(1);
@@ -471,10 +498,10 @@ async fn run_batch(
                 continue;
             }
             (
-                Processed::Ready(_),
+                None | Some(Processed::Ready(_)),
                 Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e) | PutOutcome::TaskLevel(e)),
             ) => Some((Stage::TaskPut, ConnectError::Sink(e))),
-            (Processed::Ready(_), None) => Some((
+            (None | Some(Processed::Ready(_)), None) => Some((
                 Stage::TaskPut,
                 ConnectError::Sink(SinkError::fatal("put returned no outcome")),
             )),
@@ -679,17 +706,17 @@ fn slow_batch_check(
 /// the consumer should fetch nothing new.
 async fn put_with_retries(
     task: &mut dyn SinkTask,
-    mut ready: Vec<(usize, SinkRecord)>,
+    mut ready: Ready,
     ctx: &SinkContext,
     retries: &mut Retries,
-    outcomes: &mut BTreeMap<usize, PutOutcome>,
+    outcomes: &mut [Option<PutOutcome>],
 ) -> Option<Instant> {
     let started = Instant::now();
     let task_margin = task.lock_margin().map_or(Duration::ZERO, |(m, _)| m);
     let margin = commit_margin(ctx.retry_lock_margin, ctx.lock_facts.commit_time()) + task_margin;
-    let window = |records: &[(usize, SinkRecord)], attempt: Duration| Window {
+    let window = |records: &[SinkRecord], attempt: Duration| Window {
         now: Instant::now(),
-        deadline: records.iter().filter_map(|(_, r)| r.lock_deadline).min(),
+        deadline: records.iter().filter_map(|r| r.lock_deadline).min(),
         attempt,
         margin,
         started,
@@ -704,52 +731,54 @@ async fn put_with_retries(
         // this batch's locks allow.
         let wait = retries
             .state
-            .first_wait(&window(&ready, retries.last_attempt));
+            .first_wait(&window(&ready.records, retries.last_attempt));
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
     }
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let records: Vec<SinkRecord> = ready.iter().map(|(_, r)| r.clone()).collect();
+        let records = &ready.records;
         TaskCounters::add(&ctx.counters.put, records.len());
         let put_started = Instant::now();
-        let result = PutOutcome::expand(task.put(&records).await, records.len());
+        let result = PutOutcome::expand(task.put(records).await, records.len());
         retries.last_attempt = put_started.elapsed();
         let failed = result.iter().filter(|o| !o.is_ok()).count();
         ctx.counters.metrics.put_done(retries.last_attempt, failed);
         // A task-level error fails the task: no retry, the batch is released.
         let fails_task = result.iter().any(|o| o.task_level().is_some());
-        let mut retry = Vec::new();
+        let mut retry = Ready::default();
         let mut any_ok = false;
-        for ((i, record), outcome) in ready.into_iter().zip(result) {
+        for ((i, record), outcome) in ready.indices.into_iter().zip(ready.records).zip(result) {
             any_ok |= outcome.is_ok();
             if matches!(outcome, PutOutcome::Retriable(_)) {
-                retry.push((i, record));
+                retry.indices.push(i);
+                retry.records.push(record);
             }
-            outcomes.insert(i, outcome);
+            outcomes[i] = Some(outcome);
         }
         if any_ok {
             retries.state.succeeded();
             ctx.target_health.succeeded();
         }
-        if retry.is_empty() || fails_task {
+        if retry.records.is_empty() || fails_task {
             return None;
         }
         if ctx.share {
             match retries
                 .state
-                .after_failure(&window(&retry, retries.last_attempt))
+                .after_failure(&window(&retry.records, retries.last_attempt))
             {
                 AfterFailure::Retry(wait) => {
-                    ctx.counters.metrics.retried(retry.len());
+                    ctx.counters.metrics.retried(retry.records.len());
                     tokio::time::sleep(wait).await;
                 }
                 AfterFailure::GiveUp { resume, why } => {
                     let now = Instant::now();
                     let spent = retry
+                        .records
                         .iter()
-                        .filter_map(|(_, r)| r.delivery_count)
+                        .filter_map(|r| r.delivery_count)
                         .max()
                         .unwrap_or(1);
                     let lock = ctx.lock_facts.lock_duration().unwrap_or_default();
@@ -765,7 +794,7 @@ async fn put_with_retries(
                     if why == GiveUpReason::LockDeadline && !retries.told_no_extension {
                         if let LockExtension::Unavailable(reason) = ctx.lock_facts.extension() {
                             retries.told_no_extension = true;
-                            warn!(task = ctx.task, records = retry.len(), reason, "retries end at the records' lock deadline: their locks cannot be extended");
+                            warn!(task = ctx.task, records = retry.records.len(), reason, "retries end at the records' lock deadline: their locks cannot be extended");
                         }
                     }
                     return Some(resume);
@@ -780,12 +809,19 @@ async fn put_with_retries(
             if !budget_left {
                 return None;
             }
-            ctx.counters.metrics.retried(retry.len());
+            ctx.counters.metrics.retried(retry.records.len());
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(ctx.errors.retry_delay_max.max(FIRST_BACKOFF));
         }
         ready = retry;
     }
+}
+
+/// The records a `put` gets, each with its entry's index in the batch.
+#[derive(Default)]
+struct Ready {
+    indices: Vec<usize>,
+    records: Vec<SinkRecord>,
 }
 
 /// The verdict for a record that failed, and whether it fails the task. `last`: share mode,

@@ -8,11 +8,13 @@
 //!   record processed; RELEASE reads it again from its offset; `commit` commits the contiguous
 //!   processed watermark. Rebalances come with the records.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+// Every delivery is remembered and forgotten once: FxHash, not SipHash, for these maps.
+use rustc_hash::FxHashMap;
 use spillway_core::record::TimestampType;
 use spillway_core::{
     Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates,
@@ -129,14 +131,13 @@ pub struct ShareGroupSource {
     /// (share-protocol brief §8.6 item 14); a re-sent delivery keeps its delivery count, a
     /// real redelivery (after RELEASE or a lost lock) has a higher one. A record is forgotten
     /// once its verdict is committed, so this holds no more than the task has in flight.
-    seen: HashMap<Arc<str>, HashMap<(i32, i64), i16>>,
+    seen: FxHashMap<Arc<str>, FxHashMap<(i32, i64), i16>>,
     seen_count: usize,
     /// Verdicts applied locally since the last commit, to tell which a failed partition undid.
-    settled: Vec<RecordCoordinates>,
+    /// Each with whether it was an ACCEPT (one list, so a record is cloned once, not twice).
+    settled: Vec<(RecordCoordinates, bool)>,
     /// Verdicts the consumer refused (the record was no longer held).
     refused: Vec<RecordCoordinates>,
-    /// The ACCEPTs among `settled`.
-    accepted: Vec<RecordCoordinates>,
 }
 
 /// Kafka's INVALID_RECORD_STATE: an acknowledgement for a record no longer acquired by this
@@ -165,11 +166,10 @@ impl ShareGroupSource {
             consumer,
             topics,
             opened: false,
-            seen: HashMap::new(),
+            seen: FxHashMap::default(),
             seen_count: 0,
             settled: Vec::new(),
             refused: Vec::new(),
-            accepted: Vec::new(),
         }
     }
 
@@ -247,12 +247,9 @@ impl RecordSource for ShareGroupSource {
                 c.offset,
                 ack_type(&ack.disposition),
             ) {
-                Ok(()) => {
-                    if ack.disposition == Disposition::Accept {
-                        self.accepted.push(c.clone());
-                    }
-                    self.settled.push(c.clone())
-                }
+                Ok(()) => self
+                    .settled
+                    .push((c.clone(), ack.disposition == Disposition::Accept)),
                 Err(e) => {
                     // The lock was lost (expired, session reset): the broker redelivers the
                     // record, which is what any verdict but ACCEPT would have led to anyway.
@@ -288,24 +285,27 @@ impl RecordSource for ShareGroupSource {
                 failed.insert(partition);
             }
         }
-        let in_failed = |c: &RecordCoordinates| failed.contains(&(c.topic.clone(), c.partition));
-        let accepted = std::mem::take(&mut self.accepted)
-            .into_iter()
-            .filter(|c| !in_failed(c))
-            .collect();
         let mut unapplied = std::mem::take(&mut self.refused);
         let settled = std::mem::take(&mut self.settled);
-        for c in unapplied.iter().chain(&settled) {
+        for c in unapplied.iter().chain(settled.iter().map(|(c, _)| c)) {
             self.forget_delivery(c);
         }
+        let mut accepted = Vec::with_capacity(settled.len());
         let mut expired = Vec::new();
-        for c in settled {
-            let partition = (c.topic.clone(), c.partition);
-            if failed.contains(&partition) {
-                if lock_lost.contains(&partition) {
-                    expired.push(c.clone());
+        for (c, accept) in settled {
+            // Most commits fail nowhere: then no partition key is built per record.
+            if !failed.is_empty() {
+                let partition = (c.topic.clone(), c.partition);
+                if failed.contains(&partition) {
+                    if lock_lost.contains(&partition) {
+                        expired.push(c.clone());
+                    }
+                    unapplied.push(c);
+                    continue;
                 }
-                unapplied.push(c);
+            }
+            if accept {
+                accepted.push(c);
             }
         }
         Ok(Committed {

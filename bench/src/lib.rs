@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use spillway_actors::Worker;
 use spillway_tests::DevBroker;
 
+pub mod c_reference;
+
 /// Runs this benchmark binary again with `args` (a child role), with its stderr shown, and
 /// reads the JSON summary it prints on stdout. Children measure their own peak RSS and CPU.
 pub async fn run_child<T: serde::de::DeserializeOwned>(args: &[String]) -> Result<T> {

@@ -83,19 +83,26 @@ enum Output {
 pub struct FileSinkTask {
     output: Option<Output>,
     fsync: bool,
+    /// Bytes per line of the last batch, to size the next batch's buffer at once.
+    line_hint: usize,
 }
 
-/// The text written for a value: bytes that are UTF-8 as they are (Connect would print the
+/// Appends the text written for a value to `out`, straight from the record (no line of its
+/// own): strings as they are, bytes that are UTF-8 as they are (Connect would print the
 /// array's identity, which helps nobody), other bytes as base64, anything else as Connect's
 /// `toString`.
-fn line_of(value: &Value) -> String {
+fn push_line(out: &mut String, value: &Value) {
+    use std::fmt::Write as _;
     match value {
+        Value::String(text) => out.push_str(text),
         Value::Bytes(b) => match std::str::from_utf8(b) {
-            Ok(text) => text.to_owned(),
-            Err(_) => value.to_string(),
+            Ok(text) => out.push_str(text),
+            // Writing to a String cannot fail.
+            Err(_) => drop(write!(out, "{value}")),
         },
-        other => other.to_string(),
+        other => drop(write!(out, "{other}")),
     }
+    out.push('\n');
 }
 
 #[async_trait]
@@ -136,10 +143,13 @@ impl SinkTask for FileSinkTask {
     }
 
     async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
-        let mut text = String::new();
+        // One buffer for the batch, sized for the common case of short lines.
+        let mut text = String::with_capacity(self.line_hint.saturating_mul(records.len()));
         for record in records {
-            text.push_str(&line_of(&record.value));
-            text.push('\n');
+            push_line(&mut text, &record.value);
+        }
+        if let Some(n) = text.len().checked_div(records.len()) {
+            self.line_hint = n + 1;
         }
         match &mut self.output {
             None => return Err(SinkError::fatal("put before start")),
@@ -225,6 +235,17 @@ mod tests {
             .expect_err("no such directory");
         assert!(!err.is_retriable());
         assert!(err.message().contains("/nonexistent-dir/out.txt"), "{err}");
+    }
+
+    #[test]
+    fn lines_are_written_from_the_values_as_they_are_or_in_text_form() {
+        let mut text = String::new();
+        push_line(&mut text, &"plain".into());
+        push_line(&mut text, &Value::Bytes(b"utf8".to_vec().into()));
+        push_line(&mut text, &Value::Bytes(vec![0xff, 0xfe].into()));
+        push_line(&mut text, &Value::Null);
+        push_line(&mut text, &Value::Int64(-7));
+        assert_eq!(text, "plain\nutf8\n//4=\nnull\n-7\n");
     }
 
     #[test]

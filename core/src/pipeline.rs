@@ -48,7 +48,7 @@ impl RecordPipeline {
 
     /// Takes `raw` by reference so the caller keeps the original bytes for a dead letter.
     pub fn process(&self, raw: &RawRecord) -> Processed {
-        let record = match self.converter.to_sink_record(raw.clone()) {
+        let record = match self.converter.convert(raw) {
             Ok(record) => record,
             Err(e) => {
                 return Processed::Failed {

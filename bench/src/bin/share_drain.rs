@@ -1,8 +1,14 @@
-//! Issue 2's benchmark: drain the same records with Spillway's native share consumer and with
-//! librdkafka's `ShareConsumer` (the reference), in one run, and print both rates, the ratio,
-//! CPU per record, our peak RSS and the share requests each client sent per 1,000 records.
+//! Issues 2 and 18's benchmark: drain the same records with Spillway's native share consumer
+//! and with librdkafka 2.16's share consumer in C (the reference, `bench/c/`), in one run, and
+//! print both CPU per record and rates (median and spread over the rounds), their ratios, peak
+//! RSS and the share requests each client sent per 1,000 records. It exits non-zero when our
+//! CPU per record exceeds `--max-cpu-ratio` (1.0) times the reference's.
 //!
-//! `cargo run --release -p spillway-bench --bin share_drain -- [--records N] [--partitions P]`
+//! `cargo run --release -p spillway-bench --bin share_drain -- [--records N] [--rounds R] [--partitions P]`
+//!
+//! The reference used to be the Python `ShareConsumer` of `confluent-kafka`; its interpreter
+//! added its own CPU per record, so the C program (the same librdkafka, linked from the same
+//! wheel) replaced it here: it is the fairer measure of what librdkafka spends.
 //!
 //! `--tls-cost` measures instead what security costs our consumer (issue 13): the same drain
 //! through the test-kit proxy in PLAINTEXT (the reference), SSL and SASL_SSL with SCRAM-SHA-512,
@@ -10,7 +16,8 @@
 //! runs in this (parent) process, so its TLS work is not counted; the goal is that TLS adds at
 //! most `--tls-max-ratio` to the consumer's CPU per record.
 //!
-//! Both clients acknowledge every record explicitly with ACCEPT and commit once per poll. Each
+//! Both clients acknowledge every record explicitly with ACCEPT and commit once per poll
+//! (`max.poll.records` the same for both). Each
 //! drains in its own process, one after the other, so neither steals CPU from the other. Our
 //! side runs as a child process of this binary (`drain` subcommand) so its peak RSS is its own.
 //!
@@ -28,12 +35,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
-use spillway_bench::{cpu_time, mib, peak_rss_bytes, run_child, share_requests};
+use spillway_actors::consumer_settings::DEFAULT_MAX_POLL_RECORDS;
+use spillway_bench::c_reference::{CReference, Rounds};
+use spillway_bench::{cpu_time, peak_rss_bytes, run_child, share_requests};
 use spillway_kafka::security::{ClientSecurity, SecuritySettings};
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{
-    numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity,
-    ReferenceOptions, ReferenceShareConsumer, SaslMechanism,
+    numbered_records, produce, DevBroker, KafkaProxy, ProxyOptions, ProxySecurity, SaslMechanism,
 };
 
 #[derive(Parser)]
@@ -58,6 +66,12 @@ struct Args {
     /// Our consumer's MaxRecords per ShareFetch (0 = max.poll.records, as the reference).
     #[arg(long, default_value_t = 0)]
     fetch_max_records: usize,
+    /// Rounds at least (each contender drains `--round-records` per round on a fresh cluster).
+    #[arg(long, default_value_t = 3)]
+    rounds: u64,
+    /// Goal: our CPU per record at most this times the C share consumer's (medians).
+    #[arg(long, default_value_t = 1.0)]
+    max_cpu_ratio: f64,
     /// Measure what TLS and SASL cost our consumer instead of comparing with librdkafka.
     #[arg(long)]
     tls_cost: bool,
@@ -132,16 +146,25 @@ async fn compare(args: &Args) -> Result<()> {
     // and its share path slows down with every share group that has drained on it (even on
     // another topic). So the records are drained in rounds, and in each round each client
     // drains the round's records on a dev cluster of its own, produced the same way; the order
-    // alternates between rounds all the same.
-    let rounds = args.records.div_ceil(args.round_records.max(1));
-    let mut reference_total = Totals::default();
-    let mut ours_total = Totals::default();
-    let mut peak_rss = 0u64;
+    // alternates between rounds.
+    let reference_program = CReference::build()?;
+    let rounds = args
+        .records
+        .div_ceil(args.round_records.max(1))
+        .max(args.rounds);
+    let mut reference = Rounds::default();
+    let mut ours = Rounds::default();
+    let mut reference_requests = Totals::default();
+    let mut ours_requests = Totals::default();
     let mut duplicates = 0u64;
+    // The C reference's max.poll.records: ours fetches max.poll.records too unless told.
+    let poll_records = if args.fetch_max_records == 0 {
+        DEFAULT_MAX_POLL_RECORDS
+    } else {
+        args.fetch_max_records
+    };
     for round in 0..rounds {
-        let count = args
-            .round_records
-            .min(args.records - round * args.round_records);
+        let count = args.round_records.min(args.records).max(1);
         eprintln!(
             "round {}/{rounds}: {count} records of {} bytes, {} partitions",
             round + 1,
@@ -166,58 +189,76 @@ async fn compare(args: &Args) -> Result<()> {
             broker.start_request_tracking();
             if ours_turn {
                 eprintln!("  draining with Spillway's share consumer...");
-                let ours = drain_in_child(&bootstrap, count, args.fetch_max_records, "{}").await?;
-                ours_total.add(ours.records, ours.seconds, ours.cpu_seconds);
-                ours_total.add_requests(broker.request_counts());
-                peak_rss = peak_rss.max(ours.peak_rss_bytes);
-                duplicates += ours.duplicates;
-            } else {
-                eprintln!("  draining with the reference ShareConsumer (librdkafka 2.16)...");
-                let mut reference = ReferenceShareConsumer::start_with(
-                    &bootstrap,
-                    "bench-reference",
-                    &["bench"],
-                    ReferenceOptions {
-                        report_records: false,
-                        max_records: count,
-                        idle_exit: Duration::from_secs(20),
-                    },
+                let summary =
+                    drain_in_child(&bootstrap, count, args.fetch_max_records, "{}").await?;
+                if summary.records != count {
+                    bail!("spillway drained {} of {count} records", summary.records);
+                }
+                ours.add(
+                    summary.records,
+                    summary.seconds,
+                    summary.cpu_seconds,
+                    summary.peak_rss_bytes,
                 );
-                let reference = reference
-                    .wait_summary(Duration::from_secs(1800))
-                    .context("the reference consumer gave no summary")?;
-                reference_total.add(reference.records, reference.seconds, reference.cpu_seconds);
-                reference_total.add_requests(broker.request_counts());
+                ours_requests.add(summary.records, summary.seconds, summary.cpu_seconds);
+                ours_requests.add_requests(broker.request_counts());
+                duplicates += summary.duplicates;
+            } else {
+                eprintln!("  draining with librdkafka 2.16's C share consumer...");
+                let summary = reference_program
+                    .share_drain(&bootstrap, "bench-reference", "bench", count, poll_records)
+                    .await?;
+                if summary.records != count {
+                    bail!(
+                        "the C reference drained {} of {count} records",
+                        summary.records
+                    );
+                }
+                reference.add(
+                    summary.records,
+                    summary.seconds,
+                    summary.cpu_seconds,
+                    summary.peak_rss_bytes,
+                );
+                reference_requests.add(summary.records, summary.seconds, summary.cpu_seconds);
+                reference_requests.add_requests(broker.request_counts());
             }
         }
     }
 
     println!(
-        "share_drain: {} records x {} B, {} partitions, {} brokers (dev broker), {rounds} round(s)",
-        args.records, args.record_bytes, args.partitions, args.brokers
+        "share_drain: {rounds} round(s) of {} records x {} B, {} partitions, {} brokers (dev broker), a fresh cluster per contender and round, order alternating; median (spread) over the rounds",
+        args.round_records.min(args.records).max(1),
+        args.record_bytes,
+        args.partitions,
+        args.brokers
     );
-    println!("  reference ShareConsumer : {}", reference_total.line());
+    println!("  C share consumer (librdkafka 2.16): {}", reference.line());
     println!(
-        "  spillway ShareConsumer  : {} ({duplicates} duplicate deliveries)",
-        ours_total.line()
+        "  spillway ShareConsumer            : {} ({duplicates} duplicate deliveries)",
+        ours.line()
     );
+    let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
+    let rate_ratio = ours.rate_median() / reference.rate_median().max(1e-9);
+    println!("  throughput ratio (spillway / C): {rate_ratio:.2}");
     println!(
-        "  throughput ratio (spillway / reference): {:.2}",
-        ours_total.rate() / reference_total.rate()
-    );
-    println!(
-        "  CPU per record ratio (spillway / reference): {:.2}",
-        ours_total.cpu_per_record() / reference_total.cpu_per_record()
-    );
-    println!("  spillway peak RSS: {:.1} MiB", mib(peak_rss));
-    println!(
-        "  requests (reference): {}",
-        share_requests(&reference_total.requests, reference_total.records)
+        "  CPU per record ratio (spillway / C): {cpu_ratio:.2}  (goal <= {:.2})",
+        args.max_cpu_ratio
     );
     println!(
-        "  requests (spillway) : {}",
-        share_requests(&ours_total.requests, ours_total.records)
+        "  requests (C)       : {}",
+        share_requests(&reference_requests.requests, reference_requests.records)
     );
+    println!(
+        "  requests (spillway): {}",
+        share_requests(&ours_requests.requests, ours_requests.records)
+    );
+    if cpu_ratio > args.max_cpu_ratio {
+        bail!(
+            "goal missed: spillway spends {cpu_ratio:.2}x the C share consumer's CPU per record (goal <= {:.2})",
+            args.max_cpu_ratio
+        );
+    }
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! Issue 3's benchmark: the sink pipeline measured against a reference in the same run, on one
 //! dev cluster per part.
 //!
-//! `cargo run --release -p spillway-bench --bin sink_pipeline -- [--part all|overhead|parallelism|memory]`
+//! `cargo run --release -p spillway-bench --bin sink_pipeline -- [--part all|overhead|classic|parallelism|memory]`
 //!
 //! * (a) `overhead`: a share-mode connector (one task) into the `file` sink, run by
 //!   `spillway_actors::Worker`, against the bare `spillway_kafka::share::ShareConsumer` draining
@@ -9,6 +9,12 @@
 //!   and runs in its own child process, one after the other. The connector runs with its
 //!   metrics recorded through the OpenTelemetry SDK and rendered as Prometheus text every
 //!   second, and once more with a no-op meter: their ratio is what recording metrics costs.
+//!   Issue 18: the connector (metrics recorded) is also measured against librdkafka 2.16's
+//!   share consumer in C (`bench/c/`, explicit ACCEPT, commit_sync per poll), `--rounds` times,
+//!   each contender on a fresh cluster, the order alternating; it prints the median and spread
+//!   and exits non-zero when CPU per record, rate or peak RSS miss their goals.
+//! * `classic`: a classic-mode (consumer group) connector into the file sink against
+//!   librdkafka's C classic consumer, the same way (issue 18 item 3).
 //! * (b) `parallelism`: a bench-only sink that takes 10 ms per `put`, on a one-partition topic:
 //!   share mode with 8 tasks (the dev broker's manual target assignment gives every member the
 //!   partition, as Apache Kafka does) against classic mode (one partition: one active task).
@@ -34,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use spillway_actors::consumer_settings::DEFAULT_MAX_POLL_RECORDS;
 use spillway_actors::settings::SHARE_INFLIGHT_BATCHES_DEFAULT;
 use spillway_actors::Worker;
+use spillway_bench::c_reference::{CReference, CSummary, Rounds};
 use spillway_bench::{
     child_command, config, cpu_time, last_json_line, measure, mib, peak_rss_bytes, run_child,
     share_requests, start_broker, HeapCounter,
@@ -58,6 +65,8 @@ const READY_SETTLE: Duration = Duration::from_secs(3);
 enum Part {
     All,
     Overhead,
+    /// Classic mode (consumer group, rdkafka) connector -> file against the C classic consumer.
+    Classic,
     Parallelism,
     Memory,
 }
@@ -84,6 +93,23 @@ struct Args {
     /// (a) the connector's `task.inflight.batches` (default: the runtime's share-mode default).
     #[arg(long)]
     overhead_inflight: Option<usize>,
+    /// (a), classic: rounds against the C reference (a fresh cluster per contender and round,
+    /// the order alternating).
+    #[arg(long, default_value_t = 3)]
+    rounds: u64,
+    /// (a) goal: the connector's CPU per record at most this times the C share consumer's.
+    #[arg(long, default_value_t = 1.0)]
+    max_cpu_ratio: f64,
+    /// (a) goal: the connector's rate at least this times the C share consumer's.
+    #[arg(long, default_value_t = 1.0)]
+    min_rate_ratio: f64,
+    /// (a) goal: the connector's peak RSS at most this many MiB.
+    #[arg(long, default_value_t = 64.0)]
+    max_rss_mib: f64,
+    /// classic goal: the classic-mode connector's CPU per record at most this times the C
+    /// classic consumer's.
+    #[arg(long, default_value_t = 1.3)]
+    classic_max_cpu_ratio: f64,
     /// (b) records on the one-partition topic.
     #[arg(long, default_value_t = 4_000)]
     slow_records: u64,
@@ -166,6 +192,9 @@ enum Role {
         /// note the RSS: the parent produces only then.
         #[arg(long)]
         announce_ready: bool,
+        /// A classic-mode (consumer group) connector instead of a share-mode one.
+        #[arg(long)]
+        classic: bool,
     },
 }
 
@@ -228,6 +257,7 @@ async fn main() -> Result<()> {
             file,
             metrics,
             announce_ready,
+            classic,
         }) => {
             let summary = pipeline(
                 bootstrap,
@@ -240,6 +270,7 @@ async fn main() -> Result<()> {
                 file,
                 *metrics,
                 *announce_ready,
+                *classic,
             )
             .await?;
             println!("{}", serde_json::to_string(&summary)?);
@@ -247,14 +278,21 @@ async fn main() -> Result<()> {
         }
         None => {
             let all = args.part == Part::All;
+            let mut missed = Vec::new();
             if all || args.part == Part::Overhead {
-                overhead(&args).await?;
+                missed.extend(overhead(&args).await?);
+            }
+            if all || args.part == Part::Classic {
+                missed.extend(classic(&args).await?);
             }
             if all || args.part == Part::Parallelism {
                 parallelism(&args).await?;
             }
             if all || args.part == Part::Memory {
                 memory(&args).await?;
+            }
+            if !missed.is_empty() {
+                bail!("goals missed: {}", missed.join("; "));
             }
             Ok(())
         }
@@ -294,7 +332,7 @@ fn temp_dir(part: &str) -> Result<std::path::PathBuf> {
 // ---------------------------------------------------------------------------------------------
 // (a) Pipeline overhead.
 
-async fn overhead(args: &Args) -> Result<()> {
+async fn overhead(args: &Args) -> Result<Vec<String>> {
     let (records, partitions, bytes) = (
         args.overhead_records,
         args.overhead_partitions,
@@ -307,6 +345,7 @@ async fn overhead(args: &Args) -> Result<()> {
     let overhead_inflight = args
         .overhead_inflight
         .unwrap_or(SHARE_INFLIGHT_BATCHES_DEFAULT);
+    let reference_program = &CReference::build()?;
     let dir = temp_dir("overhead")?;
     let child_args = |role: &str, bootstrap: &str| -> Vec<String> {
         vec![
@@ -319,14 +358,6 @@ async fn overhead(args: &Args) -> Result<()> {
             records.to_string(),
         ]
     };
-    eprintln!("(a) draining with the bare ShareConsumer...");
-    let (bare, bare_requests) = on_fresh_cluster(args, |bootstrap| {
-        let mut a = child_args("drain", bootstrap);
-        a.extend(["--group".into(), "overhead-bare".into()]);
-        a
-    })
-    .await?;
-
     let pipeline_args = |name: &str, metrics: bool, bootstrap: &str| {
         let mut a = child_args("pipeline", bootstrap);
         a.extend([
@@ -348,60 +379,253 @@ async fn overhead(args: &Args) -> Result<()> {
         }
         a
     };
-    eprintln!("(a) draining with a share-mode connector into the file sink (1 task, no-op meter: no metrics SDK)...");
-    let unmetered = on_fresh_cluster(args, |b| pipeline_args("overhead-unmetered", false, b)).await;
-    eprintln!("(a) the same connector with its metrics recorded and scraped every second...");
-    let ours = match &unmetered {
-        Ok(_) => {
-            Some(on_fresh_cluster(args, |b| pipeline_args("overhead-pipeline", true, b)).await)
+
+    // The goal's contenders: the connector as the worker command runs it (metrics recorded and
+    // scraped) against librdkafka's C share consumer, round after round, the order alternating.
+    let mut reference = Rounds::default();
+    let mut ours = Rounds::default();
+    let mut ours_requests = std::collections::BTreeMap::new();
+    let mut reference_requests = std::collections::BTreeMap::new();
+    for round in 0..args.rounds.max(1) {
+        let ours_first = round % 2 == 1;
+        for ours_turn in [ours_first, !ours_first] {
+            if ours_turn {
+                eprintln!(
+                    "(a) round {}: a share-mode connector into the file sink (1 task, metrics recorded and scraped every second)...",
+                    round + 1
+                );
+                let (summary, requests) =
+                    on_fresh_cluster(args, |b| pipeline_args("overhead-pipeline", true, b)).await?;
+                ours.add(
+                    summary.window_records,
+                    summary.seconds,
+                    summary.cpu_seconds * summary.window_records as f64
+                        / summary.records.max(1) as f64,
+                    summary.peak_rss_bytes,
+                );
+                add_counts(&mut ours_requests, requests);
+            } else {
+                eprintln!(
+                    "(a) round {}: librdkafka 2.16's C share consumer...",
+                    round + 1
+                );
+                let (summary, requests) = on_fresh_cluster_with(args, |bootstrap| async move {
+                    reference_program
+                        .share_drain(
+                            &bootstrap,
+                            "overhead-c",
+                            "overhead",
+                            records,
+                            DEFAULT_MAX_POLL_RECORDS,
+                        )
+                        .await
+                })
+                .await?;
+                if summary.records != records {
+                    bail!(
+                        "the C reference drained {} of {records} records",
+                        summary.records
+                    );
+                }
+                reference.add(
+                    summary.records,
+                    summary.seconds,
+                    summary.cpu_seconds,
+                    summary.peak_rss_bytes,
+                );
+                add_counts(&mut reference_requests, requests);
+            }
         }
-        Err(_) => None,
-    };
+    }
+    eprintln!("(a) draining with the bare ShareConsumer...");
+    let (bare, bare_requests) = on_fresh_cluster(args, |bootstrap| {
+        let mut a = child_args("drain", bootstrap);
+        a.extend(["--group".into(), "overhead-bare".into()]);
+        a
+    })
+    .await?;
+    eprintln!("(a) the connector with a no-op meter (no metrics SDK)...");
+    let unmetered = on_fresh_cluster(args, |b| pipeline_args("overhead-unmetered", false, b)).await;
     let _ = std::fs::remove_dir_all(&dir);
     let (unmetered, unmetered_requests) = unmetered?;
-    let (ours, ours_requests) = ours.context("not run")??;
 
     println!(
-        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker), task.inflight.batches {overhead_inflight}",
-        args.brokers
+        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker), task.inflight.batches {overhead_inflight}; {} round(s), a fresh cluster per contender and round, order alternating; median (spread)",
+        args.brokers,
+        args.rounds.max(1)
     );
+    println!("  C share consumer (librdkafka 2.16): {}", reference.line());
+    println!("  share connector -> file sink      : {}", ours.line());
     println!(
-        "  bare ShareConsumer          : {:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s window)",
-        bare.rate(),
+        "  once each: bare ShareConsumer {:>6.2} us CPU/record {:>8.0} rec/s; connector, metrics not recorded {:>6.2} us CPU/record {:>8.0} rec/s",
         bare.cpu_us_per_record(),
-        bare.window_records,
-        bare.seconds
-    );
-    println!(
-        "  share connector -> file sink: {:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s window)",
-        ours.rate(),
-        ours.cpu_us_per_record(),
-        ours.window_records,
-        ours.seconds
-    );
-    println!(
-        "  same, metrics not recorded  : {:>9.0} rec/s  {:>6.2} us CPU/record  ({} records in {:.2} s window)",
-        unmetered.rate(),
+        bare.rate(),
         unmetered.cpu_us_per_record(),
-        unmetered.window_records,
-        unmetered.seconds
+        unmetered.rate(),
     );
     println!(
-        "  requests: bare {}; pipeline {}; unmetered {}",
-        share_requests(&bare_requests, bare.records),
+        "  requests: C {}; pipeline {}; bare {}; unmetered {}",
+        share_requests(&reference_requests, reference.records),
         share_requests(&ours_requests, ours.records),
+        share_requests(&bare_requests, bare.records),
         share_requests(&unmetered_requests, unmetered.records)
     );
+    let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
+    let rate_ratio = ours.rate_median() / reference.rate_median().max(1e-9);
+    let rss = mib(ours.peak_rss_bytes);
     println!(
-        "  throughput ratio (pipeline / bare): {:.2}  (goal >= 0.85)",
-        ours.rate() / bare.rate()
+        "  CPU per record ratio (connector / C): {cpu_ratio:.2}  (goal <= {:.2})",
+        args.max_cpu_ratio
     );
     println!(
-        "  metrics cost: throughput ratio (recorded / not recorded) {:.2}, CPU per record ratio {:.2}",
-        ours.rate() / unmetered.rate(),
-        ours.cpu_us_per_record() / unmetered.cpu_us_per_record().max(1e-9)
+        "  throughput ratio (connector / C): {rate_ratio:.2}  (goal >= {:.2})",
+        args.min_rate_ratio
     );
-    Ok(())
+    println!(
+        "  connector peak RSS: {rss:.1} MiB  (goal <= {:.0} MiB)",
+        args.max_rss_mib
+    );
+    println!(
+        "  pipeline / bare ShareConsumer: throughput {:.2}, CPU per record {:.2}",
+        unmetered.rate() / bare.rate(),
+        unmetered.cpu_us_per_record() / bare.cpu_us_per_record().max(1e-9)
+    );
+    println!(
+        "  metrics cost (recorded / not recorded): CPU per record {:.2}",
+        ours.cpu_us_median() / unmetered.cpu_us_per_record().max(1e-9)
+    );
+    let mut missed = Vec::new();
+    if cpu_ratio > args.max_cpu_ratio {
+        missed.push(format!(
+            "(a) share connector CPU per record {cpu_ratio:.2}x the C share consumer's (goal <= {:.2})",
+            args.max_cpu_ratio
+        ));
+    }
+    if rate_ratio < args.min_rate_ratio {
+        missed.push(format!(
+            "(a) share connector rate {rate_ratio:.2}x the C share consumer's (goal >= {:.2})",
+            args.min_rate_ratio
+        ));
+    }
+    if rss > args.max_rss_mib {
+        missed.push(format!(
+            "(a) share connector peak RSS {rss:.1} MiB (goal <= {:.0})",
+            args.max_rss_mib
+        ));
+    }
+    Ok(missed)
+}
+
+/// Classic mode: a consumer-group connector into the file sink against librdkafka's C classic
+/// consumer draining the same topic (committing every 500 records), each on a fresh cluster,
+/// round after round, the order alternating.
+async fn classic(args: &Args) -> Result<Vec<String>> {
+    let records = args.overhead_records;
+    let reference_program = &CReference::build()?;
+    let dir = temp_dir("classic")?;
+    let mut reference = Rounds::default();
+    let mut ours = Rounds::default();
+    for round in 0..args.rounds.max(1) {
+        let ours_first = round % 2 == 1;
+        for ours_turn in [ours_first, !ours_first] {
+            if ours_turn {
+                eprintln!(
+                    "classic round {}: a classic-mode connector into the file sink (1 task)...",
+                    round + 1
+                );
+                let file = dir.join("classic.txt").to_string_lossy().into_owned();
+                let (summary, _) = on_fresh_cluster(args, |bootstrap| {
+                    vec![
+                        "pipeline".into(),
+                        "--bootstrap".into(),
+                        bootstrap.into(),
+                        "--topic".into(),
+                        "overhead".into(),
+                        "--records".into(),
+                        records.to_string(),
+                        "--name".into(),
+                        "classic".into(),
+                        "--tasks".into(),
+                        "1".into(),
+                        "--inflight".into(),
+                        "1".into(),
+                        "--max-poll-records".into(),
+                        DEFAULT_MAX_POLL_RECORDS.to_string(),
+                        "--file".into(),
+                        file.clone(),
+                        "--classic".into(),
+                    ]
+                })
+                .await?;
+                let _ = std::fs::remove_file(&file);
+                ours.add(
+                    summary.window_records,
+                    summary.seconds,
+                    summary.cpu_seconds * summary.window_records as f64
+                        / summary.records.max(1) as f64,
+                    summary.peak_rss_bytes,
+                );
+            } else {
+                eprintln!(
+                    "classic round {}: librdkafka's C classic consumer...",
+                    round + 1
+                );
+                let (summary, _) = on_fresh_cluster_with(args, |bootstrap| async move {
+                    reference_program
+                        .classic_drain(&bootstrap, "classic-c", "overhead", records)
+                        .await
+                })
+                .await?;
+                if summary.records != records {
+                    bail!(
+                        "the C reference drained {} of {records} records",
+                        summary.records
+                    );
+                }
+                reference.add(
+                    summary.records,
+                    summary.seconds,
+                    summary.cpu_seconds,
+                    summary.peak_rss_bytes,
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker); {} round(s); median (spread)",
+        args.overhead_record_bytes,
+        args.overhead_partitions,
+        args.brokers,
+        args.rounds.max(1)
+    );
+    println!(
+        "  C classic consumer (librdkafka 2.16): {}",
+        reference.line()
+    );
+    println!("  classic connector -> file sink      : {}", ours.line());
+    let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
+    println!(
+        "  CPU per record ratio (connector / C): {cpu_ratio:.2}  (goal <= {:.2}); throughput ratio {:.2}",
+        args.classic_max_cpu_ratio,
+        ours.rate_median() / reference.rate_median().max(1e-9)
+    );
+    if cpu_ratio > args.classic_max_cpu_ratio {
+        return Ok(vec![format!(
+            "classic connector CPU per record {cpu_ratio:.2}x the C classic consumer's (goal <= {:.2})",
+            args.classic_max_cpu_ratio
+        )]);
+    }
+    Ok(Vec::new())
+}
+
+fn add_counts(
+    total: &mut std::collections::BTreeMap<i16, u64>,
+    counts: std::collections::BTreeMap<i16, u64>,
+) {
+    for (key, n) in counts {
+        *total.entry(key).or_default() += n;
+    }
 }
 
 /// Starts a dev cluster, produces part (a)'s records to its topic, runs one child on it and
@@ -420,6 +644,28 @@ async fn on_fresh_cluster(
     produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
     broker.start_request_tracking();
     let summary = run_child::<Summary>(&child_args(&bootstrap)).await?;
+    Ok((summary, broker.request_counts()))
+}
+
+/// As [`on_fresh_cluster`], with the C reference (run by `drain`) instead of a child of ours.
+async fn on_fresh_cluster_with<F, Fut>(
+    args: &Args,
+    drain: F,
+) -> Result<(CSummary, std::collections::BTreeMap<i16, u64>)>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<CSummary>>,
+{
+    let (records, partitions, bytes) = (
+        args.overhead_records,
+        args.overhead_partitions,
+        args.overhead_record_bytes,
+    );
+    let broker = start_broker(args.brokers, "overhead", partitions)?;
+    let bootstrap = broker.bootstrap();
+    produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
+    broker.start_request_tracking();
+    let summary = drain(bootstrap).await?;
     Ok((summary, broker.request_counts()))
 }
 
@@ -485,6 +731,7 @@ async fn pipeline(
     file: &str,
     metrics: bool,
     announce_ready: bool,
+    classic: bool,
 ) -> Result<Summary> {
     let worker_config = config(&[
         ("bootstrap.servers", bootstrap),
@@ -513,21 +760,27 @@ async fn pipeline(
     };
     let idle_rss_bytes = peak_rss_bytes().unwrap_or(0);
     let cpu_start = cpu_time();
-    worker
-        .start_connector(config(&[
-            ("name", name),
-            ("connector.class", "FileStreamSink"),
-            ("topics", topic),
-            ("tasks.max", &tasks.to_string()),
-            ("value.converter", "string"),
-            ("file", file),
-            ("consumer.override.group.protocol", "share"),
-            (
-                "consumer.override.max.poll.records",
-                &max_poll_records.to_string(),
-            ),
-        ]))
-        .await?;
+    let mut connector = config(&[
+        ("name", name),
+        ("connector.class", "FileStreamSink"),
+        ("topics", topic),
+        ("tasks.max", &tasks.to_string()),
+        ("value.converter", "string"),
+        ("file", file),
+        (
+            "consumer.override.max.poll.records",
+            &max_poll_records.to_string(),
+        ),
+    ]);
+    if !classic {
+        connector.insert("consumer.override.group.protocol".into(), "share".into());
+    } else {
+        connector.insert(
+            "consumer.override.auto.offset.reset".into(),
+            "earliest".into(),
+        );
+    }
+    worker.start_connector(connector).await?;
     let running = if announce_ready {
         // Every task joined and fetches (nothing yet): what the running connector costs.
         tokio::time::sleep(READY_SETTLE).await;

@@ -27,6 +27,12 @@ impl RecordConverter {
 
     /// Converts a raw record; the error says whether the key or the value failed.
     pub fn to_sink_record(&self, raw: RawRecord) -> Result<SinkRecord, ConvertError> {
+        self.convert(&raw)
+    }
+
+    /// [`to_sink_record`](Self::to_sink_record) from a borrowed record, which the caller keeps
+    /// (for a dead letter): only what the sink record owns is copied.
+    pub fn convert(&self, raw: &RawRecord) -> Result<SinkRecord, ConvertError> {
         let key = self.key.to_connect(&raw.topic, raw.key.as_deref())?;
         let value = self.value.to_connect(&raw.topic, raw.value.as_deref())?;
         Ok(SinkRecord {
@@ -40,7 +46,7 @@ impl RecordConverter {
             timestamp_type: raw.timestamp_type,
             delivery_count: raw.delivery_count,
             lock_deadline: raw.lock_deadline,
-            topic: raw.topic,
+            topic: raw.topic.clone(),
             partition: raw.partition,
             offset: raw.offset,
         })

@@ -9,6 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+// Offsets and partition numbers are hashed for every record held: FxHash, not SipHash (no
+// key here comes from an untrusted party choosing collisions).
+use rustc_hash::FxHashMap;
+
 use uuid::Uuid;
 
 use super::{AckError, ShareError};
@@ -175,14 +179,14 @@ impl Held {
 #[derive(Debug, Default)]
 struct PartState {
     owner: Option<Owner>,
-    held: HashMap<i64, Held>,
+    held: FxHashMap<i64, Held>,
     pending: BTreeMap<i64, i8>,
     /// Acks made for a producer transaction and not taken yet: offset → wire type.
     staged: BTreeMap<i64, i8>,
     /// Delivered records whose session or leader was lost before the application settled them.
     /// Acknowledging one is not a usage error: it is accepted and reported as this failure by
     /// the next `commit_sync`.
-    lost: HashMap<i64, AckError>,
+    lost: FxHashMap<i64, AckError>,
 }
 
 /// Most lost-record entries kept per partition; past this the oldest knowledge is dropped
@@ -219,14 +223,14 @@ pub(crate) enum Acquire {
 /// Held records, pending acks and unreported results of one consumer.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    parts: HashMap<Arc<str>, HashMap<i32, PartState>>,
+    parts: FxHashMap<Arc<str>, FxHashMap<i32, PartState>>,
     results: HashMap<(String, i32), Result<(), AckError>>,
 }
 
 impl Ledger {
     fn part_mut(&mut self, topic: &Arc<str>, partition: i32) -> &mut PartState {
         if !self.parts.contains_key(&**topic) {
-            self.parts.insert(Arc::clone(topic), HashMap::new());
+            self.parts.insert(Arc::clone(topic), FxHashMap::default());
         }
         self.parts
             .get_mut(&**topic)

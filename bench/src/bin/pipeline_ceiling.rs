@@ -1,0 +1,286 @@
+//! Issue 18 item 4: the pipeline's own ceiling, with the broker taken out. One task's actors
+//! (consumer → converter → sink → acker, the runtime's real code on one arbiter thread) drain
+//! records fed from memory through the `string` converter into the `file` sink, and the bench
+//! prints records per second of wall time and per CPU-second (one core's worth of work).
+//!
+//! `cargo run --release -p spillway-bench --bin pipeline_ceiling -- [--records N] [--record-bytes B]`
+//!
+//! The in-memory source hands out each poll's records as the share consumer's decoder would:
+//! a `RawRecord` per record with its topic, coordinates, delivery count and lock deadline, the
+//! value a slice of one shared buffer (no copy). Verdicts are settled and committed without
+//! any network, and every ACCEPT is reported back as committed, as a share source does. The
+//! reference is the goal itself: at least `--min-rate` (1,000,000) records per CPU-second for
+//! 100-byte string records. It exits non-zero when missed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use async_trait::async_trait;
+use bytes::Bytes;
+use clap::Parser;
+use futures::FutureExt;
+use spillway_actors::consumer::SourceFactory;
+use spillway_actors::lock_retry::TargetHealth;
+use spillway_actors::settings::{TaskSettings, SHARE_INFLIGHT_BATCHES_DEFAULT};
+use spillway_actors::source::{AssignmentChange, Committed, Polled, RecordSource};
+use spillway_actors::status::TaskCounters;
+use spillway_actors::task::{spawn_task, TaskSpec};
+use spillway_actors::RuntimeError;
+use spillway_bench::{config, cpu_time, mib, peak_rss_bytes};
+use spillway_connectors::file::FileSinkTask;
+use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
+use spillway_core::record::TimestampType;
+use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordPipeline};
+
+#[derive(Parser)]
+struct Args {
+    /// Records to drain.
+    #[arg(long, default_value_t = 2_000_000)]
+    records: u64,
+    /// Record value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    record_bytes: usize,
+    /// Records per poll (`max.poll.records`).
+    #[arg(long, default_value_t = 500)]
+    poll_records: usize,
+    /// Partitions the records are spread over.
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// `task.inflight.batches`.
+    #[arg(long, default_value_t = SHARE_INFLIGHT_BATCHES_DEFAULT)]
+    inflight: usize,
+    /// Goal: records per CPU-second at least this.
+    #[arg(long, default_value_t = 1_000_000.0)]
+    min_rate: f64,
+}
+
+/// Hands out `total` records, `batch` per poll, built from one shared value buffer.
+struct MemorySource {
+    topic: String,
+    values: Bytes,
+    record_bytes: usize,
+    partitions: i32,
+    next: u64,
+    total: u64,
+    batch: usize,
+    opened: bool,
+    settled_accepts: Vec<spillway_core::RecordCoordinates>,
+    lock_duration: Duration,
+}
+
+#[async_trait(?Send)]
+impl RecordSource for MemorySource {
+    async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+        let mut polled = Polled::default();
+        if !self.opened {
+            self.opened = true;
+            polled
+                .changes
+                .push(AssignmentChange::Opened(self.assignment()));
+        }
+        let n = (self.batch as u64).min(self.total - self.next) as usize;
+        if n == 0 {
+            tokio::time::sleep(timeout).await;
+            return Ok(polled);
+        }
+        let deadline = Instant::now() + self.lock_duration;
+        polled.records.reserve(n);
+        polled.lock_deadlines.reserve(n);
+        let slots = self.values.len() / self.record_bytes;
+        for i in self.next..self.next + n as u64 {
+            let slot = (i as usize % slots) * self.record_bytes;
+            let partition = (i % self.partitions as u64) as i32;
+            polled.records.push(RawRecord {
+                topic: self.topic.clone(),
+                partition,
+                offset: (i / self.partitions as u64) as i64,
+                key: None,
+                value: Some(self.values.slice(slot..slot + self.record_bytes)),
+                headers: Vec::new(),
+                timestamp: Some(1_700_000_000_000),
+                timestamp_type: TimestampType::CreateTime,
+                delivery_count: Some(1),
+                lock_deadline: Some(deadline),
+            });
+            polled.lock_deadlines.push(deadline);
+        }
+        self.next += n as u64;
+        Ok(polled)
+    }
+
+    fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
+        for ack in acks {
+            if ack.disposition != Disposition::Accept {
+                return Err(RuntimeError::Source(format!(
+                    "{} was not accepted: {:?}",
+                    ack.record, ack.disposition
+                )));
+            }
+            self.settled_accepts.push(ack.record.clone());
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, _timeout: Duration) -> Result<Committed, RuntimeError> {
+        Ok(Committed {
+            accepted: std::mem::take(&mut self.settled_accepts),
+            ..Committed::default()
+        })
+    }
+
+    async fn close(self: Box<Self>) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    fn assignment(&self) -> Assignment {
+        Assignment::SharedTopics(vec![self.topic.clone()])
+    }
+
+    fn lock_duration(&self) -> Option<Duration> {
+        Some(self.lock_duration)
+    }
+}
+
+/// Printable values: `record_bytes`-long lines of digits, 4,096 of them.
+fn value_buffer(record_bytes: usize) -> Bytes {
+    let mut text = Vec::with_capacity(4096 * record_bytes);
+    for i in 0..4096usize {
+        let line = format!("{i:0width$}", width = record_bytes);
+        text.extend_from_slice(&line.as_bytes()[..record_bytes]);
+    }
+    Bytes::from(text)
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("ceiling.txt");
+    let system = actix::System::new();
+    let result = system.block_on(run(&args, &file));
+    let written = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let (records, seconds, cpu_seconds) = result?;
+    let expected_bytes = records * (args.record_bytes as u64 + 1);
+    if written != expected_bytes {
+        bail!("the file sink wrote {written} bytes, expected {expected_bytes} ({records} lines)");
+    }
+    let per_cpu_second = records as f64 / cpu_seconds.max(1e-9);
+    println!(
+        "pipeline_ceiling: {records} records x {} B, string converter -> file sink, one task, no broker (records from memory), {} per poll, task.inflight.batches {}",
+        args.record_bytes, args.poll_records, args.inflight
+    );
+    println!(
+        "  wall: {:.2} s = {:.0} rec/s; CPU: {:.2} s = {:.0} rec/s per core ({:.3} us CPU/record); peak RSS {:.1} MiB; file {:.1} MiB",
+        seconds,
+        records as f64 / seconds.max(1e-9),
+        cpu_seconds,
+        per_cpu_second,
+        cpu_seconds * 1e6 / records.max(1) as f64,
+        mib(peak_rss_bytes().unwrap_or(0)),
+        mib(written)
+    );
+    println!(
+        "  records per CPU-second / goal: {:.2}  (goal >= {:.0} rec/s per core)",
+        per_cpu_second / args.min_rate,
+        args.min_rate
+    );
+    if per_cpu_second < args.min_rate {
+        bail!(
+            "goal missed: {per_cpu_second:.0} records per CPU-second (goal >= {:.0})",
+            args.min_rate
+        );
+    }
+    Ok(())
+}
+
+async fn run(args: &Args, file: &std::path::Path) -> Result<(u64, f64, f64)> {
+    let counters = Arc::new(TaskCounters::default());
+    let (events, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let source = MemorySource {
+        topic: "bench".into(),
+        values: value_buffer(args.record_bytes),
+        record_bytes: args.record_bytes,
+        partitions: args.partitions.max(1),
+        next: 0,
+        total: args.records,
+        batch: args.poll_records.max(1),
+        opened: false,
+        settled_accepts: Vec::new(),
+        lock_duration: Duration::from_secs(30),
+    };
+    let factory: SourceFactory = Box::new(move || {
+        async move { Ok(Box::new(source) as Box<dyn RecordSource>) }.boxed_local()
+    });
+    let connector = config(&[("value.converter", "string")]);
+    let file_text = file.to_string_lossy().into_owned();
+    let task_config = config(&[("file", file_text.as_str())]);
+    let cpu_start = cpu_time();
+    let started = Instant::now();
+    let task = spawn_task(TaskSpec {
+        tenant: "bench".into(),
+        connector: "ceiling".into(),
+        connector_class: "FileStreamSink".into(),
+        task: 0,
+        generation: 1,
+        share: true,
+        errors: ErrorHandling {
+            tolerance: ErrorTolerance::None,
+            retry_timeout: RetryTimeout::Infinite,
+            retry_delay_max: Duration::from_secs(1),
+            log_enable: false,
+            log_include_messages: false,
+            dead_letter_queue: None,
+        },
+        task_config,
+        pipeline: RecordPipeline::from_config(&connector, &BTreeMap::new())
+            .context("the string converter")?,
+        sink_task: Box::new(FileSinkTask::default()),
+        source: factory,
+        dead_letters: None,
+        settings: TaskSettings {
+            inflight_batches: args.inflight.max(1),
+            poll_timeout: Duration::from_millis(50),
+            ..TaskSettings::default()
+        },
+        counters: Arc::clone(&counters),
+        reporter: Arc::new(move |e| {
+            let _ = events.send(e);
+        }),
+        throttle: None,
+        inflight_bytes: None,
+        target_health: TargetHealth::default(),
+    });
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let accepted = counters.accepted.load(Ordering::Relaxed);
+        if accepted >= args.records {
+            break;
+        }
+        if let Ok(event) = events_rx.try_recv() {
+            if !matches!(event, spillway_actors::messages::TaskEvent::Progress { .. }) {
+                bail!("the task ended early: {event:?}");
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "only {accepted} of {} records accepted in 600 s",
+                args.records
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = (cpu_time() - cpu_start).as_secs_f64();
+    task.drain();
+    let stop_deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < stop_deadline {
+        match tokio::time::timeout(Duration::from_secs(1), events_rx.recv()).await {
+            Ok(Some(spillway_actors::messages::TaskEvent::Progress { .. })) | Err(_) => continue,
+            Ok(Some(spillway_actors::messages::TaskEvent::Stopped { .. })) | Ok(None) => break,
+            Ok(Some(other)) => bail!("the task did not stop cleanly: {other:?}"),
+        }
+    }
+    Ok((args.records, seconds, cpu_seconds))
+}

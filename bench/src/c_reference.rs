@@ -1,0 +1,256 @@
+//! The C reference of issue 18: `bench/c/librdkafka_reference.c`, compiled at run time with the
+//! machine's C compiler (`CC`, else `cc`) and linked against the librdkafka shared library of
+//! the `confluent-kafka` wheel the dev broker's venv installs (librdkafka 2.16). It measures
+//! what librdkafka itself spends per record, without the Python interpreter of
+//! [`spillway_tests::ReferenceShareConsumer`] in between.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// The C program's source, next to this crate's `src/`.
+const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/c/librdkafka_reference.c");
+
+/// What one run of the C program reports (its one JSON line).
+#[derive(Deserialize, Debug, Clone, Copy)]
+pub struct CSummary {
+    pub records: u64,
+    /// From the first record received to the last one handled.
+    pub seconds: f64,
+    /// User + system CPU from the subscription on (getrusage).
+    pub cpu_seconds: f64,
+    pub peak_rss_bytes: u64,
+}
+
+/// The compiled C reference.
+pub struct CReference {
+    exe: PathBuf,
+}
+
+impl CReference {
+    /// Compiles the C program against the venv's librdkafka (creating the venv if needed).
+    pub fn build() -> Result<Self> {
+        let library = wheel_librdkafka()?;
+        let dir = library.parent().context("librdkafka has a directory")?;
+        let exe = std::env::current_exe()?
+            .parent()
+            .context("the bench binary has a directory")?
+            .join("spillway-librdkafka-reference");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let output = std::process::Command::new(&cc)
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(SOURCE)
+            .arg(&library)
+            .arg(format!("-Wl,-rpath,{}", dir.display()))
+            .output()
+            .with_context(|| format!("running the C compiler `{cc}` (set CC to another one)"))?;
+        if !output.status.success() {
+            bail!(
+                "`{cc}` could not build {SOURCE}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(Self { exe })
+    }
+
+    /// Drains `records` from a share group: ACCEPT each, commit_sync per poll.
+    pub async fn share_drain(
+        &self,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        records: u64,
+        max_poll_records: usize,
+    ) -> Result<CSummary> {
+        self.run(&[
+            "share",
+            bootstrap,
+            group,
+            topic,
+            &records.to_string(),
+            &IDLE_EXIT.as_millis().to_string(),
+            &max_poll_records.to_string(),
+        ])
+        .await
+    }
+
+    /// Drains `records` with a classic consumer, committing every 500.
+    pub async fn classic_drain(
+        &self,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        records: u64,
+    ) -> Result<CSummary> {
+        self.run(&[
+            "classic",
+            bootstrap,
+            group,
+            topic,
+            &records.to_string(),
+            &IDLE_EXIT.as_millis().to_string(),
+        ])
+        .await
+    }
+
+    /// Copies `records` from `topic` to `dest` (classic consumer -> idempotent producer, at
+    /// least once).
+    pub async fn copy(
+        &self,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        dest: &str,
+        records: u64,
+    ) -> Result<CSummary> {
+        self.run(&[
+            "copy",
+            bootstrap,
+            group,
+            topic,
+            &records.to_string(),
+            &IDLE_EXIT.as_millis().to_string(),
+            dest,
+        ])
+        .await
+    }
+
+    async fn run(&self, args: &[&str]) -> Result<CSummary> {
+        let child = tokio::process::Command::new(&self.exe)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.exe.display()))?;
+        let output = tokio::time::timeout(Duration::from_secs(1800), child.wait_with_output())
+            .await
+            .context("the C reference ran for 30 minutes")??;
+        if !output.status.success() {
+            bail!("the C reference ({}) failed: {}", args[0], output.status);
+        }
+        crate::last_json_line(&String::from_utf8_lossy(&output.stdout))
+    }
+}
+
+/// How long the C reference waits without records (once the first arrived) before it stops.
+const IDLE_EXIT: Duration = Duration::from_secs(20);
+
+/// `confluent_kafka.libs/librdkafka*.so*` in the venv's site-packages.
+fn wheel_librdkafka() -> Result<PathBuf> {
+    let python = spillway_tests::python::venv_python().map_err(anyhow::Error::msg)?;
+    let venv = python
+        .parent()
+        .and_then(Path::parent)
+        .context("the venv's python is in <venv>/bin")?;
+    let lib = venv.join("lib");
+    for entry in std::fs::read_dir(&lib).with_context(|| format!("reading {}", lib.display()))? {
+        let libs = entry?
+            .path()
+            .join("site-packages")
+            .join("confluent_kafka.libs");
+        let Ok(files) = std::fs::read_dir(&libs) else {
+            continue;
+        };
+        for file in files {
+            let path = file?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if name.starts_with("librdkafka") && name.contains(".so") {
+                return Ok(path);
+            }
+        }
+    }
+    bail!(
+        "no confluent_kafka.libs/librdkafka*.so* under {}: is {} installed there?",
+        lib.display(),
+        spillway_tests::python::CONFLUENT_KAFKA_PIN
+    )
+}
+
+/// One contender's figures over the rounds, for the median and the spread.
+#[derive(Default, Debug, Clone)]
+pub struct Rounds {
+    /// Microseconds of CPU per record, one per round.
+    pub cpu_us: Vec<f64>,
+    /// Records per second, one per round.
+    pub rates: Vec<f64>,
+    pub peak_rss_bytes: u64,
+    pub records: u64,
+}
+
+impl Rounds {
+    pub fn add(&mut self, records: u64, seconds: f64, cpu_seconds: f64, peak_rss_bytes: u64) {
+        self.cpu_us.push(cpu_seconds * 1e6 / records.max(1) as f64);
+        self.rates.push(records as f64 / seconds.max(1e-9));
+        self.peak_rss_bytes = self.peak_rss_bytes.max(peak_rss_bytes);
+        self.records += records;
+    }
+
+    pub fn cpu_us_median(&self) -> f64 {
+        median(&self.cpu_us)
+    }
+
+    pub fn rate_median(&self) -> f64 {
+        median(&self.rates)
+    }
+
+    /// "median (min–max)" of CPU per record and rate.
+    pub fn line(&self) -> String {
+        format!(
+            "{:>6.2} us CPU/record (rounds {:.2}-{:.2})  {:>8.0} rec/s (rounds {:.0}-{:.0})  peak RSS {:.1} MiB",
+            self.cpu_us_median(),
+            min(&self.cpu_us),
+            max(&self.cpu_us),
+            self.rate_median(),
+            min(&self.rates),
+            max(&self.rates),
+            crate::mib(self.peak_rss_bytes)
+        )
+    }
+}
+
+/// The median of `values` (0 when empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+fn min(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_two_middle_ones() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn rounds_keep_cpu_per_record_and_rate_per_round() {
+        let mut rounds = Rounds::default();
+        rounds.add(1_000, 2.0, 0.001, 10);
+        rounds.add(1_000, 1.0, 0.003, 30);
+        assert_eq!(rounds.cpu_us, vec![1.0, 3.0]);
+        assert_eq!(rounds.rates, vec![500.0, 1000.0]);
+        assert_eq!(rounds.cpu_us_median(), 2.0);
+        assert_eq!(rounds.peak_rss_bytes, 30);
+        assert_eq!(rounds.records, 2_000);
+    }
+}
