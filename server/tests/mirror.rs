@@ -657,17 +657,19 @@ async fn read_committed(
             .poll(Duration::from_millis(200))
             .await
             .expect("reader polls");
-        out.extend(records.iter().map(|r| Copy {
-            partition: r.partition,
-            offset: r.offset,
-            key: r.key.as_ref().map(|b| b.to_vec()),
-            value: r.value.as_ref().map(|b| b.to_vec()),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_ref().map(|b| b.to_vec())))
-                .collect(),
-            timestamp: Some(r.timestamp),
+        out.extend(records.iter().map(|r| {
+            Copy {
+                partition: r.partition,
+                offset: r.offset,
+                key: r.key.as_ref().map(|b| b.to_vec()),
+                value: r.value.as_ref().map(|b| b.to_vec()),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_ref().map(|b| b.to_vec())))
+                    .collect(),
+                timestamp: Some(r.timestamp),
+            }
         }));
         consumer
             .acknowledge_all(&records, AcknowledgeType::Accept)

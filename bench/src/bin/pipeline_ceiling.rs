@@ -24,6 +24,7 @@ use clap::Parser;
 use futures::FutureExt;
 use spillway_actors::consumer::SourceFactory;
 use spillway_actors::lock_retry::TargetHealth;
+use spillway_actors::pool::TaskPool;
 use spillway_actors::settings::{TaskSettings, SHARE_INFLIGHT_BATCHES_DEFAULT};
 use spillway_actors::source::{AssignmentChange, Committed, Polled, RecordSource};
 use spillway_actors::status::TaskCounters;
@@ -216,42 +217,47 @@ async fn run(args: &Args, file: &std::path::Path) -> Result<(u64, f64, f64)> {
     let connector = config(&[("value.converter", "string")]);
     let file_text = file.to_string_lossy().into_owned();
     let task_config = config(&[("file", file_text.as_str())]);
+    // One pool thread: the task's actors share it, as tasks of a worker do.
+    let pool = TaskPool::start(1);
     let cpu_start = cpu_time();
     let started = Instant::now();
-    let task = spawn_task(TaskSpec {
-        tenant: "bench".into(),
-        connector: "ceiling".into(),
-        connector_class: "FileStreamSink".into(),
-        task: 0,
-        generation: 1,
-        share: true,
-        errors: ErrorHandling {
-            tolerance: ErrorTolerance::None,
-            retry_timeout: RetryTimeout::Infinite,
-            retry_delay_max: Duration::from_secs(1),
-            log_enable: false,
-            log_include_messages: false,
-            dead_letter_queue: None,
+    let task = spawn_task(
+        TaskSpec {
+            tenant: "bench".into(),
+            connector: "ceiling".into(),
+            connector_class: "FileStreamSink".into(),
+            task: 0,
+            generation: 1,
+            share: true,
+            errors: ErrorHandling {
+                tolerance: ErrorTolerance::None,
+                retry_timeout: RetryTimeout::Infinite,
+                retry_delay_max: Duration::from_secs(1),
+                log_enable: false,
+                log_include_messages: false,
+                dead_letter_queue: None,
+            },
+            task_config,
+            pipeline: RecordPipeline::from_config(&connector, &BTreeMap::new())
+                .context("the string converter")?,
+            sink_task: Box::new(FileSinkTask::default()),
+            source: factory,
+            dead_letters: None,
+            settings: TaskSettings {
+                inflight_batches: args.inflight.max(1),
+                poll_timeout: Duration::from_millis(50),
+                ..TaskSettings::default()
+            },
+            counters: Arc::clone(&counters),
+            reporter: Arc::new(move |e| {
+                let _ = events.send(e);
+            }),
+            throttle: None,
+            inflight_bytes: None,
+            target_health: TargetHealth::default(),
         },
-        task_config,
-        pipeline: RecordPipeline::from_config(&connector, &BTreeMap::new())
-            .context("the string converter")?,
-        sink_task: Box::new(FileSinkTask::default()),
-        source: factory,
-        dead_letters: None,
-        settings: TaskSettings {
-            inflight_batches: args.inflight.max(1),
-            poll_timeout: Duration::from_millis(50),
-            ..TaskSettings::default()
-        },
-        counters: Arc::clone(&counters),
-        reporter: Arc::new(move |e| {
-            let _ = events.send(e);
-        }),
-        throttle: None,
-        inflight_bytes: None,
-        target_health: TargetHealth::default(),
-    });
+        &pool,
+    );
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let accepted = counters.accepted.load(Ordering::Relaxed);
