@@ -189,6 +189,23 @@ impl Rounds {
         self.records += records;
     }
 
+    /// Adds a C reference run that must have drained all `expected` records.
+    pub fn add_complete(&mut self, summary: &CSummary, expected: u64) -> Result<()> {
+        if summary.records != expected {
+            bail!(
+                "the C reference drained {} of {expected} records",
+                summary.records
+            );
+        }
+        self.add(
+            summary.records,
+            summary.seconds,
+            summary.cpu_seconds,
+            summary.peak_rss_bytes,
+        );
+        Ok(())
+    }
+
     pub fn cpu_us_median(&self) -> f64 {
         median(&self.cpu_us)
     }

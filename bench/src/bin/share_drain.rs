@@ -208,18 +208,7 @@ async fn compare(args: &Args) -> Result<()> {
                 let summary = reference_program
                     .share_drain(&bootstrap, "bench-reference", "bench", count, poll_records)
                     .await?;
-                if summary.records != count {
-                    bail!(
-                        "the C reference drained {} of {count} records",
-                        summary.records
-                    );
-                }
-                reference.add(
-                    summary.records,
-                    summary.seconds,
-                    summary.cpu_seconds,
-                    summary.peak_rss_bytes,
-                );
+                reference.add_complete(&summary, count)?;
                 reference_requests.add(summary.records, summary.seconds, summary.cpu_seconds);
                 reference_requests.add_requests(broker.request_counts());
             }

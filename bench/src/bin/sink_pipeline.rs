@@ -223,6 +223,17 @@ struct Summary {
 }
 
 impl Summary {
+    /// Adds this run to `rounds` as its measured window: the window's records, with the share
+    /// of the whole drain's CPU that they stand for.
+    fn add_window_to(&self, rounds: &mut Rounds) {
+        rounds.add(
+            self.window_records,
+            self.seconds,
+            self.cpu_seconds * self.window_records as f64 / self.records.max(1) as f64,
+            self.peak_rss_bytes,
+        );
+    }
+
     fn rate(&self) -> f64 {
         self.window_records as f64 / self.seconds.max(1e-9)
     }
@@ -396,13 +407,7 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
                 );
                 let (summary, requests) =
                     on_fresh_cluster(args, |b| pipeline_args("overhead-pipeline", true, b)).await?;
-                ours.add(
-                    summary.window_records,
-                    summary.seconds,
-                    summary.cpu_seconds * summary.window_records as f64
-                        / summary.records.max(1) as f64,
-                    summary.peak_rss_bytes,
-                );
+                summary.add_window_to(&mut ours);
                 add_counts(&mut ours_requests, requests);
             } else {
                 eprintln!(
@@ -421,18 +426,7 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
                         .await
                 })
                 .await?;
-                if summary.records != records {
-                    bail!(
-                        "the C reference drained {} of {records} records",
-                        summary.records
-                    );
-                }
-                reference.add(
-                    summary.records,
-                    summary.seconds,
-                    summary.cpu_seconds,
-                    summary.peak_rss_bytes,
-                );
+                reference.add_complete(&summary, records)?;
                 add_counts(&mut reference_requests, requests);
             }
         }
@@ -558,13 +552,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                 })
                 .await?;
                 let _ = std::fs::remove_file(&file);
-                ours.add(
-                    summary.window_records,
-                    summary.seconds,
-                    summary.cpu_seconds * summary.window_records as f64
-                        / summary.records.max(1) as f64,
-                    summary.peak_rss_bytes,
-                );
+                summary.add_window_to(&mut ours);
             } else {
                 eprintln!(
                     "classic round {}: librdkafka's C classic consumer...",
@@ -576,18 +564,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                         .await
                 })
                 .await?;
-                if summary.records != records {
-                    bail!(
-                        "the C reference drained {} of {records} records",
-                        summary.records
-                    );
-                }
-                reference.add(
-                    summary.records,
-                    summary.seconds,
-                    summary.cpu_seconds,
-                    summary.peak_rss_bytes,
-                );
+                reference.add_complete(&summary, records)?;
             }
         }
     }
