@@ -4,7 +4,7 @@
 //! cannot help, it stays FAILED with its error trace),
 //! changes the number of tasks while records flow, and stops every task gracefully.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::lock_retry::TargetHealth;
@@ -67,6 +67,9 @@ pub struct ConnectorPlan {
     pub admin: Arc<AdminClients>,
     /// The worker's task threads.
     pub pool: TaskPool,
+    /// The task ids this worker runs (distributed mode, where the workers share a connector's
+    /// tasks); `None`: every task.
+    pub assigned: Option<BTreeSet<u32>>,
 }
 
 struct Slot {
@@ -115,6 +118,12 @@ pub struct SetTaskCount(pub usize);
 #[rtype(result = "oneshot::Receiver<()>")]
 pub struct StopConnector;
 
+/// Runs only these task ids here (`None`: every task); tasks given up drain gracefully,
+/// newly given ones start.
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct AssignTasks(pub Option<BTreeSet<u32>>);
+
 /// Answered once the actor has started (its tasks are spawned and on the status board).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -156,6 +165,14 @@ impl ConnectorActor {
     /// The connector's name in the worker (the key of its status).
     fn name(&self) -> &str {
         &self.plan.key
+    }
+
+    /// Whether task `id` is this worker's to run.
+    fn runs_here(&self, id: u32) -> bool {
+        self.plan
+            .assigned
+            .as_ref()
+            .is_none_or(|tasks| tasks.contains(&id))
     }
 
     /// The configuration the plugin sees: the user's, plus where it reads from, and for a
@@ -365,7 +382,8 @@ impl ConnectorActor {
                 Err(reason) => {
                     error!(connector = %name, %reason, "the connector's tasks cannot run");
                     act.preparation_failed = true;
-                    for id in 0..act.task_configs.len() as u32 {
+                    let here = (0..act.task_configs.len() as u32).filter(|id| act.runs_here(*id));
+                    for id in here.collect::<Vec<_>>() {
                         act.board.task_counters(&name, id);
                         act.board
                             .set_task(&name, id, State::Failed, Some(reason.clone()));
@@ -378,14 +396,18 @@ impl ConnectorActor {
     /// Put the tasks on the status board (UNASSIGNED) before they run.
     fn list_unassigned_tasks(&self) {
         for id in 0..self.task_configs.len() as u32 {
-            self.board.task_counters(&self.plan.key, id);
+            if self.runs_here(id) {
+                self.board.task_counters(&self.plan.key, id);
+            }
         }
     }
 
     fn start_tasks(&mut self, ctx: &mut Context<Self>) {
         info!(connector = %self.plan.key, protocol = %self.plan.protocol_text, group = %self.plan.group_id, tasks = self.task_configs.len(), "starting tasks");
         for id in 0..self.task_configs.len() as u32 {
-            self.spawn(id, ctx);
+            if self.runs_here(id) {
+                self.spawn(id, ctx);
+            }
         }
     }
 
@@ -613,22 +635,51 @@ impl Handler<SetTaskCount> for ConnectorActor {
     type Result = Result<(), RuntimeError>;
 
     fn handle(&mut self, msg: SetTaskCount, ctx: &mut Context<Self>) -> Self::Result {
-        let name = self.name().to_owned();
         let wanted = msg.0.max(1);
         let listed = self.task_configs.len() as u32;
         self.split(wanted).map_err(RuntimeError::Task)?;
-        let wanted = self.task_configs.len() as u32;
-        self.plan.config.tasks_max = wanted as usize;
-        if self.preparing {
-            // The tasks start, this many, once the group and topics are set up.
-            for id in wanted..listed {
-                self.board.remove_task(&name, id);
-            }
-            self.list_unassigned_tasks();
+        self.plan.config.tasks_max = self.task_configs.len();
+        self.run_wanted_tasks(listed, ctx);
+        info!(connector = %self.name(), tasks = self.task_configs.len(), "task count changed");
+        Ok(())
+    }
+}
+
+impl Handler<AssignTasks> for ConnectorActor {
+    type Result = Result<(), RuntimeError>;
+
+    fn handle(&mut self, msg: AssignTasks, ctx: &mut Context<Self>) -> Self::Result {
+        if self.plan.assigned == msg.0 {
             return Ok(());
         }
+        self.plan.assigned = msg.0;
+        let listed = self.task_configs.len() as u32;
+        self.run_wanted_tasks(listed, ctx);
+        info!(connector = %self.name(), assigned = ?self.plan.assigned, "tasks assigned to this worker changed");
+        Ok(())
+    }
+}
+
+impl ConnectorActor {
+    /// After a change of the task count or of the tasks assigned here: tasks no longer wanted
+    /// here drain and go, wanted ones not running start. `listed`: how many task configs there
+    /// were before the change.
+    fn run_wanted_tasks(&mut self, listed: u32, ctx: &mut Context<Self>) {
+        let name = self.name().to_owned();
+        let count = self.task_configs.len() as u32;
+        if self.preparing {
+            // The wanted tasks start once the group and topics are set up.
+            for id in 0..listed.max(count) {
+                if id >= count || !self.runs_here(id) {
+                    self.board.remove_task(&name, id);
+                }
+            }
+            self.list_unassigned_tasks();
+            return;
+        }
+        let wanted: BTreeSet<u32> = (0..count).filter(|id| self.runs_here(*id)).collect();
         for (id, slot) in self.slots.iter_mut() {
-            if *id >= wanted && !slot.retiring {
+            if !wanted.contains(id) && !slot.retiring {
                 slot.retiring = true;
                 match &slot.running {
                     Some(r) => r.drain(),
@@ -637,8 +688,8 @@ impl Handler<SetTaskCount> for ConnectorActor {
             }
         }
         self.slots
-            .retain(|id, s| *id < wanted || s.running.is_some());
-        for id in 0..wanted {
+            .retain(|id, s| wanted.contains(id) || s.running.is_some());
+        for id in wanted {
             let needs_start = match self.slots.get_mut(&id) {
                 None => true,
                 Some(slot) => {
@@ -650,8 +701,6 @@ impl Handler<SetTaskCount> for ConnectorActor {
                 self.spawn(id, ctx);
             }
         }
-        info!(connector = %name, tasks = wanted, "task count changed");
-        Ok(())
     }
 }
 

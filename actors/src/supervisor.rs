@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use actix::prelude::*;
 
 use crate::connector::{
-    ConnectorActor, ConnectorPlan, KillTask, Ready, RestartTask, SetTaskCount, StopConnector,
+    AssignTasks, ConnectorActor, ConnectorPlan, KillTask, Ready, RestartTask, SetTaskCount,
+    StopConnector,
 };
 use crate::error::RuntimeError;
 use crate::status::StatusBoard;
@@ -130,6 +131,25 @@ impl Handler<Resize> for Supervisor {
         Box::pin(async move {
             found?
                 .send(SetTaskCount(msg.1))
+                .await
+                .map_err(|_| RuntimeError::WorkerStopped)?
+        })
+    }
+}
+
+/// Run only these tasks of a connector here (distributed mode).
+#[derive(Message)]
+#[rtype(result = "Result<(), RuntimeError>")]
+pub struct Assign(pub String, pub Option<std::collections::BTreeSet<u32>>);
+
+impl Handler<Assign> for Supervisor {
+    type Result = ResponseFuture<Result<(), RuntimeError>>;
+
+    fn handle(&mut self, msg: Assign, _ctx: &mut Context<Self>) -> Self::Result {
+        let found = self.find(&msg.0);
+        Box::pin(async move {
+            found?
+                .send(AssignTasks(msg.1))
                 .await
                 .map_err(|_| RuntimeError::WorkerStopped)?
         })

@@ -5,7 +5,7 @@
 //! (KIP-1302's resolution order), the group id, the runtime settings, the share-group id check —
 //! and refuses the connector with a message that names the problem, before any task runs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,7 +31,7 @@ use crate::pool::{task_threads, TaskPool};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::share_group::{Preparation, ShareGroupWish};
 use crate::status::{ConnectorStatus, StatusBoard};
-use crate::supervisor::{Kill, List, Resize, RestartOne, Start, Stop, Supervisor};
+use crate::supervisor::{Assign, Kill, List, Resize, RestartOne, Start, Stop, Supervisor};
 use crate::tenancy::{OverridePolicy, TenantScope, OVERRIDE_POLICY};
 
 /// How long one admin request may take (group configs, topic creation).
@@ -66,6 +66,9 @@ pub struct Worker {
     group_ids: GroupIdChecker,
     /// The threads every task runs on (`task.threads`).
     pool: TaskPool,
+    /// Distributed mode: the task ids of a connector this worker runs (the others run on other
+    /// workers). A connector not in it runs every task here.
+    assignments: Mutex<BTreeMap<String, BTreeSet<u32>>>,
 }
 
 impl Worker {
@@ -143,6 +146,7 @@ impl Worker {
             system,
             thread: Some(thread),
             configs: Mutex::new(BTreeMap::new()),
+            assignments: Mutex::new(BTreeMap::new()),
             policy,
             limits,
             panic,
@@ -501,6 +505,41 @@ impl Worker {
         Ok(())
     }
 
+    /// Distributed mode: runs only `tasks` of the connector `name` on this worker (`None`:
+    /// every task). Kept for the connector's later starts and reconfigurations; applied at
+    /// once when it runs (tasks given up drain gracefully, see
+    /// [`tasks_stopped`](Self::tasks_stopped)).
+    pub async fn assign_tasks(
+        &self,
+        name: &str,
+        tasks: Option<BTreeSet<u32>>,
+    ) -> Result<(), RuntimeError> {
+        match &tasks {
+            Some(t) => lock_map(&self.assignments).insert(name.to_owned(), t.clone()),
+            None => lock_map(&self.assignments).remove(name),
+        };
+        if !self.configs().contains_key(name) {
+            return Ok(());
+        }
+        self.supervisor
+            .send(Assign(name.to_owned(), tasks))
+            .await
+            .map_err(|_| RuntimeError::WorkerStopped)?
+    }
+
+    /// Whether none of `tasks` of connector `name` runs here any more (they have drained).
+    pub fn tasks_stopped(&self, name: &str, tasks: &BTreeSet<u32>) -> bool {
+        // A task given up leaves the board once it has drained.
+        self.board
+            .get(name)
+            .is_none_or(|status| !status.tasks.iter().any(|t| tasks.contains(&t.id)))
+    }
+
+    /// Forgets a connector's assignment (it was deleted or moved away).
+    pub fn forget_assignment(&self, name: &str) {
+        lock_map(&self.assignments).remove(name);
+    }
+
     /// Ends one task abruptly, as a crash would (no acknowledgements, no leaving the group);
     /// it is not restarted. For failure drills and tests.
     pub async fn kill_task(&self, name: &str, task: u32) -> Result<(), RuntimeError> {
@@ -674,7 +713,6 @@ impl Worker {
             dead_letter_queue: parsed.errors.dead_letter_queue.clone(),
         };
         Ok(ConnectorPlan {
-            key,
             scope,
             config: parsed,
             worker: self.config.clone(),
@@ -690,8 +728,15 @@ impl Worker {
             preparation,
             admin: Arc::clone(&self.admin),
             pool: self.pool.clone(),
+            assigned: lock_map(&self.assignments).get(&key).cloned(),
+            key,
         })
     }
+}
+
+fn lock_map<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each use is one map operation; a panic elsewhere cannot leave it half done.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The settings librdkafka refuses (an unknown key, a value of the wrong type), each named with

@@ -27,11 +27,13 @@ use spillway_core::config::{
     ValidationReport,
 };
 use spillway_core::{ConfigError, ConfigMap};
+use spillway_storage::kafka_store::StatusKey;
 use spillway_storage::{
     ConnectorKey, ConnectorRecord, StateStore, StorageError, TargetState, TaskRecord,
 };
 use tracing::{info, warn};
 
+use crate::distributed::ClusterLink;
 use crate::secrets;
 pub use crate::tenants::DEFAULT_TENANT;
 use crate::tenants::{Quotas, TenantError, TenantInfo, Tenants};
@@ -213,6 +215,8 @@ pub struct Herder {
     tenants: Tenants,
     /// The `tasks` quota a new tenant gets when none is given (`tenant.default.quota.tasks`).
     default_tasks: Option<u64>,
+    /// Distributed mode: the group decides what runs here, and changes wake its reconciler.
+    cluster: Option<Arc<ClusterLink>>,
 }
 
 /// Worker key: the `tasks` quota of a tenant created without one; empty: unlimited.
@@ -300,7 +304,27 @@ impl Herder {
             persisted: Mutex::default(),
             tenants,
             default_tasks,
+            cluster: None,
         })
+    }
+
+    /// A herder of a distributed worker: its store is the cluster's (in Kafka), and what runs
+    /// here is what the group assigns ([`crate::distributed`]), not what the REST calls ask.
+    pub fn distributed(
+        worker: Worker,
+        link: Arc<ClusterLink>,
+        registry: ConnectorRegistry,
+        worker_id: String,
+    ) -> Result<Herder, HerderError> {
+        let store: Arc<dyn StateStore> = Arc::clone(link.store()) as Arc<dyn StateStore>;
+        let mut herder = Herder::new(worker, store, registry, worker_id)?;
+        herder.cluster = Some(link);
+        Ok(herder)
+    }
+
+    /// Distributed mode's link to the group; `None` for a single worker.
+    pub fn cluster(&self) -> Option<&Arc<ClusterLink>> {
+        self.cluster.as_ref()
     }
 
     pub fn worker_id(&self) -> &str {
@@ -330,6 +354,10 @@ impl Herder {
         &self,
         _guard: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(), HerderError> {
+        if self.cluster.is_some() {
+            // The group's assignments start what runs here.
+            return Ok(());
+        }
         for (key, record) in self.store.connectors()? {
             secrets::remember(&record.config, &self.secret_keys(&record.config));
             let runtime = runtime_key(&key.tenant, &key.name);
@@ -348,8 +376,18 @@ impl Herder {
         Ok(())
     }
 
-    /// Starts a connector in the worker, remembering a failure for the status API.
+    /// Starts a connector in the worker, remembering a failure for the status API. In
+    /// distributed mode the reconciler starts it where the group assigned it.
     async fn start(&self, key: &ConnectorKey, config: ConfigMap) {
+        if let Some(cluster) = &self.cluster {
+            cluster.changed();
+            return;
+        }
+        self.launch(key, config).await
+    }
+
+    /// Starts a connector in this worker's runtime now.
+    pub(crate) async fn launch(&self, key: &ConnectorKey, config: ConfigMap) {
         let runtime = runtime_key(&key.tenant, &key.name);
         lock(&self.failures).remove(&runtime);
         let scope = self.tenants.scope(&key.tenant);
@@ -369,8 +407,18 @@ impl Herder {
         lock(&self.failures).insert(runtime_key(&key.tenant, &key.name), message);
     }
 
-    /// Stops a connector in the worker if it runs there.
+    /// Stops a connector in the worker if it runs there (in distributed mode: wherever it
+    /// runs, through the reconcilers).
     async fn halt(&self, key: &ConnectorKey) -> Result<(), HerderError> {
+        if let Some(cluster) = &self.cluster {
+            cluster.changed();
+            return Ok(());
+        }
+        self.shut(key).await
+    }
+
+    /// Stops a connector in this worker's runtime now.
+    pub(crate) async fn shut(&self, key: &ConnectorKey) -> Result<(), HerderError> {
         let runtime = runtime_key(&key.tenant, &key.name);
         lock(&self.failures).remove(&runtime);
         match self.worker.stop_connector(&runtime).await {
@@ -431,6 +479,9 @@ impl Herder {
     fn task_ids(&self, tenant: &str, name: &str, record: &ConnectorRecord) -> Vec<u32> {
         match record.target_state {
             TargetState::Stopped => Vec::new(),
+            TargetState::Running if self.cluster.is_some() => {
+                (0..self.committed_tasks(tenant, name) as u32).collect()
+            }
             TargetState::Running => self
                 .worker
                 .status(&runtime_key(tenant, name))
@@ -440,8 +491,20 @@ impl Herder {
         }
     }
 
+    /// Distributed mode: how many task configs the leader committed for the connector.
+    fn committed_tasks(&self, tenant: &str, name: &str) -> usize {
+        self.cluster.as_ref().map_or(0, |c| {
+            c.store()
+                .configs()
+                .view()
+                .connectors
+                .get(&key(tenant, name))
+                .map_or(0, |s| s.tasks.len())
+        })
+    }
+
     /// How many tasks the connector's plugin makes of `config` (`tasks.max` at most).
-    fn task_count(&self, config: &ConfigMap) -> usize {
+    pub(crate) fn task_count(&self, config: &ConfigMap) -> usize {
         let Ok(parsed) = SinkConnectorConfig::parse(config) else {
             return 1;
         };
@@ -487,6 +550,9 @@ impl Herder {
                     .map(|id| task(id, "PAUSED".into(), None))
                     .collect(),
             ),
+            TargetState::Running if self.cluster.is_some() => {
+                self.cluster_running_status(tenant, name, &record)
+            }
             TargetState::Running => {
                 let failure = lock(&self.failures).get(&runtime).cloned();
                 match (failure, self.worker.status(&runtime)) {
@@ -521,6 +587,112 @@ impl Herder {
             tasks,
             kind: "sink",
         })
+    }
+
+    /// Distributed mode: a running connector's status, from this worker for what runs here
+    /// and from the status topic for what runs elsewhere.
+    fn cluster_running_status(
+        &self,
+        tenant: &str,
+        name: &str,
+        record: &ConnectorRecord,
+    ) -> (StateInfo, Vec<TaskState>) {
+        let runtime = runtime_key(tenant, name);
+        let connector_key = key(tenant, name);
+        let statuses = self
+            .cluster
+            .as_ref()
+            .map(|c| c.store().statuses().view().statuses)
+            .unwrap_or_default();
+        let redact = |t: Option<String>| t.map(|t| self.redact(&record.config, &t));
+        let local = self.worker.status(&runtime);
+        let failure = lock(&self.failures).get(&runtime).cloned();
+        let owns = self
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.owns_connector(&runtime));
+        let connector = match (owns, failure, &local) {
+            (true, Some(trace), _) => StateInfo {
+                state: "FAILED".into(),
+                worker_id: self.worker_id.clone(),
+                trace: Some(trace),
+                group_settings: None,
+            },
+            (true, None, Some(status)) => StateInfo {
+                state: to_state_name(status.state),
+                worker_id: self.worker_id.clone(),
+                trace: redact(status.trace.clone()),
+                group_settings: status.group_settings.clone(),
+            },
+            _ => match statuses.get(&StatusKey::Connector(connector_key.clone())) {
+                Some(s) => StateInfo {
+                    state: s.state.clone(),
+                    worker_id: s.worker_id.clone(),
+                    trace: redact(s.trace.clone()),
+                    group_settings: None,
+                },
+                None => StateInfo {
+                    state: "UNASSIGNED".into(),
+                    worker_id: self.worker_id.clone(),
+                    trace: None,
+                    group_settings: None,
+                },
+            },
+        };
+        let tasks = (0..self.committed_tasks(tenant, name) as u32)
+            .map(|id| {
+                let here = local
+                    .as_ref()
+                    .and_then(|s| s.tasks.iter().find(|t| t.id == id));
+                match here {
+                    Some(t) => TaskState {
+                        id,
+                        state: to_state_name(t.state),
+                        worker_id: self.worker_id.clone(),
+                        trace: redact(t.trace.clone()),
+                    },
+                    None => match statuses.get(&StatusKey::Task(connector_key.clone(), id)) {
+                        Some(s) => TaskState {
+                            id,
+                            state: s.state.clone(),
+                            worker_id: s.worker_id.clone(),
+                            trace: redact(s.trace.clone()),
+                        },
+                        None => TaskState {
+                            id,
+                            state: "UNASSIGNED".into(),
+                            worker_id: self.worker_id.clone(),
+                            trace: None,
+                        },
+                    },
+                }
+            })
+            .collect();
+        (connector, tasks)
+    }
+
+    /// Whether task `task` of the connector runs on this worker now.
+    pub fn runs_task_here(&self, tenant: &str, name: &str, task: u32) -> bool {
+        self.worker
+            .status(&runtime_key(tenant, name))
+            .is_some_and(|s| s.tasks.iter().any(|t| t.id == task))
+    }
+
+    /// Distributed mode: the worker (Connect's host:port worker id) the status topic names
+    /// as running task `task`, if another.
+    pub fn task_owner(&self, tenant: &str, name: &str, task: u32) -> Option<String> {
+        let cluster = self.cluster.as_ref()?;
+        let statuses = cluster.store().statuses().view().statuses;
+        statuses
+            .get(&StatusKey::Task(key(tenant, name), task))
+            .map(|s| s.worker_id.clone())
+            .filter(|w| *w != self.worker_id)
+    }
+
+    /// Writes every task status again at the next persist (a new generation: the statuses
+    /// must carry it).
+    pub(crate) fn rewrite_statuses(&self) {
+        lock(&self.persisted).clear();
     }
 
     pub fn task_status(
@@ -779,7 +951,9 @@ impl Herder {
         self.write(move |store| store.put_connector(&k, &r)).await?;
         info!(tenant, connector = %name, created, "configuration written");
         let runtime = runtime_key(tenant, name);
-        if record.target_state == TargetState::Running {
+        if let Some(cluster) = &self.cluster {
+            cluster.changed();
+        } else if record.target_state == TargetState::Running {
             if created || lock(&self.failures).contains_key(&runtime) {
                 self.halt(&key).await?;
                 self.start(&key, config).await;
@@ -933,6 +1107,18 @@ impl Herder {
         let _guard = self.control.lock().await;
         let record = self.record(tenant, name)?;
         let runtime = runtime_key(tenant, name);
+        if self.cluster.is_some()
+            && record.target_state == TargetState::Running
+            && !self.runs_task_here(tenant, name, task)
+        {
+            drop(_guard);
+            self.task_status(tenant, name, task)?;
+            return Err(HerderError::Conflict(format!(
+                "task {task} of connector {name} does not run on this worker ({}); ask the worker that runs it ({}), or retry after the rebalance",
+                self.worker_id,
+                self.task_owner(tenant, name, task).unwrap_or_else(|| "none yet".into())
+            )));
+        }
         if record.target_state != TargetState::Running
             || lock(&self.failures).contains_key(&runtime)
         {
@@ -1556,14 +1742,19 @@ impl Herder {
         change: impl FnOnce(&dyn StateStore) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, HerderError> {
         let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || change(store.as_ref()))
+        let written = tokio::task::spawn_blocking(move || change(store.as_ref()))
             .await
             .map_err(|e| {
                 HerderError::Runtime(RuntimeError::Task(format!(
                     "the state store write did not finish: {e}"
                 )))
             })?
-            .map_err(HerderError::from)
+            .map_err(HerderError::from)?;
+        if let Some(cluster) = &self.cluster {
+            // The reconcilers act on what was written; this one (the leader's) at once.
+            cluster.changed();
+        }
+        Ok(written)
     }
 
     /// Writes the tasks' states, traces and restart counts to the store when they changed.

@@ -2,6 +2,7 @@
 //! `main.rs` stays a thin clap front end and tests can call them.
 
 pub mod demo;
+pub mod distributed;
 pub mod distributed_config;
 pub mod herder;
 pub mod log_levels;

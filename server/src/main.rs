@@ -1,6 +1,7 @@
 //! The `spillway` command: the worker and its tools.
 
 mod dev_broker;
+mod dev_cluster;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -63,6 +64,19 @@ enum Command {
         /// The worker's configuration (.properties or JSON): bootstrap.servers, rest.port, state.dir, ...
         worker_properties: std::path::PathBuf,
     },
+    /// Run the dev broker and N workers in distributed mode (one group, state in Kafka topics)
+    /// until SIGTERM or Ctrl-C; prints every worker's REST URL (docs/distributed.md).
+    DevCluster {
+        /// Number of worker processes.
+        #[arg(long, default_value_t = 3)]
+        workers: u32,
+        /// REST port of the first worker, the next ones count up; 0 picks free ports.
+        #[arg(long, default_value_t = 0)]
+        first_port: u16,
+        /// Topic to create, as NAME:PARTITIONS; repeat for more.
+        #[arg(long = "topic", value_name = "NAME:PARTITIONS")]
+        topics: Vec<dev_broker::TopicSpec>,
+    },
     /// Run the development Kafka cluster (librdkafka's mock brokers) until SIGTERM or Ctrl-C.
     DevBroker {
         /// Number of brokers (ids 1..=N).
@@ -95,7 +109,10 @@ async fn main() -> Result<()> {
     if let Some(format) = &cli.log_format {
         telemetry_config.log_format = format.parse()?;
     }
-    if matches!(cli.command, Command::DevBroker { .. }) {
+    if matches!(
+        cli.command,
+        Command::DevBroker { .. } | Command::DevCluster { .. }
+    ) {
         telemetry_config.traces = None;
     }
     let mut telemetry = spillway::telemetry::init(telemetry_config)?;
@@ -133,6 +150,11 @@ async fn run(command: Command) -> Result<()> {
             metrics_listen,
         } => spillway::mirror::run(&mm2_properties, metrics_listen).await,
         Command::Worker { worker_properties } => spillway::worker_cmd::run(worker_properties).await,
+        Command::DevCluster {
+            workers,
+            first_port,
+            topics,
+        } => dev_cluster::run(workers, first_port, topics).await,
         Command::DevBroker {
             brokers,
             topics,

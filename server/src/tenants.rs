@@ -291,6 +291,51 @@ impl Tenants {
         })
     }
 
+    /// Distributed mode: takes the tenants another worker wrote (read from the config topic).
+    /// Known tenants keep their throttles and in-flight budgets, with the new limits; tenants
+    /// gone are forgotten with their tokens. A record that cannot be read is logged and the
+    /// tenant keeps what this worker knew of it.
+    pub fn sync(&self, records: &[Tenant]) {
+        let mut entries = write(&self.entries);
+        let mut tokens = HashMap::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for record in records {
+            seen.insert(record.name.clone());
+            if record.name == DEFAULT_TENANT {
+                continue;
+            }
+            let fresh = match Entry::from_record(record) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    tracing::warn!(tenant = %record.name, error = %e, "the tenant record in the config topic cannot be read; keeping what this worker knew");
+                    continue;
+                }
+            };
+            match entries.get_mut(&record.name) {
+                Some(entry) => {
+                    entry.throttle.set_rates(
+                        fresh.quotas.records_per_second,
+                        fresh.quotas.bytes_per_second,
+                    );
+                    entry.inflight.set_limit(fresh.quotas.inflight_bytes);
+                    entry.quotas = fresh.quotas;
+                    entry.policy = fresh.policy;
+                    entry.token_digest = fresh.token_digest;
+                }
+                None => {
+                    entries.insert(record.name.clone(), fresh);
+                }
+            }
+        }
+        entries.retain(|name, _| name == DEFAULT_TENANT || seen.contains(name));
+        for (name, entry) in entries.iter() {
+            if let Some(d) = &entry.token_digest {
+                tokens.insert(d.clone(), name.clone());
+            }
+        }
+        *write(&self.tokens) = tokens;
+    }
+
     pub fn exists(&self, name: &str) -> bool {
         read(&self.entries).contains_key(name)
     }

@@ -23,7 +23,8 @@ use spillway_storage::{SledStore, StateStore};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use crate::distributed_config::{DistributedConfig, GROUP_ID};
+use crate::distributed::{self, Reconciler, ReconcilerHandle};
+use crate::distributed_config::DistributedConfig;
 use crate::herder::Herder;
 use crate::metrics::Telemetry;
 use crate::rest::{self, Api};
@@ -267,19 +268,6 @@ pub async fn run(worker_properties: PathBuf) -> Result<()> {
     worker.run_until_signal(signals).await
 }
 
-/// Distributed mode's keys are read and validated, but its worker is not assembled yet
-/// (docs/distributed.md): a worker given `group.id` stops here rather than run as a single
-/// worker beside others that would then run the same connectors twice.
-fn refuse_distributed_mode(config: &ConfigMap) -> Result<()> {
-    if let Some(distributed) = DistributedConfig::from_worker_config(config)? {
-        bail!(
-            "{GROUP_ID}={} asks for distributed mode, which this build cannot run yet (its group membership and Kafka-backed stores exist, the worker that uses them does not; see docs/distributed.md). Remove {GROUP_ID} to run a single worker on state.dir",
-            distributed.group_id
-        );
-    }
-    Ok(())
-}
-
 /// A worker serving the REST API, its connectors restored.
 pub struct RunningWorker {
     address: SocketAddr,
@@ -291,13 +279,26 @@ pub struct RunningWorker {
     persisting: JoinHandle<()>,
     /// Brings the stored connectors back; `/health` answers 503 until it is done.
     restoring: JoinHandle<()>,
+    /// Distributed mode: the reconciler that runs what the group assigns.
+    reconciler: Option<ReconcilerHandle>,
+}
+
+/// Where a worker keeps its state.
+pub enum StateBackend {
+    /// A single worker's store (sled under `state.dir`, or in memory for standalone).
+    Local(Arc<dyn StateStore>),
+    /// Distributed mode: the cluster's config and status topics.
+    Cluster(DistributedConfig),
 }
 
 impl RunningWorker {
     /// Opens the state store, starts the worker and the REST server, and starts restoring
     /// every stored connector in its target state (`/health` answers 200 once that is done).
     pub async fn start(config: ConfigMap, registry: ConnectorRegistry) -> Result<RunningWorker> {
-        refuse_distributed_mode(&config)?;
+        if let Some(distributed) = DistributedConfig::from_worker_config(&config)? {
+            info!(group = %distributed.group_id, config_topic = %distributed.config_topic.name, status_topic = %distributed.status_topic.name, "distributed mode");
+            return Self::start_with(config, registry, StateBackend::Cluster(distributed)).await;
+        }
         let parsed = worker_rest_config_def().parse(&config)?;
         let state_dir = PathBuf::from(parsed.string(STATE_DIR)?.unwrap_or("spillway-state"));
         std::fs::create_dir_all(&state_dir)
@@ -313,6 +314,15 @@ impl RunningWorker {
         config: ConfigMap,
         registry: ConnectorRegistry,
         store: Arc<dyn StateStore>,
+    ) -> Result<RunningWorker> {
+        Self::start_with(config, registry, StateBackend::Local(store)).await
+    }
+
+    /// [`start`](Self::start) with the state where `backend` says.
+    pub async fn start_with(
+        config: ConfigMap,
+        registry: ConnectorRegistry,
+        backend: StateBackend,
     ) -> Result<RunningWorker> {
         let parsed = worker_rest_config_def().parse(&config)?;
         let max_body_bytes = usize::try_from(parsed.int(REST_MAX_BODY_BYTES)?)
@@ -355,8 +365,28 @@ impl RunningWorker {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let telemetry = Arc::new(Telemetry::from_env()?);
-        let worker = Worker::start_with_meter(config, registry.clone(), &telemetry.meter())?;
-        let herder = Arc::new(Herder::new(worker, store, registry, worker_id)?);
+        let (herder, group) = match backend {
+            StateBackend::Local(store) => {
+                let worker =
+                    Worker::start_with_meter(config, registry.clone(), &telemetry.meter())?;
+                (Herder::new(worker, store, registry, worker_id)?, None)
+            }
+            StateBackend::Cluster(distributed) => {
+                let url = format!("{}://{worker_id}", listening[0].0.as_str());
+                let link =
+                    distributed::open_link(&config, &distributed, worker_id.clone(), url).await?;
+                let cluster =
+                    distributed::connect(&config, &format!("spillway-worker-{worker_id}")).await?;
+                let worker =
+                    Worker::start_with_meter(config, registry.clone(), &telemetry.meter())?;
+                let herder = Herder::distributed(worker, link, registry, worker_id)?;
+                (
+                    herder,
+                    Some((cluster, distributed::group_config(&distributed))),
+                )
+            }
+        };
+        let herder = Arc::new(herder);
         let ready = Arc::new(AtomicBool::new(false));
         let server = rest::serve(
             listeners,
@@ -406,6 +436,10 @@ impl RunningWorker {
                 }
             }
         });
+        let reconciler = match group {
+            Some((cluster, group)) => Some(Reconciler::start(Arc::clone(&herder), cluster, group)?),
+            None => None,
+        };
         Ok(RunningWorker {
             address,
             listening,
@@ -415,6 +449,7 @@ impl RunningWorker {
             serving,
             persisting,
             restoring,
+            reconciler,
         })
     }
 
@@ -448,8 +483,19 @@ impl RunningWorker {
         mut self,
         stop: impl std::future::Future<Output = Result<()>>,
     ) -> Result<()> {
+        let failed = self.reconciler.as_mut().and_then(|r| r.failed.take());
+        let group_failed = async move {
+            match failed {
+                Some(failed) => match failed.await {
+                    Ok(reason) => reason,
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        };
         let outcome = tokio::select! {
             stopped = stop => stopped,
+            reason = group_failed => Err(anyhow::anyhow!("the worker cannot take part in its group: {reason}")),
             served = &mut self.serving => match served {
                 Ok(result) => result.context("the REST server stopped"),
                 Err(e) => Err(e).context("the REST server stopped"),
@@ -463,9 +509,18 @@ impl RunningWorker {
     pub async fn stop(self) {
         info!("stopping: finishing in-flight batches and committing");
         self.server.stop(true).await;
-        self.persisting.abort();
         self.restoring.abort();
+        // Distributed mode: no more assignments; the tasks stop, then the worker leaves the
+        // group so that the others take its work at once.
+        let member = match self.reconciler {
+            Some(reconciler) => reconciler.stop().await,
+            None => None,
+        };
+        self.persisting.abort();
         self.herder.shutdown().await;
+        if let Some(member) = member {
+            member.leave().await;
+        }
         // Flushing OTLP blocks on its HTTP export.
         let telemetry = Arc::clone(&self.telemetry);
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
@@ -478,26 +533,6 @@ mod tests {
     use super::*;
 
     use spillway_core::config::config_map as config;
-
-    #[test]
-    fn a_worker_given_group_id_refuses_to_run_single_and_a_bad_distributed_key_is_named() {
-        assert!(refuse_distributed_mode(&config(&[("state.dir", "x")])).is_ok());
-        let err = refuse_distributed_mode(&config(&[
-            ("group.id", "cluster"),
-            ("config.storage.topic", "c"),
-            ("status.storage.topic", "s"),
-        ]))
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("group.id=cluster") && err.contains("Remove group.id"),
-            "{err}"
-        );
-        let err = refuse_distributed_mode(&config(&[("group.id", "cluster")]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("config.storage.topic"), "{err}");
-    }
 
     fn one(config: &ConfigMap) -> (Scheme, String, u16, bool) {
         let specs = listen_addresses(config).expect("valid");

@@ -20,6 +20,8 @@ pub enum StorageError {
     Write { path: PathBuf, error: sled::Error },
     #[error("cannot read the state store at {path}: {error}")]
     Read { path: PathBuf, error: sled::Error },
+    #[error("the cluster's state in Kafka (config.storage.topic, status.storage.topic): {0}")]
+    Kafka(String),
     #[error(
         "{kind} name '{name}' cannot be stored: it must be non-empty and hold no NUL character"
     )]

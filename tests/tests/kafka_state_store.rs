@@ -170,6 +170,7 @@ async fn statuses_are_shared_and_an_older_generation_cannot_overwrite_a_newer_on
         trace: None,
         worker_id: worker.into(),
         generation,
+        restarts: 0,
     };
     first
         .put(

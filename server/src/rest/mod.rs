@@ -11,6 +11,7 @@ pub mod auth;
 mod body;
 mod connectors;
 mod error;
+pub mod forward;
 mod plugins;
 mod tenants;
 pub mod tls;
@@ -324,6 +325,8 @@ pub fn configure(config: &mut web::ServiceConfig) {
                 .default_service(web::to(move |request: HttpRequest| {
                     method_not_allowed(request, allow.clone())
                 }))
+                // Outermost last: authentication, then forwarding to the leader.
+                .wrap(actix_web::middleware::from_fn(forward::to_leader))
                 .wrap(actix_web::middleware::from_fn(move |request, next| {
                     auth::guard(Arc::clone(&rules), request, next)
                 })),

@@ -89,6 +89,13 @@ impl WorkerProcess {
         }
     }
 
+    /// SIGKILL: no graceful stop, no LeaveGroup; the group notices only when the session
+    /// times out.
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Whether the process still runs.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().expect("waitable").is_none()

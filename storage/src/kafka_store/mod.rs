@@ -12,8 +12,10 @@
 
 mod config_store;
 mod records;
+mod state_store;
 mod status_store;
 
 pub use config_store::{KafkaConfigStore, KafkaStoreError, StoreTopic};
 pub use records::{ConfigKey, ConfigView, ConnectorState, Status, StatusKey, StatusView};
+pub use state_store::KafkaStateStore;
 pub use status_store::KafkaStatusStore;

@@ -307,6 +307,9 @@ pub struct Status {
     pub worker_id: String,
     /// The group generation the worker was in when it wrote this.
     pub generation: i32,
+    /// Restarts of the task since it was started on its worker.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 /// Every status the topic holds.
@@ -332,10 +335,12 @@ impl StatusView {
         };
         match serde_json::from_slice::<Status>(value) {
             Ok(status) => {
-                let stale = self
-                    .statuses
-                    .get(&parsed)
-                    .is_some_and(|known| status.generation < known.generation);
+                // As Connect's status store: a worker may always overwrite its own status (its
+                // generation can restart from 0 when the whole group restarts); another
+                // worker's only from the same or a newer generation.
+                let stale = self.statuses.get(&parsed).is_some_and(|known| {
+                    status.worker_id != known.worker_id && status.generation < known.generation
+                });
                 if !stale {
                     self.statuses.insert(parsed, status);
                 }
@@ -494,6 +499,7 @@ mod tests {
                 trace: None,
                 worker_id: worker.into(),
                 generation,
+                restarts: 0,
             })
             .unwrap()
         };
@@ -503,7 +509,10 @@ mod tests {
         assert_eq!(v.statuses[&k].worker_id, "w2");
         v.apply(2, Some(&k.encode()), Some(&status("w3", 5)));
         assert_eq!(v.statuses[&k].worker_id, "w3");
-        v.apply(3, Some(&k.encode()), None);
+        // The same worker after a restart of the whole group (generations start again).
+        v.apply(3, Some(&k.encode()), Some(&status("w3", 1)));
+        assert_eq!(v.statuses[&k].generation, 1);
+        v.apply(4, Some(&k.encode()), None);
         assert!(v.statuses.is_empty());
     }
 }
