@@ -5,14 +5,16 @@
 //! source record in the output exactly once (by the source-coordinate headers), and nothing
 //! else.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+
 use rand::Rng;
-use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{produce, DevBroker, TestRecord};
+use support::eos::{read_output, Source};
 
 /// `SPILLWAY_EOS_CRASH_RECORDS` overrides it (the debug build replicates ~1,000 records/s on
 /// two shared cores, the release build ~7,000).
@@ -21,8 +23,6 @@ const RECORDS: i64 = 200_000;
 /// stay well under the dev broker's 5 MiB per partition.
 const PARTITIONS: i32 = 10;
 const KILLS: usize = 5;
-
-type Source = (String, i32, i64);
 
 /// `spillway standalone` on the given files; SIGKILLed when dropped.
 struct Standalone(Child);
@@ -53,75 +53,6 @@ impl Drop for Standalone {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Reads the output through a read_committed share group until every expected source record
-/// was seen (then a few seconds more, to catch extras) or `limit` passed. Returns, per source
-/// record, the distinct output positions holding it: a record the reader itself got twice (its
-/// session was reset) has one position; a duplicate written by the sink has two.
-async fn read_output(
-    broker: &DevBroker,
-    topic: &str,
-    expected: usize,
-    limit: Duration,
-) -> BTreeMap<Source, BTreeSet<(i32, i64)>> {
-    let mut config = ShareConsumerConfig::new(&broker.bootstrap(), "crash-output-reader");
-    config.max_poll_records = 2000;
-    let mut consumer = ShareConsumer::connect(config)
-        .await
-        .expect("the output reader connects");
-    consumer.subscribe(&[topic]);
-    let mut found: BTreeMap<Source, BTreeSet<(i32, i64)>> = BTreeMap::new();
-    let deadline = Instant::now() + limit;
-    let mut settle_until: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        if found.len() >= expected && settle_until.is_none() {
-            settle_until = Some(now + Duration::from_secs(3));
-        }
-        if settle_until.is_some_and(|s| now >= s) || now >= deadline {
-            break;
-        }
-        let records = match consumer.poll(Duration::from_millis(300)).await {
-            Ok(records) => records,
-            Err(e) => {
-                eprintln!("output reader: {e}");
-                continue;
-            }
-        };
-        for r in &records {
-            let header = |name: &str| -> String {
-                r.headers
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .and_then(|(_, v)| v.as_ref())
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "output {}-{}@{} lacks {name}",
-                            r.topic, r.partition, r.offset
-                        )
-                    })
-            };
-            let source = (
-                header("spillway.source.topic"),
-                header("spillway.source.partition")
-                    .parse()
-                    .expect("partition"),
-                header("spillway.source.offset").parse().expect("offset"),
-            );
-            found
-                .entry(source)
-                .or_default()
-                .insert((r.partition, r.offset));
-        }
-        let _ = consumer.acknowledge_all(&records, AcknowledgeType::Accept);
-        if !records.is_empty() {
-            let _ = consumer.commit_sync(Duration::from_secs(5)).await;
-        }
-    }
-    let _ = consumer.close().await;
-    found
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,7 +139,13 @@ async fn replicate_through_kills(mode: &str, kill_after_ms: std::ops::Range<u64>
     }
     let last = Standalone::start(&worker, &connector);
     // Generous: most of the data is replicated by this last run, at debug-build speed.
-    let found = read_output(&broker, "out.src", expected.len(), Duration::from_secs(480)).await;
+    let found = read_output(
+        &broker.bootstrap(),
+        "out.src",
+        expected.len(),
+        Duration::from_secs(480),
+    )
+    .await;
     drop(last);
 
     let duplicated: Vec<_> = found.iter().filter(|(_, at)| at.len() > 1).collect();

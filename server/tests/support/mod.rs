@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test file uses a different part of this module.
 
+pub mod eos;
 pub mod pipelines;
 pub mod process;
 
