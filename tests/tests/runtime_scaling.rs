@@ -9,7 +9,7 @@ mod runtime_support;
 use std::time::Duration;
 
 use runtime_support::{config, coordinates, probe, share_broker, wait_until, worker};
-use spillway_tests::{numbered_records, produce, DeliveryReport};
+use spillway_tests::{numbered_range, numbered_records, produce, DeliveryReport};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scaling_from_two_to_six_tasks_and_back_loses_nothing_and_uses_every_task() {
@@ -100,5 +100,67 @@ async fn scaling_from_two_to_six_tasks_and_back_loses_nothing_and_uses_every_tas
     .await;
     let report = DeliveryReport::compare(coordinates(&produced), probe.coordinates());
     assert!(report.nothing_lost(), "{}", report.summary());
+    worker.shutdown().await;
+}
+
+/// Distributed mode runs some of a connector's tasks on each worker: a worker assigned task 1
+/// of three runs that one alone; given tasks 0 and 2 instead, task 1 drains and leaves while 0
+/// and 2 start and consume.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_runs_only_the_tasks_assigned_to_it_and_follows_a_new_assignment() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("shared", 6);
+    let bootstrap = broker.bootstrap();
+    let mut produced = produce(&bootstrap, "shared", numbered_records(600, 32, 6), "none").await;
+    let worker = worker(&broker);
+    let connector = config(&[
+        ("name", "partial"),
+        ("connector.class", "probe"),
+        ("probe.id", "partial"),
+        ("topics", "shared"),
+        ("tasks.max", "3"),
+        ("consumer.override.group.protocol", "share"),
+    ]);
+    worker
+        .assign_tasks("partial", Some([1].into()))
+        .await
+        .expect("an assignment before the start is kept");
+    worker
+        .start_connector(connector)
+        .await
+        .expect("connector starts");
+    let ids = |worker: &spillway_actors::Worker| -> Vec<u32> {
+        worker
+            .status("partial")
+            .map(|s| s.tasks.iter().map(|t| t.id).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(ids(&worker), vec![1], "only the assigned task runs");
+    let probe = probe("partial");
+    wait_until(Duration::from_secs(20), "task 1 delivers every record", || {
+        probe.distinct() >= produced.len()
+    })
+    .await;
+    assert_eq!(probe.per_task().keys().copied().collect::<Vec<_>>(), vec![1]);
+
+    worker
+        .assign_tasks("partial", Some([0, 2].into()))
+        .await
+        .expect("new assignment");
+    wait_until(Duration::from_secs(20), "task 1 drained and gone", || {
+        worker.tasks_stopped("partial", &[1].into())
+    })
+    .await;
+    assert_eq!(ids(&worker), vec![0, 2]);
+    produced.extend(produce(&bootstrap, "shared", numbered_range(600, 600, 6), "none").await);
+    let expected = produced.len();
+    wait_until(Duration::from_secs(30), "tasks 0 and 2 deliver the rest", || {
+        probe.distinct() >= expected
+    })
+    .await;
+    let report = DeliveryReport::compare(coordinates(&produced), probe.coordinates());
+    assert!(report.nothing_lost(), "{}", report.summary());
+    let late: Vec<u32> = probe.per_task().keys().copied().filter(|t| *t != 1).collect();
+    assert!(!late.is_empty(), "tasks 0 and 2 received records");
     worker.shutdown().await;
 }
