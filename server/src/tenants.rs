@@ -295,8 +295,16 @@ impl Tenants {
     /// Known tenants keep their throttles and in-flight budgets, with the new limits; tenants
     /// gone are forgotten with their tokens. A record that cannot be read is logged and the
     /// tenant keeps what this worker knew of it.
-    pub fn sync(&self, records: &[Tenant]) {
+    ///
+    /// `read_at` is the config-topic offset the records were read at, `latest` the offset read
+    /// to now. Checked under the lock that this worker's own tenant changes hold while they
+    /// write: records older than a change this worker just made are not applied (they would
+    /// undo it); the next read brings both.
+    pub fn sync(&self, records: &[Tenant], read_at: i64, latest: impl Fn() -> i64) {
         let mut entries = write(&self.entries);
+        if latest() > read_at {
+            return;
+        }
         let mut tokens = HashMap::new();
         let mut seen = std::collections::BTreeSet::new();
         for record in records {
@@ -521,6 +529,41 @@ mod tests {
             Confinement::default(),
         )
         .expect("load")
+    }
+
+    /// Distributed mode: another worker's tenants follow the writer's records — creation, a new
+    /// quota, a rotated token, deletion — and records read before this worker's own change
+    /// do not undo it.
+    #[test]
+    fn a_worker_follows_the_tenants_another_wrote_and_ignores_records_older_than_its_own_change() {
+        let (writer_dir, reader_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let writer_store = store(writer_dir.path());
+        let (writer, reader) = (tenants(&writer_store), tenants(&store(reader_dir.path())));
+        let records = || writer_store.tenants().expect("records");
+        let (_, token) = writer.create("acme", Quotas::default(), None).unwrap();
+        reader.sync(&records(), 1, || 1);
+        assert_eq!(reader.by_token(&token).as_deref(), Some("acme"));
+        let quotas = Quotas {
+            connectors: Some(3),
+            ..Quotas::default()
+        };
+        writer.update("acme", quotas, None).unwrap();
+        let rotated = writer.rotate_token("acme").unwrap();
+        reader.sync(&records(), 2, || 2);
+        assert_eq!(reader.quotas("acme").connectors, Some(3));
+        assert_eq!(
+            reader.by_token(&token),
+            None,
+            "the old token stopped working"
+        );
+        assert_eq!(reader.by_token(&rotated).as_deref(), Some("acme"));
+        // Read before a change made at offset 4: not applied.
+        reader.sync(&[], 3, || 4);
+        assert!(reader.exists("acme"));
+        writer.delete("acme").unwrap();
+        reader.sync(&records(), 5, || 5);
+        assert!(!reader.exists("acme") && reader.by_token(&rotated).is_none());
+        assert!(reader.exists(DEFAULT_TENANT));
     }
 
     #[test]

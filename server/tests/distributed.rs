@@ -213,7 +213,10 @@ async fn a_cluster_of_workers_shares_connectors_survives_a_sigkill_and_keeps_its
     // A tenant created through one worker is known, with its token, to the others.
     let created = workers[1]
         .api
-        .post("/tenants", json!({"name": "acme"}))
+        .post(
+            "/tenants",
+            json!({"name": "acme", "quotas": {"connectors": 1}}),
+        )
         .await;
     assert_eq!(created.status, 201, "{}", created.text);
     let token = created.body["token"].as_str().expect("token").to_owned();
@@ -226,6 +229,29 @@ async fn a_cluster_of_workers_shares_connectors_survives_a_sigkill_and_keeps_its
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+
+    // The tenant's quota holds cluster-wide: the leader counts the connectors created through
+    // every worker.
+    let tenant_sink = |name: &str| {
+        json!({"name": name, "initial_state": "PAUSED", "config": {
+            "connector.class": "file", "topics": "orders",
+            "file": format!("{name}.txt"),
+            "consumer.override.group.protocol": "share",
+        }})
+    };
+    let first = acme
+        .post("/tenants/acme/connectors", tenant_sink("first"))
+        .await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    let second = Client::new(&workers[0].process.base)
+        .with_token(&token)
+        .post("/tenants/acme/connectors", tenant_sink("second"))
+        .await;
+    assert!(
+        second.assert_error(403).contains("quota connectors=1"),
+        "{}",
+        second.text
+    );
 
     // Paused through one worker, seen paused through another; resumed.
     let paused = workers[2]
@@ -376,14 +402,27 @@ async fn a_cluster_of_workers_shares_connectors_survives_a_sigkill_and_keeps_its
     wait_placed(&workers[1].api, "share-files", &all).await;
     wait_placed(&workers[2].api, "classic-files", &all).await;
     let acme = Client::new(&workers[0].process.base).with_token(&token);
-    assert_eq!(acme.get("/tenants/acme/connectors").await.status, 200);
+    let listed = acme.get("/tenants/acme/connectors").await;
+    assert_eq!((listed.status, listed.body), (200, json!(["first"])));
 }
 
 /// Kafka's `connect_distributed_test.test_bounce`, with an exactly-once kafka sink: while
 /// records keep coming, each of three workers in turn is stopped (SIGTERM) and replaced; the
 /// output, read as a read_committed consumer would, holds every source record exactly once.
+/// Share mode: the ledger decides what was written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_restarts_deliver_an_exactly_once_flow_exactly_once() {
+async fn rolling_restarts_deliver_an_exactly_once_share_flow_exactly_once() {
+    rolling_restarts("share").await;
+}
+
+/// Classic mode: offsets and ledger checkpoints in the transaction; a moved task's producer
+/// (same transactional id) fences its predecessor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restarts_deliver_an_exactly_once_classic_flow_exactly_once() {
+    rolling_restarts("classic").await;
+}
+
+async fn rolling_restarts(protocol: &str) {
     const PARTITIONS: i32 = 4;
     const TOTAL: u64 = 12_000;
     let cluster = ProxiedDevBroker::start(
@@ -415,15 +454,20 @@ async fn rolling_restarts_deliver_an_exactly_once_flow_exactly_once() {
     let mut workers: Vec<Worker> = (0..3)
         .map(|i| start_worker(&bootstrap, &dir.path().join(format!("w{i}"))))
         .collect();
-    let connector = json!({"name": "copy", "config": {
+    let mut connector = json!({"name": "copy", "config": {
         "connector.class": "kafka",
         "topics": "src",
         "tasks.max": "2",
-        "consumer.override.group.protocol": "share",
+        "consumer.override.group.protocol": protocol,
         "topic.rename.format": "out.${topic}",
         "delivery.guarantee": "exactly_once",
         "delivery.ledger.topic": "ledger",
     }});
+    if protocol == "classic" {
+        // A moved task's new member joins after the old one's session ended.
+        connector["config"]["consumer.override.session.timeout.ms"] = json!("6000");
+        connector["config"]["consumer.override.heartbeat.interval.ms"] = json!("1000");
+    }
     let start = Instant::now();
     loop {
         let answer = workers[1].api.post("/connectors", connector.clone()).await;
@@ -494,7 +538,7 @@ async fn rolling_restarts_deliver_an_exactly_once_flow_exactly_once() {
         .collect();
     let extra: Vec<_> = found.keys().filter(|s| !produced.contains(*s)).collect();
     eprintln!(
-        "{} source records through 3 rolling restarts: {} found, {} duplicated, {} missing, {} extra",
+        "{protocol}: {} source records through 3 rolling restarts: {} found, {} duplicated, {} missing, {} extra",
         produced.len(),
         found.len(),
         duplicated.len(),
@@ -508,4 +552,73 @@ async fn rolling_restarts_deliver_an_exactly_once_flow_exactly_once() {
         missing.iter().take(5).collect::<Vec<_>>(),
         extra.iter().take(5).collect::<Vec<_>>()
     );
+}
+
+/// `spillway dev-cluster`: the dev broker and two workers; a connector created through one
+/// worker is listed by the other; SIGTERM stops everything with exit code 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cluster_starts_workers_that_form_one_cluster() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["dev-cluster", "--workers", "2", "--topic", "orders:2"])
+        .current_dir(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spillway dev-cluster starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().expect("a line").expect("readable");
+    let bootstrap = next();
+    assert!(bootstrap.starts_with("bootstrap="), "{bootstrap}");
+    let urls: Vec<String> = (0..2)
+        .map(|i| {
+            let line = next();
+            let prefix = format!("worker {i}: ");
+            line.strip_prefix(&prefix)
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_else(|| panic!("unexpected line '{line}'"))
+                .to_owned()
+        })
+        .collect();
+    let first = Client::new(&urls[1]);
+    let body = json!({"name": "orders-out", "config": {
+        "connector.class": "file", "topics": "orders", "tasks.max": "2",
+        "file": dir.path().join("out.txt").display().to_string(),
+        "consumer.override.group.protocol": "share",
+    }});
+    let start = Instant::now();
+    loop {
+        let answer = first.post("/connectors", body.clone()).await;
+        if answer.status == 201 {
+            break;
+        }
+        assert!(
+            answer.status == 409 && start.elapsed() < WAIT,
+            "{} {}",
+            answer.status,
+            answer.text
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Client::new(&urls[0])
+        .wait_for("/connectors", WAIT, |b| b == &json!(["orders-out"]))
+        .await;
+    let pid = child.id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "dev-cluster did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "dev-cluster exited with {status}");
 }

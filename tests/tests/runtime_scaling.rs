@@ -137,11 +137,16 @@ async fn a_worker_runs_only_the_tasks_assigned_to_it_and_follows_a_new_assignmen
     };
     assert_eq!(ids(&worker), vec![1], "only the assigned task runs");
     let probe = probe("partial");
-    wait_until(Duration::from_secs(20), "task 1 delivers every record", || {
-        probe.distinct() >= produced.len()
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "task 1 delivers every record",
+        || probe.distinct() >= produced.len(),
+    )
     .await;
-    assert_eq!(probe.per_task().keys().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        probe.per_task().keys().copied().collect::<Vec<_>>(),
+        vec![1]
+    );
 
     worker
         .assign_tasks("partial", Some([0, 2].into()))
@@ -154,13 +159,20 @@ async fn a_worker_runs_only_the_tasks_assigned_to_it_and_follows_a_new_assignmen
     assert_eq!(ids(&worker), vec![0, 2]);
     produced.extend(produce(&bootstrap, "shared", numbered_range(600, 600, 6), "none").await);
     let expected = produced.len();
-    wait_until(Duration::from_secs(30), "tasks 0 and 2 deliver the rest", || {
-        probe.distinct() >= expected
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "tasks 0 and 2 deliver the rest",
+        || probe.distinct() >= expected,
+    )
     .await;
     let report = DeliveryReport::compare(coordinates(&produced), probe.coordinates());
     assert!(report.nothing_lost(), "{}", report.summary());
-    let late: Vec<u32> = probe.per_task().keys().copied().filter(|t| *t != 1).collect();
+    let late: Vec<u32> = probe
+        .per_task()
+        .keys()
+        .copied()
+        .filter(|t| *t != 1)
+        .collect();
     assert!(!late.is_empty(), "tasks 0 and 2 received records");
     worker.shutdown().await;
 }

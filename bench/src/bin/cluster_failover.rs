@@ -103,7 +103,10 @@ fn start_worker(bootstrap: &str, dir: &Path) -> Result<WorkerChild> {
     let mut line = String::new();
     BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
     let Some(base) = line.trim().strip_prefix("REST API listening on ") else {
-        bail!("a worker did not start: '{line}' (log in {})", dir.display());
+        bail!(
+            "a worker did not start: '{line}' (log in {})",
+            dir.display()
+        );
     };
     Ok(WorkerChild {
         id: base.trim_start_matches("http://").to_owned(),
@@ -176,10 +179,7 @@ async fn placement(
             return None;
         }
         for t in listed {
-            placed.insert(
-                (c, t["id"].as_u64()?),
-                t["worker_id"].as_str()?.to_owned(),
-            );
+            placed.insert((c, t["id"].as_u64()?), t["worker_id"].as_str()?.to_owned());
         }
     }
     Some(placed)
@@ -198,7 +198,8 @@ async fn main() -> Result<()> {
     if let Some(properties) = args.worker_process {
         return spillway::worker_cmd::run(properties).await;
     }
-    let cluster = ProxiedDevBroker::start(1, &[("load", PARTITIONS)]).map_err(anyhow::Error::msg)?;
+    let cluster =
+        ProxiedDevBroker::start(1, &[("load", PARTITIONS)]).map_err(anyhow::Error::msg)?;
     let broker = cluster.broker();
     broker.set_share_auto_offset_reset("earliest");
     broker.set_share_record_lock_duration(3000);
@@ -247,8 +248,13 @@ async fn main() -> Result<()> {
             let per_tick = (rate / 10).max(1);
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                produce(&bootstrap, "load", numbered_range(next, per_tick, PARTITIONS), "none")
-                    .await;
+                produce(
+                    &bootstrap,
+                    "load",
+                    numbered_range(next, per_tick, PARTITIONS),
+                    "none",
+                )
+                .await;
                 next += per_tick;
             }
             next
@@ -279,7 +285,10 @@ async fn main() -> Result<()> {
         .max_by_key(|(_, n)| **n)
         .map(|(w, _)| w.to_string())
         .context("no task placed")?;
-    let index = workers.iter().position(|w| w.id == victim).context("victim")?;
+    let index = workers
+        .iter()
+        .position(|w| w.id == victim)
+        .context("victim")?;
     let mut dead = workers.remove(index);
     let killed = (Instant::now(), outputs.lines());
     dead.child.kill()?;

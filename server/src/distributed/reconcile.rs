@@ -160,7 +160,9 @@ impl Reconciler {
         }
         let view = store.configs().view();
         let tenants: Vec<_> = view.tenants.values().cloned().collect();
-        self.herder.tenants().sync(&tenants);
+        self.herder
+            .tenants()
+            .sync(&tenants, view.offset, || store.configs().offset());
         if self.link.is_leader() {
             self.lead().await;
         }
