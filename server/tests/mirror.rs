@@ -4,7 +4,7 @@
 //! order per partition; a topic created while running is picked up; heartbeats are written and
 //! replicated as MM2's; two-way mirroring makes no cycle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -126,36 +126,51 @@ fn records(topic: &str, n: u64, partitions: i32) -> Vec<TestRecord> {
         .collect()
 }
 
-/// Checks that `copies` hold each of `sent` once, intact, on its partition, in source order.
-fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
+/// Checks that `copies` hold each of `sent` once, intact, on its partition; returns the number
+/// of the record each copy is of.
+fn assert_copied_once(topic: &str, sent: &[TestRecord], copies: &[Copy]) -> Vec<i64> {
     assert_eq!(
         copies.len(),
         sent.len(),
         "{topic}: every record once (no loss, no duplicate)"
     );
+    let mut seen = BTreeSet::new();
+    copies
+        .iter()
+        .map(|copy| {
+            let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
+            assert!(seen.insert(n), "{topic} #{n}: copied twice");
+            let source = &sent[n as usize];
+            assert_eq!(
+                Some(copy.partition),
+                source.partition,
+                "{topic} #{n}: partition"
+            );
+            assert_eq!(copy.key, source.key, "{topic} #{n}: key");
+            assert_eq!(copy.value, source.value, "{topic} #{n}: value");
+            assert_eq!(
+                copy.headers.first(),
+                source.headers.first(),
+                "{topic} #{n}: the record's own header first"
+            );
+            assert!(
+                copy.headers
+                    .iter()
+                    .any(|(k, v)| k == "spillway.source.topic"
+                        && v.as_deref() == Some(topic.as_bytes())),
+                "{topic} #{n}: source topic header"
+            );
+            n
+        })
+        .collect()
+}
+
+/// As [`assert_copied_once`], and in source order per partition (classic mode).
+fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
+    let numbers = assert_copied_once(topic, sent, copies);
     let mut last_per_partition: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
-    for copy in copies {
-        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
-        let source = &sent[n as usize];
-        assert_eq!(
-            Some(copy.partition),
-            source.partition,
-            "{topic} #{n}: partition"
-        );
-        assert_eq!(copy.key, source.key, "{topic} #{n}: key");
-        assert_eq!(copy.value, source.value, "{topic} #{n}: value");
-        assert_eq!(
-            copy.headers.first(),
-            source.headers.first(),
-            "{topic} #{n}: the record's own header first"
-        );
-        assert!(
-            copy.headers.iter().any(
-                |(k, v)| k == "spillway.source.topic" && v.as_deref() == Some(topic.as_bytes())
-            ),
-            "{topic} #{n}: source topic header"
-        );
-        // Classic mode: a later source record of the partition has a later target offset.
+    for (copy, n) in copies.iter().zip(numbers) {
+        // A later source record of the partition has a later target offset.
         if let Some(&(last_n, last_offset)) = last_per_partition.get(&copy.partition) {
             assert!(
                 n > last_n && copy.offset > last_offset,
@@ -513,25 +528,8 @@ async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
     );
     let target = b.broker().bootstrap();
 
-    let copies = read_all(&target, "A.clicks");
-    assert_eq!(copies.len(), clicks.len(), "every record once");
-    let mut seen = BTreeMap::new();
-    for copy in &copies {
-        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
-        let source = &clicks[n as usize];
-        assert_eq!(
-            Some(copy.partition),
-            source.partition,
-            "#{n}: its own partition"
-        );
-        assert_eq!(
-            (&copy.key, &copy.value),
-            (&source.key, &source.value),
-            "#{n}"
-        );
-        *seen.entry(n).or_insert(0) += 1;
-    }
-    assert_eq!(seen.len(), clicks.len(), "no record missing");
+    // Share mode keeps each record's partition, not their order.
+    assert_copied_once("clicks", &clicks, &read_all(&target, "A.clicks"));
     assert!(
         !topics(&target).contains_key("heartbeats"),
         "heartbeats off"

@@ -240,11 +240,7 @@ mod tests {
     }
 
     fn flow<'a>(config: &'a MirrorConfig, name: &str) -> &'a FlowSettings {
-        config
-            .flows
-            .iter()
-            .find(|f| f.name() == name)
-            .expect("flow")
+        config.flow(name).expect("flow")
     }
 
     #[test]
