@@ -108,8 +108,10 @@ fn config_def() -> ConfigDef {
                 ConfigType::String,
                 Importance::High,
                 "at_least_once: an idempotent producer (a crash may write a record twice); \
-                 exactly_once: producer transactions, with a ledger topic in share mode and the \
-                 consumer offsets in the transaction in classic mode.",
+                 exactly_once: producer transactions, with a ledger topic in share mode; in \
+                 classic mode with a checkpoint per source partition on it, and the consumer \
+                 offsets in the transaction when the target is the source cluster (else committed \
+                 to the source after it).",
             )
             .default("at_least_once")
             .validator(Validator::OneOf(&["at_least_once", "exactly_once"]))
