@@ -613,11 +613,15 @@ const AB_GROUP: &str = "connect-mirror-A-B";
 
 /// An exactly-once flow copying `orders` from A to B, without heartbeats, with `extra` keys.
 fn exactly_once_flow(a: &ProxiedDevBroker, b: &ProxiedDevBroker, extra: &str) -> MirrorConfig {
-    config(&format!(
+    config(&exactly_once_flow_text(a, b, extra))
+}
+
+fn exactly_once_flow_text(a: &ProxiedDevBroker, b: &ProxiedDevBroker, extra: &str) -> String {
+    format!(
         "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
          B.exactly.once.source.support = enabled\n{extra}",
         clusters(a, b)
-    ))
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -665,6 +669,75 @@ async fn an_exactly_once_flow_restarted_without_its_source_offsets_copies_each_r
         BTreeMap::from([(0, 40), (1, 40)]),
         "the source offsets are committed on A again"
     );
+}
+
+/// `spillway mirror` on a properties file, in a process of its own; SIGKILLed when dropped.
+struct MirrorProcess(std::process::Child);
+
+impl MirrorProcess {
+    fn start(properties: &std::path::Path) -> MirrorProcess {
+        MirrorProcess(
+            std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .arg("mirror")
+                .arg(properties)
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .expect("spillway mirror starts"),
+        )
+    }
+}
+
+impl Drop for MirrorProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_flow_killed_mid_copy_and_restarted_copies_each_record_once() {
+    let (a, b, orders) = two_clusters("orders", 2000, plaintext()).await;
+    // Small batches: many transactions, so the kill lands between two of them or inside one.
+    // A short session, so the restarted member need not wait long for the killed one to go.
+    let text = exactly_once_flow_text(
+        &a,
+        &b,
+        "A->B.consumer.max.poll.records = 20\nA->B.consumer.session.timeout.ms = 6000\n\
+         A->B.consumer.heartbeat.interval.ms = 1000\n",
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let properties = dir.path().join("mm2.properties");
+    std::fs::write(&properties, text).expect("properties written");
+    let source = a.broker().bootstrap();
+    let committed_on_a = || -> i64 {
+        committed_offsets(&source, AB_GROUP, "orders", 2)
+            .values()
+            .sum()
+    };
+
+    let first = MirrorProcess::start(&properties);
+    wait_for(
+        "some transactions committed",
+        Duration::from_secs(90),
+        || committed_on_a() >= 100,
+    )
+    .await;
+    drop(first);
+    let killed_at = committed_on_a();
+    assert!(
+        killed_at < orders.len() as i64,
+        "the kill came after the whole copy ({killed_at})"
+    );
+
+    let _second = MirrorProcess::start(&properties);
+    wait_for("the rest committed", Duration::from_secs(120), || {
+        committed_on_a() == orders.len() as i64
+    })
+    .await;
+    let committed = read_committed(b.broker(), "A.orders", "committed-orders", orders.len()).await;
+    assert_copied_once_in_order("orders", &orders, &committed);
 }
 
 /// Every committed record of `topic` on `broker` (read by the new share group `group`, see
