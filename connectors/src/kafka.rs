@@ -14,9 +14,10 @@
 //!   confirmed every record, so an accepted source record is in the target (a crash between
 //!   the write and the acknowledgement writes it again).
 //! - `exactly_once`: transactions ([`spillway_eos::writer`]); in share mode with the ledger on
-//!   `delivery.ledger.topic`, in classic mode with the consumer's offsets in the transaction and
-//!   a checkpoint per source partition on that topic (where a reassigned partition resumes).
-//!   docs/exactly-once.md has the details.
+//!   `delivery.ledger.topic`, in classic mode with a checkpoint per source partition on that
+//!   topic (where a reassigned partition resumes) and, when the target is the source cluster,
+//!   the consumer's offsets in the transaction ([`target_is_source`]). docs/exactly-once.md
+//!   has the details.
 //!
 //! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
@@ -33,7 +34,7 @@ use spillway_core::{
     Assignment, ConfigError, ConfigMap, ConsumerGroupMetadata, PutOutcome, RecordCoordinates,
     SinkConnector, SinkError, SinkRecord, SinkTask, TopicPartition,
 };
-use spillway_eos::writer::{ExactlyOnceWriter, LedgerSettings, WriterSettings};
+use spillway_eos::writer::{ExactlyOnceWriter, GroupOffsets, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord};
 
@@ -107,8 +108,10 @@ fn config_def() -> ConfigDef {
                 ConfigType::String,
                 Importance::High,
                 "at_least_once: an idempotent producer (a crash may write a record twice); \
-                 exactly_once: producer transactions, with a ledger topic in share mode and the \
-                 consumer offsets in the transaction in classic mode.",
+                 exactly_once: producer transactions, with a ledger topic in share mode; in \
+                 classic mode with a checkpoint per source partition on it, and the consumer \
+                 offsets in the transaction when the target is the source cluster (else committed \
+                 to the source after it).",
             )
             .default("at_least_once")
             .validator(Validator::OneOf(&["at_least_once", "exactly_once"]))
@@ -339,8 +342,39 @@ impl SinkConnector for KafkaSinkConnector {
     }
 
     fn task_commits_offsets(&self) -> bool {
-        exactly_once(&self.config)
+        exactly_once(&self.config) && target_is_source(&self.config)
     }
+}
+
+/// Whether the target is the cluster the connector reads from: `target.bootstrap.servers` is
+/// not set, or names a broker `source.bootstrap.servers` names too. Only then can the consumer
+/// group's offsets go into the target's transactions; for another cluster (a mirror flow) the
+/// runtime commits them to the source after each transaction ([`GroupOffsets::AfterCommit`]).
+/// A target reached under other names than the source is taken for another cluster, which is
+/// exactly-once as well (by the ledger's checkpoints).
+pub fn target_is_source(config: &ConfigMap) -> bool {
+    let brokers = |key: &str| -> Vec<String> {
+        config
+            .get(key)
+            .map(|list| {
+                list.split(',')
+                    .map(|b| {
+                        let b = b.trim();
+                        // `PLAINTEXT://host:port` and `host:port` name the same broker.
+                        b.split_once("://")
+                            .map_or(b, |(_, a)| a)
+                            .to_ascii_lowercase()
+                    })
+                    .filter(|b| !b.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let target = brokers(TARGET_BOOTSTRAP_SERVERS);
+    target.is_empty()
+        || brokers(SOURCE_BOOTSTRAP_SERVERS)
+            .iter()
+            .any(|b| target.contains(b))
 }
 
 fn target_bootstrap(config: &ConfigMap) -> Result<String, ConfigError> {
@@ -416,6 +450,11 @@ impl SinkTask for KafkaSinkTask {
                 transactional_id: id.clone(),
                 producer_overrides: overrides.into_iter().collect(),
                 step_timeout,
+                group_offsets: if target_is_source(config) {
+                    GroupOffsets::InTransaction
+                } else {
+                    GroupOffsets::AfterCommit
+                },
             };
             let name = config
                 .get("name")
@@ -761,6 +800,32 @@ mod tests {
         config.insert(DELIVERY_GUARANTEE.into(), "exactly_once".into());
         connector.start(&config).expect("exactly_once");
         assert!(connector.task_commits_offsets());
+        // The same cluster under another of its brokers' names.
+        config.insert(
+            TARGET_BOOTSTRAP_SERVERS.into(),
+            "other:9092, PLAINTEXT://SRC:9092".into(),
+        );
+        connector.start(&config).expect("same cluster");
+        assert!(connector.task_commits_offsets());
+    }
+
+    #[test]
+    fn exactly_once_to_another_cluster_leaves_the_source_offsets_to_the_runtime() {
+        let mut connector = KafkaSinkConnector::default();
+        let config: ConfigMap = [
+            (SOURCE_BOOTSTRAP_SERVERS, "a1:9092,a2:9092"),
+            (TARGET_BOOTSTRAP_SERVERS, "b1:9092,b2:9092"),
+            (DELIVERY_GUARANTEE, "exactly_once"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        connector.start(&config).expect("valid");
+        assert!(
+            !connector.task_commits_offsets(),
+            "the target's transactions cannot hold the source group's offsets"
+        );
+        assert!(!target_is_source(&config));
     }
 
     #[test]

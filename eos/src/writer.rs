@@ -9,12 +9,12 @@
 //!   durable ([`acknowledged`](ExactlyOnceWriter::acknowledged)) are tombstoned in the next
 //!   transaction. A transaction that cannot commit before the records' acquisition locks run
 //!   out (less `lock_margin`) is aborted and its records released.
-//! - **classic mode:** the output records and the consumer group's offsets
-//!   (`send_offsets_to_transaction`, fenced by the group's generation) in one transaction; the
-//!   runtime commits no offsets of its own. Each transaction also writes, per source partition,
-//!   a checkpoint (key `checkpoint:<connector>/<topic>/<partition>`, value the next offset) to
-//!   the ledger topic, so a task assigned the partition later starts after it even where the
-//!   broker did not keep the transaction's offsets (the dev broker).
+//! - **classic mode:** each transaction writes, per source partition, a checkpoint (key
+//!   `checkpoint:<connector>/<topic>/<partition>`, value the next offset) to the ledger topic,
+//!   with the output records; a task assigned the partition later starts after it. Where the
+//!   consumer group's offsets go depends on where the group lives ([`GroupOffsets`]): in the
+//!   transaction when it is on the target cluster, else to the source cluster by the runtime
+//!   once the transaction has committed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -42,6 +42,23 @@ pub struct LedgerSettings {
     pub lock_margin: Duration,
 }
 
+/// Classic mode: where the consumer group's offsets are committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupOffsets {
+    /// The group lives on the target cluster: its offsets commit in the transaction
+    /// (`send_offsets_to_transaction`, fenced by the group's generation), atomically with the
+    /// output; the runtime commits none of its own.
+    InTransaction,
+    /// The group lives on another cluster (a mirror flow): a transaction on the target cannot
+    /// hold them. Kafka would refuse or misfile them there (that coordinator knows neither the
+    /// group's members nor, usually, the source topic), which fails or stalls every
+    /// transaction. The runtime commits them to the source group after the transaction has
+    /// committed; the ledger checkpoints, committed with the output, are the exact resume
+    /// point, so records read again after a lost source commit are skipped, not written twice.
+    /// MirrorMaker 2 (KIP-656) likewise keeps its exactly-once position on the target.
+    AfterCommit,
+}
+
 /// What the writer needs to start.
 #[derive(Debug, Clone)]
 pub struct WriterSettings {
@@ -50,6 +67,8 @@ pub struct WriterSettings {
     pub producer_overrides: Vec<(String, String)>,
     /// Longest a transaction step (init, offsets, commit, abort) may take.
     pub step_timeout: Duration,
+    /// Classic mode: where the consumer group's offsets go.
+    pub group_offsets: GroupOffsets,
 }
 
 /// The value of a standing ledger entry: who wrote it (for people reading the topic).
@@ -77,6 +96,7 @@ struct Classic {
 
 pub struct ExactlyOnceWriter {
     producer: TransactionalProducer,
+    group_offsets: GroupOffsets,
     /// The producer's security, for the native connection that reads the ledger.
     security: ClientSecurity,
     mode: Mode,
@@ -158,6 +178,7 @@ impl ExactlyOnceWriter {
         .map_err(|e| SinkError::fatal(e.to_string()))?;
         Ok(ExactlyOnceWriter {
             producer,
+            group_offsets: settings.group_offsets,
             security,
             mode: Mode::Unknown,
             open: false,
@@ -426,8 +447,9 @@ impl ExactlyOnceWriter {
     }
 
     /// Commits the open transaction (nothing to do when none is open). Share mode first checks
-    /// the lock guard; classic mode adds `offsets` (next offset per partition) for the group.
-    /// On failure the transaction is aborted and the error says whether to retry.
+    /// the lock guard; classic mode adds `offsets` (next offset per partition) for the group
+    /// when they go in the transaction ([`GroupOffsets::InTransaction`]). On failure the
+    /// transaction is aborted and the error says whether to retry.
     pub async fn commit(
         &mut self,
         offsets: &BTreeMap<TopicPartition, i64>,
@@ -445,7 +467,9 @@ impl ExactlyOnceWriter {
                 )));
             }
         }
-        if let Mode::Classic(classic) = &self.mode {
+        if let (Mode::Classic(classic), GroupOffsets::InTransaction) =
+            (&self.mode, self.group_offsets)
+        {
             let group = &classic.group;
             let offsets: Vec<((String, i32), i64)> = offsets
                 .iter()

@@ -4,13 +4,14 @@
 //! order per partition; a topic created while running is picked up; heartbeats are written and
 //! replicated as MM2's; two-way mirroring makes no cycle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::TopicPartitionList;
 use spillway::metrics::Telemetry;
@@ -41,6 +42,9 @@ fn metadata_client(bootstrap: &str) -> BaseConsumer {
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "mirror-test-reader")
         .set("enable.auto.commit", "false")
+        // The end of a partition is seen, not counted: a transaction's marker takes an offset
+        // no reader is given.
+        .set("enable.partition.eof", "true")
         .create()
         .expect("reader")
 }
@@ -59,7 +63,8 @@ fn topics(bootstrap: &str) -> BTreeMap<String, i32> {
         .collect()
 }
 
-/// Every record of `topic` from the beginning to the end it has now.
+/// Every record of `topic` from the beginning to the end it has now (the dev broker's classic
+/// fetch includes aborted transactions' records: see [`read_committed`]).
 fn read_all(bootstrap: &str, topic: &str) -> Vec<Copy> {
     let client = metadata_client(bootstrap);
     let partitions = topics(bootstrap).get(topic).copied().unwrap_or(0);
@@ -77,27 +82,32 @@ fn read_all(bootstrap: &str, topic: &str) -> Vec<Copy> {
         client.assign(&tpl).expect("assign");
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut next = low;
-        while next < high && Instant::now() < deadline {
-            if let Some(Ok(m)) = client.poll(Duration::from_millis(200)) {
-                next = m.offset() + 1;
-                out.push(Copy {
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    headers: m
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    timestamp: m.timestamp().to_millis(),
-                });
+        let mut at_end = false;
+        while !at_end && Instant::now() < deadline {
+            match client.poll(Duration::from_millis(200)) {
+                Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
+                Some(Ok(m)) => {
+                    next = m.offset() + 1;
+                    out.push(Copy {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().map(<[u8]>::to_vec),
+                        headers: m
+                            .headers()
+                            .map(|hs| {
+                                hs.iter()
+                                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        timestamp: m.timestamp().to_millis(),
+                    });
+                }
+                _ => {}
             }
         }
-        assert!(next >= high, "{topic}/{p}: read to {next} of {high}");
+        assert!(at_end, "{topic}/{p}: read to {next} of {high}");
     }
     out
 }
@@ -116,36 +126,51 @@ fn records(topic: &str, n: u64, partitions: i32) -> Vec<TestRecord> {
         .collect()
 }
 
-/// Checks that `copies` hold each of `sent` once, intact, on its partition, in source order.
-fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
+/// Checks that `copies` hold each of `sent` once, intact, on its partition; returns the number
+/// of the record each copy is of.
+fn assert_copied_once(topic: &str, sent: &[TestRecord], copies: &[Copy]) -> Vec<i64> {
     assert_eq!(
         copies.len(),
         sent.len(),
         "{topic}: every record once (no loss, no duplicate)"
     );
+    let mut seen = BTreeSet::new();
+    copies
+        .iter()
+        .map(|copy| {
+            let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
+            assert!(seen.insert(n), "{topic} #{n}: copied twice");
+            let source = &sent[n as usize];
+            assert_eq!(
+                Some(copy.partition),
+                source.partition,
+                "{topic} #{n}: partition"
+            );
+            assert_eq!(copy.key, source.key, "{topic} #{n}: key");
+            assert_eq!(copy.value, source.value, "{topic} #{n}: value");
+            assert_eq!(
+                copy.headers.first(),
+                source.headers.first(),
+                "{topic} #{n}: the record's own header first"
+            );
+            assert!(
+                copy.headers
+                    .iter()
+                    .any(|(k, v)| k == "spillway.source.topic"
+                        && v.as_deref() == Some(topic.as_bytes())),
+                "{topic} #{n}: source topic header"
+            );
+            n
+        })
+        .collect()
+}
+
+/// As [`assert_copied_once`], and in source order per partition (classic mode).
+fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
+    let numbers = assert_copied_once(topic, sent, copies);
     let mut last_per_partition: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
-    for copy in copies {
-        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
-        let source = &sent[n as usize];
-        assert_eq!(
-            Some(copy.partition),
-            source.partition,
-            "{topic} #{n}: partition"
-        );
-        assert_eq!(copy.key, source.key, "{topic} #{n}: key");
-        assert_eq!(copy.value, source.value, "{topic} #{n}: value");
-        assert_eq!(
-            copy.headers.first(),
-            source.headers.first(),
-            "{topic} #{n}: the record's own header first"
-        );
-        assert!(
-            copy.headers.iter().any(
-                |(k, v)| k == "spillway.source.topic" && v.as_deref() == Some(topic.as_bytes())
-            ),
-            "{topic} #{n}: source topic header"
-        );
-        // Classic mode: a later source record of the partition has a later target offset.
+    for (copy, n) in copies.iter().zip(numbers) {
+        // A later source record of the partition has a later target offset.
         if let Some(&(last_n, last_offset)) = last_per_partition.get(&copy.partition) {
             assert!(
                 n > last_n && copy.offset > last_offset,
@@ -235,6 +260,52 @@ fn clusters(a: &ProxiedDevBroker, b: &ProxiedDevBroker) -> String {
         a.bootstrap(),
         b.bootstrap()
     )
+}
+
+/// Cluster A with `topic` (2 partitions) holding `n` numbered records, and an empty cluster B
+/// whose proxy has `b_options`; returns both and the records.
+async fn two_clusters(
+    topic: &str,
+    n: u64,
+    b_options: ProxyOptions,
+) -> (ProxiedDevBroker, ProxiedDevBroker, Vec<TestRecord>) {
+    let a = ProxiedDevBroker::start(1, &[(topic, 2)]).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(1, &[], b_options).expect("cluster B");
+    let sent = records(topic, n, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send(topic, sent.clone())
+        .await;
+    (a, b, sent)
+}
+
+fn plaintext() -> ProxyOptions {
+    ProxyOptions::new(ProxySecurity::Plaintext)
+}
+
+/// Runs `config` until B holds at least `copies` records of `remote` (committed or not), a
+/// little longer (a duplicate would arrive, an open transaction end), then stops it; returns
+/// the flows' progress.
+async fn copy_until(
+    config: MirrorConfig,
+    b: &ProxiedDevBroker,
+    remote: &str,
+    copies: usize,
+) -> BTreeMap<String, SharedProgress> {
+    let (progress, _metrics, stop, task) = start(config).await;
+    let target = b.broker().bootstrap();
+    wait_for(&format!("{remote} copied"), Duration::from_secs(90), || {
+        topics(&target).contains_key(remote) && read_all(&target, remote).len() >= copies
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_flows(stop, task).await;
+    progress
+}
+
+/// Stops what [`start`] runs and checks it ended cleanly.
+async fn stop_flows(stop: oneshot::Sender<()>, task: tokio::task::JoinHandle<anyhow::Result<()>>) {
+    let _ = stop.send(());
+    task.await.expect("joins").expect("stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,8 +407,7 @@ async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() 
     assert!(series("kafka_connect_mirror_source_connector_byte_count") >= 300.0 * 10.0);
     assert!(series("kafka_connect_mirror_source_connector_replication_latency_ms_count") >= 300.0);
     assert!(series("kafka_connect_mirror_source_connector_record_age_ms_count") >= 300.0);
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
+    stop_flows(stop, task).await;
 
     let on_b = topics(&target);
     assert_eq!(on_b.get("A.orders"), Some(&3), "partition count copied");
@@ -427,8 +497,7 @@ async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
     // Several refreshes pass: a cycle would show up as B.A.orders or A.B.payments.
     let refreshed = |flow: &str| progress[flow].lock().unwrap().replicated.clone();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
+    stop_flows(stop, task).await;
 
     let (a_topics, b_topics) = (topics(&on_a), topics(&on_b));
     assert!(!b_topics.contains_key("B.A.orders") && !a_topics.contains_key("A.B.payments"));
@@ -445,52 +514,22 @@ async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
-    let a = ProxiedDevBroker::start(1, &[("clicks", 2)]).expect("cluster A");
-    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
-    let clicks = records("clicks", 200, 2);
-    TestProducer::new(&a.broker().bootstrap(), "none")
-        .send("clicks", clicks.clone())
-        .await;
+    let (a, b, clicks) = two_clusters("clicks", 200, plaintext()).await;
     let text = format!(
         "{}A->B.enabled = true\nA->B.topics = clicks\nA->B.consumer.group.protocol = share\n\
          emit.heartbeats.enabled = false\n",
         clusters(&a, &b)
     );
-    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let progress = copy_until(config(&text), &b, "A.clicks", clicks.len()).await;
     assert_eq!(
         progress.len(),
         1,
         "heartbeats off: only the enabled flow runs"
     );
     let target = b.broker().bootstrap();
-    wait_for("A.clicks complete", Duration::from_secs(90), || {
-        topics(&target).contains_key("A.clicks")
-            && read_all(&target, "A.clicks").len() >= clicks.len()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
 
-    let copies = read_all(&target, "A.clicks");
-    assert_eq!(copies.len(), clicks.len(), "every record once");
-    let mut seen = BTreeMap::new();
-    for copy in &copies {
-        let n = copy.timestamp.expect("timestamp kept") - 1_700_000_000_000;
-        let source = &clicks[n as usize];
-        assert_eq!(
-            Some(copy.partition),
-            source.partition,
-            "#{n}: its own partition"
-        );
-        assert_eq!(
-            (&copy.key, &copy.value),
-            (&source.key, &source.value),
-            "#{n}"
-        );
-        *seen.entry(n).or_insert(0) += 1;
-    }
-    assert_eq!(seen.len(), clicks.len(), "no record missing");
+    // Share mode keeps each record's partition, not their order.
+    assert_copied_once("clicks", &clicks, &read_all(&target, "A.clicks"));
     assert!(
         !topics(&target).contains_key("heartbeats"),
         "heartbeats off"
@@ -499,17 +538,8 @@ async fn a_share_mode_flow_copies_every_record_once_to_its_own_partition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_whose_remote_topic_cannot_be_created_waits_named_and_is_copied_once_allowed() {
-    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
-    let b = ProxiedDevBroker::start_with(
-        1,
-        &[],
-        ProxyOptions::new(ProxySecurity::Plaintext).with_denied_operation(AdminOperation::Create),
-    )
-    .expect("cluster B");
-    let orders = records("orders", 60, 2);
-    TestProducer::new(&a.broker().bootstrap(), "none")
-        .send("orders", orders.clone())
-        .await;
+    let denied = plaintext().with_denied_operation(AdminOperation::Create);
+    let (a, b, orders) = two_clusters("orders", 60, denied).await;
     let text = format!(
         "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
          emit.checkpoints.enabled = false\n",
@@ -539,27 +569,17 @@ async fn a_topic_whose_remote_topic_cannot_be_created_waits_named_and_is_copied_
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
+    stop_flows(stop, task).await;
     assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
     assert_eq!(ab.lock().unwrap().last_error, None, "the problem cleared");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sasl_target_is_reached_with_its_own_cluster_security() {
-    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
-    let b = ProxiedDevBroker::start_with(
-        1,
-        &[],
-        ProxyOptions::new(ProxySecurity::SaslPlaintext)
-            .with_mechanisms(&[SaslMechanism::ScramSha512])
-            .with_user("mirror", "s3cret"),
-    )
-    .expect("cluster B");
-    let orders = records("orders", 40, 2);
-    TestProducer::new(&a.broker().bootstrap(), "none")
-        .send("orders", orders.clone())
-        .await;
+    let sasl = ProxyOptions::new(ProxySecurity::SaslPlaintext)
+        .with_mechanisms(&[SaslMechanism::ScramSha512])
+        .with_user("mirror", "s3cret");
+    let (a, b, orders) = two_clusters("orders", 40, sasl).await;
     let text = format!(
         "{}A->B.enabled = true\nA->B.topics = orders\n\
          B.security.protocol = SASL_PLAINTEXT\nB.sasl.mechanism = SCRAM-SHA-512\n\
@@ -580,8 +600,7 @@ async fn a_sasl_target_is_reached_with_its_own_cluster_security() {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
+    stop_flows(stop, task).await;
     assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
     assert!(
         !read_all(&target, "heartbeats").is_empty(),
@@ -589,39 +608,165 @@ async fn a_sasl_target_is_reached_with_its_own_cluster_security() {
     );
 }
 
+/// The consumer group an `A->B` flow reads A with (Connect's `connect-<connector>`).
+const AB_GROUP: &str = "connect-mirror-A-B";
+
+/// An exactly-once flow copying `orders` from A to B, without heartbeats, with `extra` keys.
+fn exactly_once_flow(a: &ProxiedDevBroker, b: &ProxiedDevBroker, extra: &str) -> MirrorConfig {
+    config(&exactly_once_flow_text(a, b, extra))
+}
+
+fn exactly_once_flow_text(a: &ProxiedDevBroker, b: &ProxiedDevBroker, extra: &str) -> String {
+    format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
+         B.exactly.once.source.support = enabled\n{extra}",
+        clusters(a, b)
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exactly_once_flow_copies_through_transactions() {
-    let a = ProxiedDevBroker::start(1, &[("orders", 2)]).expect("cluster A");
-    let b = ProxiedDevBroker::start(1, &[]).expect("cluster B");
+    let (a, b, orders) = two_clusters("orders", 80, plaintext()).await;
+    let progress = copy_until(exactly_once_flow(&a, &b, ""), &b, "A.orders", orders.len()).await;
+    assert_eq!(progress["A->B"].lock().unwrap().last_error, None);
+
+    // Only committed transactions count: the dev broker's classic fetch would also show
+    // aborted ones (under load: 120 copies of 80), its read_committed share fetch does not.
+    let committed = read_committed(b.broker(), "A.orders", "committed-orders", orders.len()).await;
+    assert_copied_once_in_order("orders", &orders, &committed);
+    // The flow's ledger (docs/exactly-once.md) holds its committed resume points on B.
+    let ledger = read_committed(b.broker(), "__spillway_eos_ledger.mirror-A-B", "ledger", 1).await;
+    assert!(!ledger.is_empty(), "no committed ledger record on B");
+    // The source group's position is committed on A, after the transactions on B.
+    assert_eq!(
+        committed_offsets(&a.broker().bootstrap(), AB_GROUP, "orders", 2),
+        BTreeMap::from([(0, 40), (1, 40)]),
+        "the flow's group offsets on the source cluster"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_flow_restarted_without_its_source_offsets_copies_each_record_once() {
+    let (a, b, first) = two_clusters("orders", 40, plaintext()).await;
+    copy_until(exactly_once_flow(&a, &b, ""), &b, "A.orders", first.len()).await;
+
+    // The flow comes back with none of its source offsets (a crash after the target's
+    // transactions committed and before the source commits; here another group, which has
+    // none): it reads A from the start again, and only its ledger on B says what is copied.
     let orders = records("orders", 80, 2);
     TestProducer::new(&a.broker().bootstrap(), "none")
-        .send("orders", orders.clone())
+        .send("orders", orders[first.len()..].to_vec())
         .await;
-    let text = format!(
-        "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
-         B.exactly.once.source.support = enabled\n",
-        clusters(&a, &b)
+    let group = "mirror-restarted";
+    let restarted = exactly_once_flow(&a, &b, &format!("A->B.consumer.group.id = {group}\n"));
+    let progress = copy_until(restarted, &b, "A.orders", orders.len()).await;
+    assert_eq!(progress["A->B"].lock().unwrap().last_error, None);
+
+    let committed = read_committed(b.broker(), "A.orders", "committed-orders", orders.len()).await;
+    assert_copied_once_in_order("orders", &orders, &committed);
+    assert_eq!(
+        committed_offsets(&a.broker().bootstrap(), group, "orders", 2),
+        BTreeMap::from([(0, 40), (1, 40)]),
+        "the source offsets are committed on A again"
     );
-    let (progress, _metrics, stop, task) = start(config(&text)).await;
-    let target = b.broker().bootstrap();
-    wait_for("A.orders complete", Duration::from_secs(90), || {
-        topics(&target).contains_key("A.orders")
-            && read_all(&target, "A.orders").len() >= orders.len()
+}
+
+/// `spillway mirror` on a properties file, in a process of its own; SIGKILLed when dropped.
+struct MirrorProcess(std::process::Child);
+
+impl MirrorProcess {
+    fn start(properties: &std::path::Path) -> MirrorProcess {
+        MirrorProcess(
+            std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .arg("mirror")
+                .arg(properties)
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .expect("spillway mirror starts"),
+        )
+    }
+}
+
+impl Drop for MirrorProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_flow_killed_mid_copy_and_restarted_copies_each_record_once() {
+    let (a, b, orders) = two_clusters("orders", 2000, plaintext()).await;
+    // Small batches: many transactions, so the kill lands between two of them or inside one.
+    // A short session, so the restarted member need not wait long for the killed one to go.
+    let text = exactly_once_flow_text(
+        &a,
+        &b,
+        "A->B.consumer.max.poll.records = 20\nA->B.consumer.session.timeout.ms = 6000\n\
+         A->B.consumer.heartbeat.interval.ms = 1000\n",
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let properties = dir.path().join("mm2.properties");
+    std::fs::write(&properties, text).expect("properties written");
+    let source = a.broker().bootstrap();
+    let committed_on_a = || -> i64 {
+        committed_offsets(&source, AB_GROUP, "orders", 2)
+            .values()
+            .sum()
+    };
+
+    let first = MirrorProcess::start(&properties);
+    wait_for(
+        "some transactions committed",
+        Duration::from_secs(90),
+        || committed_on_a() >= 100,
+    )
+    .await;
+    drop(first);
+    let killed_at = committed_on_a();
+    assert!(
+        killed_at < orders.len() as i64,
+        "the kill came after the whole copy ({killed_at})"
+    );
+
+    let _second = MirrorProcess::start(&properties);
+    wait_for("the rest committed", Duration::from_secs(120), || {
+        committed_on_a() == orders.len() as i64
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
-    assert_eq!(progress["A->B"].lock().unwrap().last_error, None);
-    // The flow's ledger (docs/exactly-once.md) exists on the target: the copy was transactional.
-    assert!(
-        topics(&target).contains_key("__spillway_eos_ledger.mirror-A-B"),
-        "{:?}",
-        topics(&target).keys().collect::<Vec<_>>()
-    );
-    // No aborted transaction happened here, so every record reads once (the dev broker's
-    // classic fetch does not filter aborted data; nothing was aborted).
-    assert_copied_once_in_order("orders", &orders, &read_all(&target, "A.orders"));
+    let committed = read_committed(b.broker(), "A.orders", "committed-orders", orders.len()).await;
+    assert_copied_once_in_order("orders", &orders, &committed);
+}
+
+/// Every committed record of `topic` on `broker` (read by the new share group `group`, see
+/// [`spillway_tests::read_committed`]), sorted by partition and offset.
+async fn read_committed(
+    broker: &spillway_tests::DevBroker,
+    topic: &str,
+    group: &str,
+    expected: usize,
+) -> Vec<Copy> {
+    let mut out: Vec<Copy> =
+        spillway_tests::read_committed(broker, topic, group, expected, Duration::from_secs(30))
+            .await
+            .into_iter()
+            .map(|r| Copy {
+                partition: r.partition,
+                offset: r.offset,
+                key: r.key.map(|b| b.to_vec()),
+                value: r.value.map(|b| b.to_vec()),
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k, v.map(|b| b.to_vec())))
+                    .collect(),
+                timestamp: Some(r.timestamp),
+            })
+            .collect();
+    out.sort_by_key(|c| (c.partition, c.offset));
+    out
 }
 
 /// Commits `offsets` (partition → next offset) for `group` on `topic`, as a consumer would.
@@ -642,7 +787,12 @@ fn commit(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
         .expect("commit");
 }
 
-fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+fn committed_offsets(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
@@ -691,11 +841,10 @@ async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
     let ab = progress["A->B"].clone();
     let target = b.broker().bootstrap();
     wait_for("offsets synced on B", Duration::from_secs(90), || {
-        committed(&target, "billing", "A.orders", 2).len() == 2
+        committed_offsets(&target, "billing", "A.orders", 2).len() == 2
     })
     .await;
-    let _ = stop.send(());
-    task.await.expect("joins").expect("stops cleanly");
+    stop_flows(stop, task).await;
     assert!(
         ab.lock().unwrap().checkpoints > 0,
         "{:?}",
@@ -703,7 +852,7 @@ async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
     );
 
     let copies = read_all(&target, "A.orders");
-    let on_b = committed(&target, "billing", "A.orders", 2);
+    let on_b = committed_offsets(&target, "billing", "A.orders", 2);
     let source_offset = |c: &Copy| -> i64 {
         let (_, v) = c
             .headers

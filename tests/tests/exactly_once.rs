@@ -19,8 +19,7 @@ use spillway_connectors::kafka::{
 };
 use spillway_core::{Assignment, ConfigMap, RecordCoordinates, SinkRecord, SinkTask, Value};
 use spillway_eos::ledger_reader::LedgerReader;
-use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
-use spillway_tests::{produce, DevBroker, TestRecord};
+use spillway_tests::{produce, read_committed, DevBroker, TestRecord};
 
 type Source = (String, i32, i64);
 
@@ -34,28 +33,10 @@ async fn read_committed_sources(
     expected: usize,
     limit: Duration,
 ) -> Vec<Source> {
-    broker.set_share_isolation_level(true);
-    let mut consumer = ShareConsumer::connect(ShareConsumerConfig::new(&broker.bootstrap(), group))
+    read_committed(broker, topic, group, expected, limit)
         .await
-        .expect("output reader connects");
-    consumer.subscribe(&[topic]);
-    let mut sources = Vec::new();
-    let deadline = Instant::now() + limit;
-    let mut settle_until: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        if sources.len() >= expected && settle_until.is_none() {
-            // Keep reading briefly: a duplicate or a stray record would show up now.
-            settle_until = Some(now + Duration::from_millis(1500));
-        }
-        if settle_until.is_some_and(|s| now >= s) || now >= deadline {
-            break;
-        }
-        let records = consumer
-            .poll(Duration::from_millis(200))
-            .await
-            .expect("output reader polls");
-        for r in &records {
+        .iter()
+        .map(|r| {
             let header = |name: &str| {
                 let value = r
                     .headers
@@ -70,24 +51,13 @@ async fn read_committed_sources(
                     });
                 String::from_utf8(value.to_vec()).expect("utf-8 header")
             };
-            sources.push((
+            (
                 header(SOURCE_TOPIC_HEADER),
                 header(SOURCE_PARTITION_HEADER).parse().expect("partition"),
                 header(SOURCE_OFFSET_HEADER).parse().expect("offset"),
-            ));
-        }
-        consumer
-            .acknowledge_all(&records, AcknowledgeType::Accept)
-            .expect("acknowledged");
-        if !records.is_empty() {
-            consumer
-                .commit_sync(Duration::from_secs(5))
-                .await
-                .expect("committed");
-        }
-    }
-    let _ = consumer.close().await;
-    sources
+            )
+        })
+        .collect()
 }
 
 /// Every source record exactly once, and nothing else.

@@ -16,15 +16,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use spillway_connectors::kafka_offset_syncs::{decode, OffsetSync};
 use spillway_kafka::producer::OutRecord;
-use spillway_kafka::security::{rdkafka_config, SecurityContext};
 
+use super::cluster_client::cluster_client;
 use super::config::{ClusterSettings, FlowSettings};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,23 +86,6 @@ pub fn checkpoint_record(
     }
 }
 
-fn client(cluster: &ClusterSettings, group: &str) -> Result<BaseConsumer<SecurityContext>> {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &cluster.bootstrap_servers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false");
-    let context = rdkafka_config(
-        &mut config,
-        cluster
-            .security
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-    .map_err(|e| anyhow!("cluster {}: {e}", cluster.alias))?;
-    Ok(config.create_with_context(context)?)
-}
-
 /// One flow's checkpointing. Blocking (rdkafka); run it on the blocking pool.
 pub struct Checkpointer {
     pub flow: FlowSettings,
@@ -124,7 +107,7 @@ pub struct Round {
 impl Checkpointer {
     /// Reads the syncs written since the last round.
     fn read_syncs(&mut self) -> Result<()> {
-        let reader = client(&self.target, "spillway-mirror-offset-syncs")?;
+        let reader = cluster_client(&self.target, "spillway-mirror-offset-syncs")?;
         // A new client knows no topic yet; watermarks need the partition's leader.
         reader
             .fetch_metadata(Some(&self.syncs_topic), TIMEOUT)
@@ -162,7 +145,7 @@ impl Checkpointer {
     /// the target for groups without members there (never moving a group back).
     pub fn round(&mut self, topics: &[String], sync_offsets: bool) -> Result<Round> {
         self.read_syncs()?;
-        let lister = client(&self.source, "spillway-mirror-groups")?;
+        let lister = cluster_client(&self.source, "spillway-mirror-groups")?;
         let groups = lister
             .fetch_group_list(None, TIMEOUT)
             .context("cannot list the source's consumer groups (ListGroups)")?;
@@ -175,7 +158,7 @@ impl Checkpointer {
         let checkpoints_topic = self.flow.policy.checkpoints_topic(&self.flow.source);
         let mut round = Round::default();
         for group in names {
-            let reader = client(&self.source, &group)?;
+            let reader = cluster_client(&self.source, &group)?;
             let mut tpl = TopicPartitionList::new();
             for topic in topics {
                 let metadata = reader.fetch_metadata(Some(topic), TIMEOUT)?;
@@ -229,7 +212,7 @@ impl Checkpointer {
         group: &str,
         translated: TopicPartitionList,
     ) -> Result<Vec<(String, String, i32, i64)>> {
-        let target = client(&self.target, group)?;
+        let target = cluster_client(&self.target, group)?;
         let described = target.fetch_group_list(Some(group), TIMEOUT)?;
         if described
             .groups()

@@ -350,6 +350,11 @@ impl MirrorConfig {
         &self.clusters[alias]
     }
 
+    /// The flow named `A->B`, if the file has those clusters.
+    pub fn flow(&self, name: &str) -> Option<&FlowSettings> {
+        self.flows.iter().find(|f| f.name() == name)
+    }
+
     pub fn enabled_flows(&self) -> impl Iterator<Item = &FlowSettings> {
         self.flows.iter().filter(|f| f.enabled)
     }
@@ -806,11 +811,7 @@ mod tests {
         "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n";
 
     fn flow<'a>(config: &'a MirrorConfig, name: &str) -> &'a FlowSettings {
-        config
-            .flows
-            .iter()
-            .find(|f| f.name() == name)
-            .expect("flow")
+        config.flow(name).expect("flow")
     }
 
     #[test]

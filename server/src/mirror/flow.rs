@@ -619,7 +619,7 @@ mod tests {
         let c = config(
             "A->B.consumer.group.protocol = share\nB.exactly.once.source.support = enabled\n",
         );
-        let flow = c.flows.iter().find(|f| f.name() == "A->B").expect("flow");
+        let flow = c.flow("A->B").expect("flow");
         let format = rename_format(flow, "orders");
         assert_eq!(format, "A.${topic}");
         let cfg = connector_config(
@@ -649,7 +649,7 @@ mod tests {
     #[test]
     fn the_identity_policy_renames_only_heartbeats() {
         let c = config("replication.policy.class = IdentityReplicationPolicy\n");
-        let flow = c.flows.iter().find(|f| f.name() == "A->B").expect("flow");
+        let flow = c.flow("A->B").expect("flow");
         assert_eq!(rename_format(flow, "orders"), "${topic}");
         assert_eq!(rename_format(flow, "heartbeats"), "A.${topic}");
         assert_ne!(connector_name(flow, true), connector_name(flow, false));

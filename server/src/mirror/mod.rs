@@ -5,6 +5,7 @@
 //! and heartbeats ([`heartbeat`]). docs/mirror.md is the user's guide.
 
 pub mod checkpoints;
+mod cluster_client;
 pub mod config;
 pub mod flow;
 pub mod heartbeat;

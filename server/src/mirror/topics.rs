@@ -7,16 +7,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::ClientConfig;
 use spillway_kafka::admin::{
     AdminClient, AdminError, AlterOp, ConfigResource, ConfigSource, NewTopic, ResourceConfigs,
     TopicCreation,
 };
-use spillway_kafka::security::{rdkafka_config, SecurityContext};
+use spillway_kafka::security::SecurityContext;
 use tracing::{info, warn};
 
+use super::cluster_client::cluster_client;
 use super::config::{ClusterSettings, FlowSettings};
 
 /// Topic configs MM2 never copies (Kafka 4.2 `DefaultConfigPropertyFilter`): they belong to the
@@ -51,26 +51,10 @@ pub struct TopicLister {
 
 impl TopicLister {
     pub fn new(cluster: &ClusterSettings) -> Result<TopicLister> {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", &cluster.bootstrap_servers);
-        config.set(
-            "group.id",
-            format!("spillway-mirror-metadata-{}", cluster.alias),
-        );
-        let context = rdkafka_config(
-            &mut config,
-            cluster
-                .security
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        )
-        .map_err(|e| anyhow!("cluster {}: {e}", cluster.alias))?;
-        let consumer = config.create_with_context(context).with_context(|| {
-            format!(
-                "cannot make a metadata client for cluster {}",
-                cluster.alias
-            )
-        })?;
+        let consumer = cluster_client(
+            cluster,
+            &format!("spillway-mirror-metadata-{}", cluster.alias),
+        )?;
         Ok(TopicLister {
             consumer: Arc::new(consumer),
             alias: cluster.alias.clone(),
@@ -256,11 +240,7 @@ mod tests {
     }
 
     fn flow<'a>(config: &'a MirrorConfig, name: &str) -> &'a FlowSettings {
-        config
-            .flows
-            .iter()
-            .find(|f| f.name() == name)
-            .expect("flow")
+        config.flow(name).expect("flow")
     }
 
     #[test]
