@@ -25,6 +25,7 @@ use spillway_kafka::share::{AckError, AcknowledgeType, LockRenewal, ShareConsume
 use tracing::{debug, warn};
 
 use crate::error::RuntimeError;
+use crate::group_ids::{JoinWatch, JoinWatching};
 use crate::lock_retry::LockExtension;
 
 /// A change of what the task consumes, delivered before the records read after it.
@@ -354,6 +355,8 @@ pub struct ConsumerGroupSource {
     /// Per owned partition, the offset the sink task needs records from (`start_from`), moved
     /// on past every record delivered.
     starts: BTreeMap<TopicPartition, i64>,
+    /// A KIP-848 member's join, watched until its first assignment.
+    join_watch: Option<JoinWatching>,
 }
 
 impl ConsumerGroupSource {
@@ -367,7 +370,23 @@ impl ConsumerGroupSource {
             owned: Vec::new(),
             share_group_metadata: false,
             starts: BTreeMap::new(),
+            join_watch: None,
         })
+    }
+
+    /// Fails the source's polls, naming the reason, once `watch` finds the member's join
+    /// refused; stops watching at the first assignment.
+    pub fn with_join_watch(mut self, watch: JoinWatch) -> Self {
+        self.join_watch = Some(watch.start());
+        self
+    }
+
+    /// The refusal of the member's join, once the watch found it.
+    fn join_refused(&mut self) -> Result<(), RuntimeError> {
+        match self.join_watch.as_mut().and_then(JoinWatching::refused) {
+            Some(reason) => Err(RuntimeError::Source(reason)),
+            None => Ok(()),
+        }
     }
 
     /// Every poll also returns the member's group metadata, for a sink that commits the
@@ -385,6 +404,8 @@ impl ConsumerGroupSource {
         for event in polled.events {
             match event {
                 RebalanceEvent::Assigned(list) => {
+                    // The coordinator let the member in.
+                    self.join_watch = None;
                     let list = partitions(list);
                     for tp in &list {
                         if !self.owned.contains(tp) {
@@ -480,6 +501,7 @@ fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {
 #[async_trait(?Send)]
 impl RecordSource for ConsumerGroupSource {
     async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+        self.join_refused()?;
         let polled = self
             .source
             .poll(timeout)
@@ -493,6 +515,7 @@ impl RecordSource for ConsumerGroupSource {
     }
 
     async fn keep_alive(&mut self) -> Result<Polled, RuntimeError> {
+        self.join_refused()?;
         let polled = self
             .source
             .keep_alive()

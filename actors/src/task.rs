@@ -1321,6 +1321,42 @@ mod tests {
         }
     }
 
+    /// A batch lost to a panic is released without verdicts; its records on their last
+    /// allowed delivery are archived by the broker, so the FAILED trace names each of them.
+    #[actix::test]
+    async fn records_released_on_their_last_delivery_by_a_lost_batch_are_named_in_the_trace() {
+        let sink = ScriptedSink {
+            panic_in: Some("put"),
+            ..ScriptedSink::default()
+        };
+        let lock = Duration::from_secs(30);
+        let mut last = locked(1, "r1", lock);
+        last.delivery_count = Some(5);
+        let mut run = start(
+            vec![locked(0, "r0", lock), last, locked(2, "r2", lock)],
+            sink,
+            Options::default(),
+        );
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed { trace, .. } = event else {
+            panic!("a panic in put fails the task, got {event:?}")
+        };
+        assert_panic_trace(&trace, "scripted panic in put");
+        assert!(
+            trace.contains("1 record(s) on their last allowed delivery")
+                && trace.contains("t-0@1 (delivery 5 of 5)")
+                && trace.contains("the broker archives them"),
+            "{trace}"
+        );
+        assert!(
+            !trace.contains("t-0@0 ("),
+            "only the last delivery: {trace}"
+        );
+        assert!(verdicts(&run)
+            .iter()
+            .all(|(_, d)| *d == Disposition::Release));
+    }
+
     #[actix::test]
     async fn in_classic_mode_a_panicked_batch_is_released_so_no_offset_is_committed_past_it() {
         let (run, trace) = panicking_run(
