@@ -409,6 +409,38 @@ impl ConsumerActor {
         });
     }
 
+    /// Share mode: records fetched ahead that the stopping task never got are released by
+    /// the close; those on their last allowed delivery are archived by the broker, so they are
+    /// named (ERROR, the archived count, the task's final trace) like a lost batch's.
+    fn name_unpolled_last_deliveries(&mut self, source: &mut dyn RecordSource) {
+        let limit = self.delivery_attempt_limit;
+        let unpolled = source.take_unpolled();
+        if limit == 0 || unpolled.is_empty() {
+            return;
+        }
+        let at_limit: Vec<String> = unpolled
+            .iter()
+            .filter(|(_, count)| *count >= limit)
+            .map(|(c, count)| format!("{c} (delivery {count} of {limit})"))
+            .collect();
+        info!(
+            task = self.task,
+            records = unpolled.len(),
+            "records fetched ahead and not handed to the task are released by the close"
+        );
+        if at_limit.is_empty() {
+            return;
+        }
+        let why =
+            "fetched ahead but not handed to the task before it stopped; the close releases them";
+        error!(task = self.task, records = %at_limit.join(", "), reason = why, "releasing records on their last allowed delivery without a verdict: the broker archives them");
+        TaskCounters::add(&self.counters.metrics.archived_by_limit, at_limit.len());
+        self.archived_on_release.records.extend(at_limit);
+        self.archived_on_release
+            .reason
+            .get_or_insert_with(|| why.to_owned());
+    }
+
     /// Queues a RELEASE of every record of batch `seq`, released because `why`; returns how
     /// many records that is, or `None` when the batch is not in flight any more or its
     /// verdicts are queued already. Records on their last allowed delivery are named in the
@@ -820,9 +852,10 @@ impl ConsumerActor {
     /// Commits what is settled and leaves the group (bounded by the stop's time), then
     /// finishes the task.
     fn close_step(&mut self, ctx: &mut Context<Self>) {
-        let Some(source) = self.source.take() else {
+        let Some(mut source) = self.source.take() else {
             return;
         };
+        self.name_unpolled_last_deliveries(source.as_mut());
         self.busy = true;
         let limit = self.shutdown_timeout.max(MIN_STOP_WAIT);
         // Everything settled is committed by now; a failing task does not hold the others.

@@ -72,6 +72,12 @@ pub trait RecordSource {
     async fn commit(&mut self, timeout: Duration) -> Result<Committed, RuntimeError>;
     /// Commits what is settled and leaves the group.
     async fn close(self: Box<Self>) -> Result<(), RuntimeError>;
+    /// Share mode: records fetched for the task that it will never get (the task is
+    /// stopping), as `topic-partition@offset` with their delivery counts. Closing releases
+    /// them; the task names those on their last allowed delivery, which the broker archives.
+    fn take_unpolled(&mut self) -> Vec<(RecordCoordinates, u16)> {
+        Vec::new()
+    }
     /// The assignment to close when the task stops.
     fn assignment(&self) -> Assignment;
     /// Classic mode: the sink task has every record of these partitions before the offset
@@ -323,6 +329,19 @@ impl RecordSource for ShareGroupSource {
             .await
             .map(|_| ())
             .map_err(|e| RuntimeError::Source(e.to_string()))
+    }
+
+    fn take_unpolled(&mut self) -> Vec<(RecordCoordinates, u16)> {
+        self.consumer
+            .take_unpolled()
+            .into_iter()
+            .map(|r| {
+                (
+                    RecordCoordinates::new(r.topic.to_string(), r.partition, r.offset),
+                    u16::try_from(r.delivery_count).unwrap_or(0),
+                )
+            })
+            .collect()
     }
 
     fn assignment(&self) -> Assignment {

@@ -277,6 +277,14 @@ mod tests {
         fn assignment(&self) -> Assignment {
             Assignment::SharedTopics(vec!["t".into()])
         }
+
+        /// The records not handed out yet stand for a share consumer's fetched-ahead buffer.
+        fn take_unpolled(&mut self) -> Vec<(spillway_core::RecordCoordinates, u16)> {
+            self.records
+                .drain(..)
+                .filter_map(|r| Some((r.coordinates(), r.delivery_count?)))
+                .collect()
+        }
     }
 
     /// Values decide the outcome: "fatal…" is refused for good, "flaky…" fails retriably on
@@ -1355,6 +1363,54 @@ mod tests {
         assert!(verdicts(&run)
             .iter()
             .all(|(_, d)| *d == Disposition::Release));
+    }
+
+    /// A stop leaves records the consumer fetched ahead unhandled; the close releases them,
+    /// so those on their last allowed delivery (archived by the broker) fail the task by name.
+    #[actix::test]
+    async fn a_stop_names_fetched_ahead_records_on_their_last_delivery_that_its_close_releases() {
+        let sink = ScriptedSink {
+            put_delay: Duration::from_millis(300),
+            ..ScriptedSink::default()
+        };
+        let lock = Duration::from_secs(30);
+        let mut records: Vec<RawRecord> = (0..6).map(|i| locked(i, "r", lock)).collect();
+        records[4].delivery_count = Some(5);
+        let mut run = start(
+            records,
+            sink,
+            Options {
+                inflight: 1,
+                ..Options::default()
+            },
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        run.task.drain();
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed { trace, .. } = event else {
+            panic!("an archived record must be named in a FAILED status, got {event:?}")
+        };
+        assert!(
+            trace.contains("t-0@4 (delivery 5 of 5)")
+                && trace.contains("fetched ahead but not handed to the task"),
+            "{trace}"
+        );
+        assert_eq!(
+            verdicts(&run),
+            vec![
+                (0, Disposition::Accept),
+                (1, Disposition::Accept),
+                (2, Disposition::Accept)
+            ],
+            "the batch in hand was finished"
+        );
+        assert_eq!(
+            run.counters
+                .metrics
+                .archived_by_limit
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
     }
 
     #[actix::test]
