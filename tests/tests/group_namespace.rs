@@ -403,6 +403,42 @@ async fn a_consumer_protocol_join_the_broker_refuses_fails_the_task_with_the_rea
     worker.shutdown().await;
 }
 
+/// The join watch never fails a KIP-848 member the coordinator let in: with more tasks than
+/// partitions one member has no partition for good, and the check keeps finding its id free.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_protocol_member_left_without_partitions_keeps_running() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("single", 1);
+    let proxy = namespace_proxy(&broker);
+    let produced = produce(
+        &broker.bootstrap(),
+        "single",
+        numbered_records(30, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let p = probe("spare");
+    let mut consumer = probe_config("spare", "single", false, None);
+    consumer.insert("consumer.override.group.protocol".into(), "consumer".into());
+    consumer.insert("tasks.max".into(), "2".into());
+    worker.start_connector(consumer).await.expect("starts");
+    wait_until(
+        Duration::from_secs(30),
+        "the member with the partition reads",
+        || p.distinct() >= 30,
+    )
+    .await;
+    // Past the first check (3 s) and the next (every 10 s) of the member without a partition.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let status = worker.status("spare").expect("known");
+    assert_eq!(status.tasks.len(), 2);
+    assert!(all_running(&worker, "spare"), "{status:?}");
+    let report = DeliveryReport::compare(coordinates(&produced), p.coordinates());
+    assert!(report.nothing_lost(), "{}", report.summary());
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_share_heartbeat_the_broker_refuses_fails_the_task_with_the_reason() {
     let broker = share_broker(1, 5_000, 10_000);
