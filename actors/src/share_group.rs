@@ -24,6 +24,7 @@ use spillway_kafka::admin::{
     codes, AdminClient, AdminClients, AdminError, AlterOp, ConfigResource, ConfigSource, NewTopic,
     TopicCreation,
 };
+use spillway_kafka::groups::{check_group_id, Membership};
 use spillway_kafka::security::SecuritySettings;
 use tracing::{info, warn};
 
@@ -168,12 +169,13 @@ struct Takeover {
     warning: Option<String>,
 }
 
-/// KIP-1302 migration, classic → share: a share group with no start offsets on the
-/// connector's topics starts where the consumer group `from` left off. Its committed offsets
-/// become the share group's start offsets (AlterShareGroupOffsets, Kafka 4.1+, accepted while
-/// the share group has no members: the tasks have not started). Partitions the share group
-/// already has state for are left alone (migrating again goes on where the share group stood),
-/// and so are partitions the consumer group never committed (they start where
+/// KIP-1302 migration, classic → share: a new share group starts where the consumer group
+/// `from` left off. Its committed offsets become the share group's start offsets
+/// (AlterShareGroupOffsets, Kafka 4.1+, accepted while the share group has no members: the
+/// tasks have not started). A share group that exists (ListGroups) is left alone, and so are
+/// partitions it already has state for where existence cannot be told (migrating again goes
+/// on where the share group stood; start offsets deleted on purpose stay deleted), and
+/// partitions the consumer group never committed (they start where
 /// `share.auto.offset.reset` says). Never fails the connector: what could not be done is a
 /// WARN naming what happens instead.
 async fn take_over_positions(
@@ -193,6 +195,22 @@ async fn take_over_positions(
         }
     };
     let from_reset = "the share group starts where share.auto.offset.reset says (records the consumer group had committed are delivered again at earliest, or records it had not read are skipped at latest)";
+    // Only a share group that does not exist yet takes the consumer group's positions: one
+    // that exists has its own history (migrating again, or start offsets deleted on purpose
+    // to start at share.auto.offset.reset). Brokers without ListGroups cannot tell; then the
+    // partitions the share group has no state for are the new ones.
+    if let Ok(check) = check_group_id(admin.cluster(), group, Membership::Consumer, &[]).await {
+        if let Some(share) = check.conflict.filter(|o| o.group_type == "share") {
+            info!(connector, %group, consumer_group = %from, "the share group exists: it keeps its own positions");
+            return Takeover {
+                description: format!(
+                    "kept: share group '{group}' exists ({}), so it goes on from its own positions; consumer group '{from}' is not copied",
+                    share.evidence
+                ),
+                warning: None,
+            };
+        }
+    }
     let committed = match admin.committed_offsets(from, &wish.topics).await {
         Ok(committed) => committed,
         Err(e) => return not_copied(e.to_string(), from_reset),

@@ -808,3 +808,89 @@ async fn without_the_share_offsets_apis_a_moved_connector_is_told_where_its_shar
     );
     worker.shutdown().await;
 }
+
+/// Where the cluster can list groups, only a share group that does not exist yet takes the
+/// consumer group's positions: one whose start offsets were deleted on purpose (the offsets
+/// API's DELETE, to start at share.auto.offset.reset) is not set back to the consumer group's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_share_group_whose_offsets_were_deleted_is_not_given_the_consumer_groups() {
+    let e = emulated(|o| o.with_one_group_namespace());
+    e.broker.create_topic("resets", 1);
+    produce(
+        &e.broker.bootstrap(),
+        "resets",
+        numbered_records(40, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = e.worker();
+    let p = probe("resetter");
+    worker
+        .start_connector(classic_probe_connector("resetter", "resets"))
+        .await
+        .expect("classic mode starts");
+    wait_until(Duration::from_secs(30), "classic mode reads all", || {
+        p.distinct() >= 40
+    })
+    .await;
+    worker
+        .reconfigure_connector(probe_connector("resetter", "resets", &[]))
+        .await
+        .expect("moves to share mode");
+    let report = report_of(&worker, "resetter").await;
+    assert!(
+        report
+            .start_positions
+            .as_deref()
+            .is_some_and(|s| s.contains("copied from consumer group 'connect-resetter'")),
+        "a new share group takes the positions: {report:?}"
+    );
+    let admin = e.proxy.admin().expect("emulated");
+    assert_eq!(
+        admin.share_start_offsets("connect-share-resetter"),
+        [(("resets".to_owned(), 0), 40)].into_iter().collect()
+    );
+
+    // Back to classic, the share group's start offsets deleted, then share mode again.
+    worker
+        .reconfigure_connector(classic_probe_connector("resetter", "resets"))
+        .await
+        .expect("rolls back");
+    wait_until(Duration::from_secs(30), "the share member left", || {
+        e.broker
+            .share_member_ids("connect-share-resetter")
+            .is_empty()
+    })
+    .await;
+    e.admin()
+        .await
+        .delete_share_offsets("connect-share-resetter", &["resets".to_owned()])
+        .await
+        .expect("the share group is empty");
+    assert!(admin
+        .share_start_offsets("connect-share-resetter")
+        .is_empty());
+    worker
+        .reconfigure_connector(probe_connector("resetter", "resets", &[]))
+        .await
+        .expect("migrates again");
+    wait_until(
+        Duration::from_secs(30),
+        "the existing share group is left alone",
+        || {
+            worker
+                .status("resetter")
+                .and_then(|s| s.group_settings)
+                .and_then(|r| r.start_positions)
+                .is_some_and(|s| s.contains("share group 'connect-share-resetter' exists"))
+        },
+    )
+    .await;
+    assert!(
+        admin
+            .share_start_offsets("connect-share-resetter")
+            .is_empty(),
+        "nothing copied over the deletion"
+    );
+    worker.shutdown().await;
+}

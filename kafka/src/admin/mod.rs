@@ -251,6 +251,11 @@ impl AdminClient {
         AdminClient { cluster, timeout }
     }
 
+    /// The cluster view the client talks through (its connections stay open).
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
     /// The ids of the cluster's brokers (for DescribeConfigs of one broker), lowest first.
     pub fn broker_ids(&self) -> Vec<i32> {
         self.cluster.broker_ids()
