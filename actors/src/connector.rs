@@ -27,6 +27,7 @@ use crate::consumer::SourceFactory;
 use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
+use crate::group_ids::JoinWatch;
 use crate::messages::{CloseGate, Reporter, TaskEvent};
 use crate::metrics::{self, ConnectorLabels, TaskMetrics};
 use crate::panic_guard::guard;
@@ -70,6 +71,8 @@ pub struct ConnectorPlan {
     /// The task ids this worker runs (distributed mode, where the workers share a connector's
     /// tasks); `None`: every task.
     pub assigned: Option<BTreeSet<u32>>,
+    /// KIP-848 `consumer` protocol: watches each task's join (see `JoinWatch`).
+    pub join_watch: Option<JoinWatch>,
 }
 
 struct Slot {
@@ -473,6 +476,7 @@ fn source_factory(
             overrides.insert("client.id".into(), client_id);
             config.overrides = overrides;
             config.commit_offsets = !task_commits_offsets;
+            let join_watch = plan.join_watch.clone();
             Box::new(move || {
                 async move {
                     config.max_poll_records =
@@ -482,6 +486,9 @@ fn source_factory(
                     let mut source = ConsumerGroupSource::new(source, &topics)?;
                     if task_commits_offsets {
                         source = source.with_group_metadata();
+                    }
+                    if let Some(watch) = join_watch {
+                        source = source.with_join_watch(watch);
                     }
                     Ok(Box::new(source) as Box<dyn RecordSource>)
                 }

@@ -32,7 +32,7 @@ use futures::future::LocalBoxFuture;
 use spillway_core::{
     Ack, BatchAck, BatchOwner, Disposition, RawRecord, RecordCoordinates, TopicPartition,
 };
-use tracing::{info, warn, Instrument, Span};
+use tracing::{error, info, warn, Instrument, Span};
 
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
@@ -122,6 +122,8 @@ pub struct ConsumerActor {
     parked: bool,
     /// When the source was last polled (or kept alive).
     last_poll: Instant,
+    /// Records released without verdicts on their last allowed delivery.
+    archived_on_release: ArchivedOnRelease,
 }
 
 /// Longest a poll waits while batches are in flight. The consumer is busy while it polls, so
@@ -185,6 +187,56 @@ struct InFlight {
     records: BatchRecords,
     /// Its verdicts (or releases) wait in `settled`: a later report on it is stale.
     queued: bool,
+    /// Share mode: its records on their last allowed delivery, named for the log and the
+    /// task's trace should the batch be released without verdicts (the broker archives them).
+    last_deliveries: Vec<String>,
+}
+
+/// Records of `records` on their last allowed delivery, as `topic-partition@offset (delivery
+/// n of limit)`; none in classic mode (no delivery counts) or without a limit.
+fn last_deliveries(records: &[RawRecord], limit: u16) -> Vec<String> {
+    if limit == 0 {
+        return Vec::new();
+    }
+    records
+        .iter()
+        .filter_map(|r| {
+            let count = r.delivery_count.filter(|c| *c >= limit)?;
+            Some(format!(
+                "{}-{}@{} (delivery {count} of {limit})",
+                r.topic, r.partition, r.offset
+            ))
+        })
+        .collect()
+}
+
+/// Records released without verdicts on their last allowed delivery, and why: the broker
+/// archives them, so the task's final status names them.
+#[derive(Default)]
+struct ArchivedOnRelease {
+    records: Vec<String>,
+    reason: Option<String>,
+}
+
+impl ArchivedOnRelease {
+    /// The sentence for the task's trace; `None` when there were none.
+    fn describe(&self) -> Option<String> {
+        const LISTED: usize = 10;
+        if self.records.is_empty() {
+            return None;
+        }
+        let mut listed = self.records[..self.records.len().min(LISTED)].join(", ");
+        if self.records.len() > LISTED {
+            listed.push_str(&format!(" and {} more", self.records.len() - LISTED));
+        }
+        Some(format!(
+            "{} record(s) on their last allowed delivery (group.share.delivery.count.limit) were \
+             released without a verdict ({}); the broker archives them instead of delivering \
+             them again, so they were neither written nor dead-lettered: {listed}",
+            self.records.len(),
+            self.reason.as_deref().unwrap_or("the batch was lost")
+        ))
+    }
 }
 
 /// A batch's record coordinates, compactly (a topic name per topic, not per record).
@@ -291,6 +343,7 @@ impl ConsumerActor {
             awaiting_room: false,
             parked: false,
             last_poll: Instant::now(),
+            archived_on_release: ArchivedOnRelease::default(),
         }
     }
 
@@ -343,7 +396,12 @@ impl ConsumerActor {
             }
             let mut released = 0;
             for seq in pending {
-                released += act.release_batch(seq).unwrap_or(0);
+                released += act
+                    .release_batch(
+                        seq,
+                        "the task did not stop within task.shutdown.graceful.timeout.ms",
+                    )
+                    .unwrap_or(0);
             }
             warn!(task = act.task, released, timeout_ms = act.shutdown_timeout.as_millis() as u64, "the task did not stop within task.shutdown.graceful.timeout.ms; releasing its records in flight");
             act.failing.set();
@@ -351,14 +409,57 @@ impl ConsumerActor {
         });
     }
 
-    /// Queues a RELEASE of every record of batch `seq`; returns how many records that is, or
-    /// `None` when the batch is not in flight any more or its verdicts are queued already.
-    fn release_batch(&mut self, seq: u64) -> Option<usize> {
+    /// Share mode: records fetched ahead that the stopping task never got are released by
+    /// the close; those on their last allowed delivery are archived by the broker, so they are
+    /// named (ERROR, the archived count, the task's final trace) like a lost batch's.
+    fn name_unpolled_last_deliveries(&mut self, source: &mut dyn RecordSource) {
+        let limit = self.delivery_attempt_limit;
+        let unpolled = source.take_unpolled();
+        if limit == 0 || unpolled.is_empty() {
+            return;
+        }
+        let at_limit: Vec<String> = unpolled
+            .iter()
+            .filter(|(_, count)| *count >= limit)
+            .map(|(c, count)| format!("{c} (delivery {count} of {limit})"))
+            .collect();
+        info!(
+            task = self.task,
+            records = unpolled.len(),
+            "records fetched ahead and not handed to the task are released by the close"
+        );
+        if at_limit.is_empty() {
+            return;
+        }
+        let why =
+            "fetched ahead but not handed to the task before it stopped; the close releases them";
+        error!(task = self.task, records = %at_limit.join(", "), reason = why, "releasing records on their last allowed delivery without a verdict: the broker archives them");
+        TaskCounters::add(&self.counters.metrics.archived_by_limit, at_limit.len());
+        self.archived_on_release.records.extend(at_limit);
+        self.archived_on_release
+            .reason
+            .get_or_insert_with(|| why.to_owned());
+    }
+
+    /// Queues a RELEASE of every record of batch `seq`, released because `why`; returns how
+    /// many records that is, or `None` when the batch is not in flight any more or its
+    /// verdicts are queued already. Records on their last allowed delivery are named in the
+    /// log now and in the task's final trace: the broker archives them.
+    fn release_batch(&mut self, seq: u64, why: &str) -> Option<usize> {
         let batch = self.batches.get_mut(&seq)?;
         if batch.queued {
             return None;
         }
         batch.queued = true;
+        if !batch.last_deliveries.is_empty() {
+            error!(task = self.task, batch = seq, records = %batch.last_deliveries.join(", "), reason = %why, "releasing records on their last allowed delivery without a verdict: the broker archives them");
+            self.archived_on_release
+                .records
+                .extend(batch.last_deliveries.iter().cloned());
+            self.archived_on_release
+                .reason
+                .get_or_insert_with(|| why.to_owned());
+        }
         let acks = batch.records.releases();
         let n = acks.len();
         self.settled.push(Settlement {
@@ -542,6 +643,7 @@ impl ConsumerActor {
                 InFlight {
                     records: BatchRecords::of(&polled.records),
                     queued: false,
+                    last_deliveries: last_deliveries(&polled.records, self.delivery_attempt_limit),
                 },
             );
             if let Some(budget) = &self.inflight_bytes {
@@ -750,9 +852,10 @@ impl ConsumerActor {
     /// Commits what is settled and leaves the group (bounded by the stop's time), then
     /// finishes the task.
     fn close_step(&mut self, ctx: &mut Context<Self>) {
-        let Some(source) = self.source.take() else {
+        let Some(mut source) = self.source.take() else {
             return;
         };
+        self.name_unpolled_last_deliveries(source.as_mut());
         self.busy = true;
         let limit = self.shutdown_timeout.max(MIN_STOP_WAIT);
         // Everything settled is committed by now; a failing task does not hold the others.
@@ -804,7 +907,16 @@ impl ConsumerActor {
                     None
                 }
             };
-            let event = match act.failure.take().or(closing_failure) {
+            let mut failure = act.failure.take().or(closing_failure);
+            // Records the broker archives are named in a FAILED status, never let go silently
+            // (a stop past its deadline fails the task for this alone).
+            if let Some(archived) = act.archived_on_release.describe() {
+                failure = Some(match failure {
+                    Some(trace) => format!("{trace}. {archived}"),
+                    None => archived,
+                });
+            }
+            let event = match failure {
                 Some(trace) => TaskEvent::Failed {
                     task: act.task,
                     generation: act.generation,
@@ -910,7 +1022,7 @@ impl Handler<Unsettled> for ConsumerActor {
     /// A batch was lost in the pipeline: its records are released now, not when their locks
     /// run out, and the task fails with the reason.
     fn handle(&mut self, msg: Unsettled, ctx: &mut Context<Self>) {
-        let Some(released) = self.release_batch(msg.seq) else {
+        let Some(released) = self.release_batch(msg.seq, &msg.reason) else {
             return;
         };
         warn!(task = self.task, batch = msg.seq, records = released, reason = %msg.reason, "batch dropped before its verdicts were decided; releasing its records");

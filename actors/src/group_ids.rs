@@ -33,6 +33,7 @@ pub enum GroupIdVerdict {
 }
 
 /// One question: may `group` become a group of kind `wanted`?
+#[derive(Clone)]
 pub struct GroupIdQuery {
     pub bootstrap: String,
     pub security: ClientSecurity,
@@ -70,22 +71,122 @@ impl GroupIdChecker {
 
     /// Asks the cluster, giving up after `timeout`.
     pub async fn check(&self, query: GroupIdQuery, timeout: Duration) -> GroupIdVerdict {
-        let Some(runtime) = &self.runtime else {
-            return GroupIdVerdict::Unchecked {
+        match self.spawn_check(query, timeout) {
+            Some(asked) => asked.await.unwrap_or_else(|e| GroupIdVerdict::Unchecked {
+                reason: format!("the check stopped: {e}"),
+            }),
+            None => GroupIdVerdict::Unchecked {
                 reason: "the worker is stopping".into(),
-            };
-        };
+            },
+        }
+    }
+
+    /// Starts asking the cluster on the checker's own runtime; the handle gives the verdict
+    /// (`None` when the worker is stopping).
+    fn spawn_check(
+        &self,
+        query: GroupIdQuery,
+        timeout: Duration,
+    ) -> Option<tokio::task::JoinHandle<GroupIdVerdict>> {
+        let runtime = self.runtime.as_ref()?;
         let clusters = Arc::clone(&self.clusters);
-        let asked = runtime.spawn(async move {
+        Some(runtime.spawn(async move {
             tokio::time::timeout(timeout, ask(&clusters, query))
                 .await
                 .unwrap_or_else(|_| GroupIdVerdict::Unchecked {
                     reason: format!("the cluster did not answer within {timeout:?}"),
                 })
-        });
-        asked.await.unwrap_or_else(|e| GroupIdVerdict::Unchecked {
-            reason: format!("the check stopped: {e}"),
-        })
+        }))
+    }
+}
+
+/// How long a KIP-848 member may go without an assignment before the watch first asks who
+/// holds its group id, and how often it asks again while it still has none.
+pub const JOIN_CHECK_AFTER: Duration = Duration::from_secs(3);
+pub const JOIN_CHECK_EVERY: Duration = Duration::from_secs(10);
+const JOIN_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Watches the join of a member on KIP-848's `consumer` protocol. librdkafka (2.12) retries a
+/// ConsumerGroupHeartbeat refused with GROUP_ID_NOT_FOUND — Kafka's answer when a share (or
+/// other) group holds the id — without telling the application, so such a task would show
+/// RUNNING and never read. While the member has no assignment, the watch asks the cluster
+/// (the group id check of [`GroupIdChecker`]) whether another type of group holds the id; a
+/// refusal that is found fails the task with the reason.
+#[derive(Clone)]
+pub struct JoinWatch {
+    checker: Arc<GroupIdChecker>,
+    query: GroupIdQuery,
+    /// The user chose the id (`consumer.override.group.id`): the advice differs.
+    chosen: bool,
+}
+
+impl JoinWatch {
+    pub fn new(checker: Arc<GroupIdChecker>, query: GroupIdQuery, chosen: bool) -> JoinWatch {
+        JoinWatch {
+            checker,
+            query,
+            chosen,
+        }
+    }
+
+    /// Starts watching a member that subscribed now.
+    pub fn start(self) -> JoinWatching {
+        JoinWatching {
+            watch: self,
+            subscribed: std::time::Instant::now(),
+            next_check: std::time::Instant::now() + JOIN_CHECK_AFTER,
+            asking: None,
+        }
+    }
+}
+
+/// A [`JoinWatch`] at work for one member.
+pub struct JoinWatching {
+    watch: JoinWatch,
+    subscribed: std::time::Instant,
+    next_check: std::time::Instant,
+    asking: Option<tokio::task::JoinHandle<GroupIdVerdict>>,
+}
+
+impl JoinWatching {
+    /// Called on each poll while the member has no assignment: the reason the join is
+    /// refused, once a check found another type of group holding the id. Never waits: a
+    /// check runs on the checker's runtime and its verdict is read by a later call.
+    pub fn refused(&mut self) -> Option<String> {
+        use futures::FutureExt;
+        if let Some(asking) = self.asking.as_mut() {
+            let verdict = asking.now_or_never()?;
+            self.asking = None;
+            match verdict {
+                Ok(GroupIdVerdict::Taken { other, .. }) => {
+                    return Some(format!(
+                        "the group coordinator has not let this consumer (KIP-848 consumer \
+                         protocol) into group '{}' in {} s: {}",
+                        self.watch.query.group,
+                        self.subscribed.elapsed().as_secs(),
+                        conflict_reason(
+                            &self.watch.query.group,
+                            self.watch.query.wanted,
+                            &other,
+                            self.watch.chosen
+                        )
+                    ));
+                }
+                Ok(GroupIdVerdict::Unchecked { reason }) => {
+                    tracing::debug!(group = %self.watch.query.group, %reason, "cannot check who holds the group id of a member without an assignment");
+                }
+                Ok(GroupIdVerdict::Free { .. }) | Err(_) => {}
+            }
+            self.next_check = std::time::Instant::now() + JOIN_CHECK_EVERY;
+            return None;
+        }
+        if std::time::Instant::now() >= self.next_check {
+            self.asking = self
+                .watch
+                .checker
+                .spawn_check(self.watch.query.clone(), JOIN_CHECK_TIMEOUT);
+        }
+        None
     }
 }
 

@@ -38,7 +38,9 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(300);
 /// Whether the task can extend the acquisition locks of the records it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockExtension {
-    /// It can (ShareAcknowledge RENEW): a retry is not bounded by the current deadline.
+    /// It can (ShareAcknowledge RENEW). The retry window still ends at each record's own
+    /// lock deadline: only a renewal that moves those deadlines on lets a retry go past them
+    /// (docs/runtime.md, "Lock extension").
     Available,
     /// It cannot: why (logged once, at the first retry that the lock cuts short).
     Unavailable(&'static str),

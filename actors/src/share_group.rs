@@ -4,6 +4,9 @@
 //! - in share mode, the share group's configs `share.auto.offset.reset`,
 //!   `share.isolation.level` and `share.record.lock.duration.ms`, read with DescribeConfigs and
 //!   set with IncrementalAlterConfigs, and the brokers' `group.share.delivery.count.limit`;
+//! - in share mode, when the connector ran in classic mode before (KIP-1302 migration), the
+//!   consumer group's committed offsets as the new share group's start offsets
+//!   (AlterShareGroupOffsets), so the share group goes on where the consumer group left off;
 //! - the dead letter queue topic, created with CreateTopics when it is missing.
 //!
 //! The rule for group configs: Spillway sets a value when the connector asks for it
@@ -21,6 +24,7 @@ use spillway_kafka::admin::{
     codes, AdminClient, AdminClients, AdminError, AlterOp, ConfigResource, ConfigSource, NewTopic,
     TopicCreation,
 };
+use spillway_kafka::groups::{check_group_id, Membership};
 use spillway_kafka::security::SecuritySettings;
 use tracing::{info, warn};
 
@@ -60,6 +64,10 @@ pub struct GroupSettingsReport {
     /// The brokers' `group.share.delivery.count.limit`, when they told.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery_count_limit: Option<u16>,
+    /// Where a new share group starts when the connector moved from classic mode: the
+    /// consumer group's positions copied, or why they were not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_positions: Option<String>,
     /// What could not be done (refusals, a broker without the admin APIs).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -81,6 +89,9 @@ pub struct ShareGroupWish {
     pub group: String,
     pub topics: Vec<String>,
     pub configs: Vec<GroupConfigWish>,
+    /// The consumer group this connector reads through in classic mode, when its id differs
+    /// from the share group's: a new share group starts at its committed offsets.
+    pub positions_from: Option<String>,
 }
 
 /// What preparing found.
@@ -104,10 +115,22 @@ impl Preparation {
         };
         let mut prepared = Prepared::default();
         if let Some(wish) = &self.share {
-            let report = match &admin {
+            // Before the configs: an explicit `earliest` that cannot be set is no loss for a
+            // group whose start offsets were just copied.
+            let takeover = match (&admin, &wish.positions_from) {
+                (Some(admin), Some(from)) => {
+                    Some(take_over_positions(admin, wish, from, connector).await)
+                }
+                _ => None,
+            };
+            let mut report = match &admin {
                 Some(admin) => apply_group_configs(admin, wish, connector).await?,
                 None => unreachable_cluster_report(wish),
             };
+            if let Some(takeover) = takeover {
+                report.start_positions = Some(takeover.description);
+                report.warnings.extend(takeover.warning);
+            }
             prepared.report = Some(report);
         }
         if let Some(dlq) = &self.dead_letter_queue {
@@ -124,11 +147,135 @@ impl Preparation {
 
 fn unreachable_cluster_report(wish: &ShareGroupWish) -> GroupSettingsReport {
     let warning = "the cluster was not reachable for admin requests: the group's configs are what the group or the brokers have (Kafka's default for share.auto.offset.reset is latest)".to_owned();
+    let start_positions = wish.positions_from.as_ref().map(|from| {
+        format!(
+            "not copied from consumer group '{from}' (the cluster was not reachable for admin requests): a new share group starts where share.auto.offset.reset says"
+        )
+    });
     GroupSettingsReport {
         group: wish.group.clone(),
         settings: unknown_settings(wish),
         delivery_count_limit: None,
+        start_positions,
         warnings: vec![warning],
+    }
+}
+
+/// What taking over the consumer group's positions did.
+struct Takeover {
+    /// For the status: where the share group starts.
+    description: String,
+    /// Why the positions could not be copied, when that changes what is delivered.
+    warning: Option<String>,
+}
+
+/// KIP-1302 migration, classic → share: a new share group starts where the consumer group
+/// `from` left off. Its committed offsets become the share group's start offsets
+/// (AlterShareGroupOffsets, Kafka 4.1+, accepted while the share group has no members: the
+/// tasks have not started). A share group that exists (ListGroups) is left alone, and so are
+/// partitions it already has state for where existence cannot be told (migrating again goes
+/// on where the share group stood; start offsets deleted on purpose stay deleted), and
+/// partitions the consumer group never committed (they start where
+/// `share.auto.offset.reset` says). Never fails the connector: what could not be done is a
+/// WARN naming what happens instead.
+async fn take_over_positions(
+    admin: &AdminClient,
+    wish: &ShareGroupWish,
+    from: &str,
+    connector: &str,
+) -> Takeover {
+    let group = &wish.group;
+    let not_copied = |why: String, then: &str| {
+        warn!(connector, %group, consumer_group = %from, "the consumer group's positions were not copied into the share group: {why}; {then}");
+        Takeover {
+            description: format!("not copied from consumer group '{from}': {why}; {then}"),
+            warning: Some(format!(
+                "the positions of consumer group '{from}' were not copied: {why}; {then}"
+            )),
+        }
+    };
+    let from_reset = "the share group starts where share.auto.offset.reset says (records the consumer group had committed are delivered again at earliest, or records it had not read are skipped at latest)";
+    // Only a share group that does not exist yet takes the consumer group's positions: one
+    // that exists has its own history (migrating again, or start offsets deleted on purpose
+    // to start at share.auto.offset.reset). Brokers without ListGroups cannot tell; then the
+    // partitions the share group has no state for are the new ones.
+    if let Ok(check) = check_group_id(admin.cluster(), group, Membership::Consumer, &[]).await {
+        if let Some(share) = check.conflict.filter(|o| o.group_type == "share") {
+            info!(connector, %group, consumer_group = %from, "the share group exists: it keeps its own positions");
+            return Takeover {
+                description: format!(
+                    "kept: share group '{group}' exists ({}), so it goes on from its own positions; consumer group '{from}' is not copied",
+                    share.evidence
+                ),
+                warning: None,
+            };
+        }
+    }
+    let committed = match admin.committed_offsets(from, &wish.topics).await {
+        Ok(committed) => committed,
+        Err(e) => return not_copied(e.to_string(), from_reset),
+    };
+    if committed.is_empty() {
+        info!(connector, %group, consumer_group = %from, "the consumer group has no committed offsets on the connector's topics: the share group starts where share.auto.offset.reset says");
+        return Takeover {
+            description: format!(
+                "consumer group '{from}' has no committed offsets on the connector's topics: nothing to copy"
+            ),
+            warning: None,
+        };
+    }
+    let held: Vec<(String, i32)> = match admin.describe_share_offsets(group, &wish.topics).await {
+        Ok(offsets) => offsets
+            .partitions
+            .into_iter()
+            .filter(|p| p.start_offset.is_some())
+            .map(|p| (p.topic, p.partition))
+            .collect(),
+        // Kafka answers an unknown group so: it is new, with no state.
+        Err(e) if e.code() == Some(codes::GROUP_ID_NOT_FOUND) => Vec::new(),
+        Err(e) if e.is_unsupported() => {
+            return not_copied(
+                format!("{e} (AlterShareGroupOffsets needs Kafka 4.1 or later)"),
+                from_reset,
+            )
+        }
+        Err(e) => return not_copied(e.to_string(), from_reset),
+    };
+    let to_copy: Vec<(String, i32, i64)> = committed
+        .iter()
+        .filter(|c| !held.contains(&(c.topic.clone(), c.partition)))
+        .map(|c| (c.topic.clone(), c.partition, c.offset))
+        .collect();
+    let listed = |offsets: &[(String, i32, i64)]| {
+        offsets
+            .iter()
+            .map(|(t, p, o)| format!("{t}-{p}@{o}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if to_copy.is_empty() {
+        info!(connector, %group, consumer_group = %from, "the share group has its own start offsets on every partition the consumer group committed: it goes on where it stood");
+        return Takeover {
+            description: format!(
+                "kept: the share group has its own start offsets where consumer group '{from}' committed"
+            ),
+            warning: None,
+        };
+    }
+    match admin.alter_share_offsets(group, &to_copy).await {
+        Ok(()) => {
+            let copied = listed(&to_copy);
+            info!(connector, %group, consumer_group = %from, offsets = %copied, "the share group starts where the consumer group left off");
+            Takeover {
+                description: format!("copied from consumer group '{from}': {copied}"),
+                warning: None,
+            }
+        }
+        Err(e) if e.is_unsupported() => not_copied(
+            format!("{e} (AlterShareGroupOffsets needs Kafka 4.1 or later)"),
+            from_reset,
+        ),
+        Err(e) => not_copied(e.to_string(), from_reset),
     }
 }
 
@@ -493,6 +640,7 @@ mod tests {
             group: "g".into(),
             topics: vec!["t".into()],
             configs,
+            positions_from: None,
         };
         let w = wanted(&wish(Vec::new()));
         assert_eq!(w.len(), 1);

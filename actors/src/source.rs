@@ -25,6 +25,7 @@ use spillway_kafka::share::{AckError, AcknowledgeType, LockRenewal, ShareConsume
 use tracing::{debug, warn};
 
 use crate::error::RuntimeError;
+use crate::group_ids::{JoinWatch, JoinWatching};
 use crate::lock_retry::LockExtension;
 
 /// A change of what the task consumes, delivered before the records read after it.
@@ -71,6 +72,12 @@ pub trait RecordSource {
     async fn commit(&mut self, timeout: Duration) -> Result<Committed, RuntimeError>;
     /// Commits what is settled and leaves the group.
     async fn close(self: Box<Self>) -> Result<(), RuntimeError>;
+    /// Share mode: records fetched for the task that it will never get (the task is
+    /// stopping), as `topic-partition@offset` with their delivery counts. Closing releases
+    /// them; the task names those on their last allowed delivery, which the broker archives.
+    fn take_unpolled(&mut self) -> Vec<(RecordCoordinates, u16)> {
+        Vec::new()
+    }
     /// The assignment to close when the task stops.
     fn assignment(&self) -> Assignment;
     /// Classic mode: the sink task has every record of these partitions before the offset
@@ -324,6 +331,19 @@ impl RecordSource for ShareGroupSource {
             .map_err(|e| RuntimeError::Source(e.to_string()))
     }
 
+    fn take_unpolled(&mut self) -> Vec<(RecordCoordinates, u16)> {
+        self.consumer
+            .take_unpolled()
+            .into_iter()
+            .map(|r| {
+                (
+                    RecordCoordinates::new(r.topic.to_string(), r.partition, r.offset),
+                    u16::try_from(r.delivery_count).unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
     fn assignment(&self) -> Assignment {
         Assignment::SharedTopics(self.topics.clone())
     }
@@ -354,6 +374,8 @@ pub struct ConsumerGroupSource {
     /// Per owned partition, the offset the sink task needs records from (`start_from`), moved
     /// on past every record delivered.
     starts: BTreeMap<TopicPartition, i64>,
+    /// A KIP-848 member's join, watched until its first assignment.
+    join_watch: Option<JoinWatching>,
 }
 
 impl ConsumerGroupSource {
@@ -367,7 +389,23 @@ impl ConsumerGroupSource {
             owned: Vec::new(),
             share_group_metadata: false,
             starts: BTreeMap::new(),
+            join_watch: None,
         })
+    }
+
+    /// Fails the source's polls, naming the reason, once `watch` finds the member's join
+    /// refused; stops watching at the first assignment.
+    pub fn with_join_watch(mut self, watch: JoinWatch) -> Self {
+        self.join_watch = Some(watch.start());
+        self
+    }
+
+    /// The refusal of the member's join, once the watch found it.
+    fn join_refused(&mut self) -> Result<(), RuntimeError> {
+        match self.join_watch.as_mut().and_then(JoinWatching::refused) {
+            Some(reason) => Err(RuntimeError::Source(reason)),
+            None => Ok(()),
+        }
     }
 
     /// Every poll also returns the member's group metadata, for a sink that commits the
@@ -385,6 +423,8 @@ impl ConsumerGroupSource {
         for event in polled.events {
             match event {
                 RebalanceEvent::Assigned(list) => {
+                    // The coordinator let the member in.
+                    self.join_watch = None;
                     let list = partitions(list);
                     for tp in &list {
                         if !self.owned.contains(tp) {
@@ -480,6 +520,7 @@ fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {
 #[async_trait(?Send)]
 impl RecordSource for ConsumerGroupSource {
     async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
+        self.join_refused()?;
         let polled = self
             .source
             .poll(timeout)
@@ -493,6 +534,7 @@ impl RecordSource for ConsumerGroupSource {
     }
 
     async fn keep_alive(&mut self) -> Result<Polled, RuntimeError> {
+        self.join_refused()?;
         let polled = self
             .source
             .keep_alive()

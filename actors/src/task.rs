@@ -277,6 +277,14 @@ mod tests {
         fn assignment(&self) -> Assignment {
             Assignment::SharedTopics(vec!["t".into()])
         }
+
+        /// The records not handed out yet stand for a share consumer's fetched-ahead buffer.
+        fn take_unpolled(&mut self) -> Vec<(spillway_core::RecordCoordinates, u16)> {
+            self.records
+                .drain(..)
+                .filter_map(|r| Some((r.coordinates(), r.delivery_count?)))
+                .collect()
+        }
     }
 
     /// Values decide the outcome: "fatal…" is refused for good, "flaky…" fails retriably on
@@ -1319,6 +1327,90 @@ mod tests {
                 started.elapsed()
             );
         }
+    }
+
+    /// A batch lost to a panic is released without verdicts; its records on their last
+    /// allowed delivery are archived by the broker, so the FAILED trace names each of them.
+    #[actix::test]
+    async fn records_released_on_their_last_delivery_by_a_lost_batch_are_named_in_the_trace() {
+        let sink = ScriptedSink {
+            panic_in: Some("put"),
+            ..ScriptedSink::default()
+        };
+        let lock = Duration::from_secs(30);
+        let mut last = locked(1, "r1", lock);
+        last.delivery_count = Some(5);
+        let mut run = start(
+            vec![locked(0, "r0", lock), last, locked(2, "r2", lock)],
+            sink,
+            Options::default(),
+        );
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed { trace, .. } = event else {
+            panic!("a panic in put fails the task, got {event:?}")
+        };
+        assert_panic_trace(&trace, "scripted panic in put");
+        assert!(
+            trace.contains("1 record(s) on their last allowed delivery")
+                && trace.contains("t-0@1 (delivery 5 of 5)")
+                && trace.contains("the broker archives them"),
+            "{trace}"
+        );
+        assert!(
+            !trace.contains("t-0@0 ("),
+            "only the last delivery: {trace}"
+        );
+        assert!(verdicts(&run)
+            .iter()
+            .all(|(_, d)| *d == Disposition::Release));
+    }
+
+    /// A stop leaves records the consumer fetched ahead unhandled; the close releases them,
+    /// so those on their last allowed delivery (archived by the broker) fail the task by name.
+    #[actix::test]
+    async fn a_stop_names_fetched_ahead_records_on_their_last_delivery_that_its_close_releases() {
+        let sink = ScriptedSink {
+            put_delay: Duration::from_millis(300),
+            ..ScriptedSink::default()
+        };
+        let lock = Duration::from_secs(30);
+        let mut records: Vec<RawRecord> = (0..6).map(|i| locked(i, "r", lock)).collect();
+        records[4].delivery_count = Some(5);
+        let mut run = start(
+            records,
+            sink,
+            Options {
+                inflight: 1,
+                ..Options::default()
+            },
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        run.task.drain();
+        let event = next_final_event(&mut run).await;
+        let TaskEvent::Failed { trace, .. } = event else {
+            panic!("an archived record must be named in a FAILED status, got {event:?}")
+        };
+        assert!(
+            trace.contains("t-0@4 (delivery 5 of 5)")
+                && trace.contains("fetched ahead but not handed to the task"),
+            "{trace}"
+        );
+        assert_eq!(
+            verdicts(&run),
+            vec![
+                (0, Disposition::Accept),
+                (1, Disposition::Accept),
+                (2, Disposition::Accept)
+            ],
+            "the batch in hand was finished"
+        );
+        assert_eq!(
+            run.counters
+                .metrics
+                .archived_by_limit
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
     }
 
     #[actix::test]

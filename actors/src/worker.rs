@@ -25,7 +25,7 @@ use crate::connector::ConnectorPlan;
 use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
-use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict};
+use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict, JoinWatch};
 use crate::limits::{requested_tasks, WorkerLimits};
 use crate::pool::{task_threads, TaskPool};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
@@ -63,7 +63,7 @@ pub struct Worker {
     /// and kept for the worker's life.
     admin: Arc<AdminClients>,
     /// Asks Kafka whether a group of another type holds a connector's group id.
-    group_ids: GroupIdChecker,
+    group_ids: Arc<GroupIdChecker>,
     /// The threads every task runs on (`task.threads`).
     pool: TaskPool,
     /// Distributed mode: the task ids of a connector this worker runs (the others run on other
@@ -137,6 +137,7 @@ impl Worker {
             .map_err(|e| RuntimeError::Task(format!("cannot start the worker thread: {e}")))?;
         let (supervisor, system, pool) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
         let group_ids = GroupIdChecker::new()
+            .map(Arc::new)
             .map_err(|e| RuntimeError::Task(format!("cannot start the group id checker: {e}")))?;
         Ok(Worker {
             config,
@@ -707,10 +708,24 @@ impl Worker {
                     group: group_id.clone(),
                     topics: topics.clone(),
                     configs: consumer.group_configs().map_err(refused)?,
+                    // The consumer group of classic mode, when it has another id (the
+                    // defaults differ; a chosen id is the same in both modes, and the
+                    // group id check refuses it while a consumer group holds it).
+                    positions_from: Some(
+                        scope.group_id(&parsed, spillway_core::config::GroupProtocol::Classic),
+                    )
+                    .filter(|classic| *classic != group_id),
                 }),
                 false => None,
             },
             dead_letter_queue: parsed.errors.dead_letter_queue.clone(),
+        };
+        // librdkafka does not report a KIP-848 join the coordinator refuses: watched instead.
+        let join_watch = match resolved.protocol {
+            spillway_core::config::GroupProtocol::Consumer => self
+                .group_id_query(&scope, config)
+                .map(|(query, chosen)| JoinWatch::new(Arc::clone(&self.group_ids), query, chosen)),
+            _ => None,
         };
         Ok(ConnectorPlan {
             scope,
@@ -728,6 +743,7 @@ impl Worker {
             preparation,
             admin: Arc::clone(&self.admin),
             pool: self.pool.clone(),
+            join_watch,
             assigned: lock_map(&self.assignments).get(&key).cloned(),
             key,
         })

@@ -2,8 +2,8 @@
 //! emulation of it (the dev broker keeps share and consumer groups apart, Kafka 4.2 does not):
 //! KIP-1302's rollback (share → remove the share setting → classic) and the way back lose no
 //! record and the status stays honest; a group id held by a group of the other type is refused
-//! both ways before the connector starts; and a classic join the broker refuses fails the task
-//! with the reason instead of showing RUNNING.
+//! both ways before the connector starts; and a classic or KIP-848 join the broker refuses
+//! fails the task with the reason instead of showing RUNNING.
 
 mod runtime_support;
 
@@ -337,6 +337,105 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
     assert!(worker
         .status("late")
         .is_some_and(|s| s.tasks.iter().all(|t| t.state == State::Failed)));
+    worker.shutdown().await;
+}
+
+/// A KIP-848 (`consumer` protocol) member refused by the coordinator: librdkafka retries the
+/// refused ConsumerGroupHeartbeat (GROUP_ID_NOT_FOUND) without telling the application, so the
+/// task watches its join and fails with the reason once the cluster says a share group holds
+/// the id.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_protocol_join_the_broker_refuses_fails_the_task_with_the_reason() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("payments", 1);
+    let proxy = namespace_proxy(&broker);
+    produce(
+        &broker.bootstrap(),
+        "payments",
+        numbered_records(20, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let share = probe("keeper");
+    worker
+        .start_connector(probe_config("keeper", "payments", true, Some("settled")))
+        .await
+        .expect("share starts");
+    wait_until(Duration::from_secs(30), "share delivers", || {
+        share.distinct() >= 20
+    })
+    .await;
+    worker.stop_connector("keeper").await.expect("stops");
+
+    // The check before starting cannot reach the coordinator in time: the connector starts.
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
+    let mut consumer = probe_config("modern", "payments", false, Some("settled"));
+    consumer.insert("consumer.override.group.protocol".into(), "consumer".into());
+    consumer.insert("task.restart.max.attempts".into(), "1".into());
+    worker
+        .start_connector(consumer)
+        .await
+        .expect("starts unchecked");
+    proxy
+        .faults()
+        .delay_responses(FIND_COORDINATOR, Duration::ZERO);
+    wait_until(Duration::from_secs(60), "the task fails", || {
+        worker.status("modern").is_some_and(|s| {
+            !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Failed)
+        })
+    })
+    .await;
+    let status = worker.status("modern").expect("known");
+    let trace = status.tasks[0].trace.clone().unwrap_or_default();
+    assert!(trace.contains("KIP-848"), "{trace}");
+    assert!(
+        trace.contains("'settled' is held by a share group"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("kafka-share-groups.sh --delete --group settled"),
+        "{trace}"
+    );
+    assert_eq!(probe("modern").distinct(), 0, "nothing was read");
+    worker.shutdown().await;
+}
+
+/// The join watch never fails a KIP-848 member the coordinator let in: with more tasks than
+/// partitions one member has no partition for good, and the check keeps finding its id free.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_protocol_member_left_without_partitions_keeps_running() {
+    let broker = share_broker(1, 5_000, 10_000);
+    broker.create_topic("single", 1);
+    let proxy = namespace_proxy(&broker);
+    let produced = produce(
+        &broker.bootstrap(),
+        "single",
+        numbered_records(30, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker_on(&proxy.bootstrap());
+    let p = probe("spare");
+    let mut consumer = probe_config("spare", "single", false, None);
+    consumer.insert("consumer.override.group.protocol".into(), "consumer".into());
+    consumer.insert("tasks.max".into(), "2".into());
+    worker.start_connector(consumer).await.expect("starts");
+    wait_until(
+        Duration::from_secs(30),
+        "the member with the partition reads",
+        || p.distinct() >= 30,
+    )
+    .await;
+    // Past the first check (3 s) and the next (every 10 s) of the member without a partition.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let status = worker.status("spare").expect("known");
+    assert_eq!(status.tasks.len(), 2);
+    assert!(all_running(&worker, "spare"), "{status:?}");
+    let report = DeliveryReport::compare(coordinates(&produced), p.coordinates());
+    assert!(report.nothing_lost(), "{}", report.summary());
     worker.shutdown().await;
 }
 

@@ -646,3 +646,251 @@ async fn a_config_change_sets_the_group_again() {
     wait_running(&worker, "changing").await;
     worker.shutdown().await;
 }
+
+// ---- KIP-1302 migration: the share group starts where the consumer group left off. ----
+
+fn classic_probe_connector(name: &str, topic: &str) -> spillway_core::ConfigMap {
+    let mut c = probe_connector(name, topic, &[]);
+    c.remove("consumer.override.group.protocol");
+    c
+}
+
+/// A connector moved from classic to share mode: its new share group `connect-share-<name>`
+/// gets the consumer group `connect-<name>`'s committed offsets as its start offsets
+/// (AlterShareGroupOffsets before the tasks join), and its status says so. The proxy keeps
+/// the start offsets as Kafka's share coordinator would (the mock cannot move a
+/// share-partition's start), so the copy is checked there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connector_moved_to_share_mode_starts_its_share_group_where_the_consumer_group_left_off()
+{
+    let e = emulated(|o| o);
+    e.broker.create_topic("moves", 2);
+    let produced = produce(
+        &e.broker.bootstrap(),
+        "moves",
+        numbered_records(200, 32, 2),
+        "none",
+    )
+    .await;
+    let mut per_partition = std::collections::BTreeMap::new();
+    for r in &produced {
+        let next = per_partition
+            .entry(("moves".to_owned(), r.partition))
+            .or_insert(0);
+        *next = (*next).max(r.offset + 1);
+    }
+    let worker = e.worker();
+    let p = probe("mover");
+    worker
+        .start_connector(classic_probe_connector("mover", "moves"))
+        .await
+        .expect("classic mode starts");
+    wait_until(Duration::from_secs(30), "classic mode reads all", || {
+        p.distinct() >= 200
+    })
+    .await;
+
+    // KIP-1302: the share setting is added; the classic tasks stop (committing their
+    // offsets), then the share group is prepared before its tasks join.
+    worker
+        .reconfigure_connector(probe_connector("mover", "moves", &[]))
+        .await
+        .expect("moves to share mode");
+    let report = report_of(&worker, "mover").await;
+    let positions = report.start_positions.clone().unwrap_or_default();
+    assert!(
+        positions.contains("copied from consumer group 'connect-mover'"),
+        "{report:?}"
+    );
+    assert!(
+        positions.contains("moves-0@") && positions.contains("moves-1@"),
+        "{positions}"
+    );
+    assert_eq!(
+        e.proxy
+            .admin()
+            .expect("emulated")
+            .share_start_offsets("connect-share-mover"),
+        per_partition,
+        "the share group starts at the consumer group's committed offsets"
+    );
+
+    // Moved again later (share → classic → share), the share group has start offsets of its
+    // own and keeps them: nothing is copied over them.
+    let mut altered = per_partition.clone();
+    for offset in altered.values_mut() {
+        *offset += 1_000;
+    }
+    worker
+        .reconfigure_connector(classic_probe_connector("mover", "moves"))
+        .await
+        .expect("rolls back");
+    wait_until(Duration::from_secs(30), "the share member left", || {
+        e.broker.share_member_ids("connect-share-mover").is_empty()
+    })
+    .await;
+    let someone = e.admin().await;
+    let offsets: Vec<(String, i32, i64)> = altered
+        .iter()
+        .map(|((t, p), o)| (t.clone(), *p, *o))
+        .collect();
+    someone
+        .alter_share_offsets("connect-share-mover", &offsets)
+        .await
+        .expect("the share group is empty");
+    worker
+        .reconfigure_connector(probe_connector("mover", "moves", &[]))
+        .await
+        .expect("migrates again");
+    wait_until(
+        Duration::from_secs(30),
+        "the share group keeps its own start offsets",
+        || {
+            worker
+                .status("mover")
+                .and_then(|s| s.group_settings)
+                .and_then(|r| r.start_positions)
+                .is_some_and(|s| s.starts_with("kept"))
+        },
+    )
+    .await;
+    assert_eq!(
+        e.proxy
+            .admin()
+            .expect("emulated")
+            .share_start_offsets("connect-share-mover"),
+        altered
+    );
+    worker.shutdown().await;
+}
+
+/// Without the share-group offsets APIs (the plain dev broker, a Kafka before 4.1) the
+/// positions cannot be copied: the status and a WARN say so and what happens instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_share_offsets_apis_a_moved_connector_is_told_where_its_share_group_starts() {
+    let broker = latest_broker();
+    broker.create_topic("stays", 1);
+    produce(
+        &broker.bootstrap(),
+        "stays",
+        numbered_records(50, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = worker(&broker);
+    let p = probe("stayer");
+    worker
+        .start_connector(classic_probe_connector("stayer", "stays"))
+        .await
+        .expect("classic mode starts");
+    wait_until(Duration::from_secs(30), "classic mode reads all", || {
+        p.distinct() >= 50
+    })
+    .await;
+    worker
+        .reconfigure_connector(probe_connector("stayer", "stays", &[]))
+        .await
+        .expect("moves to share mode");
+    let report = report_of(&worker, "stayer").await;
+    let positions = report.start_positions.clone().unwrap_or_default();
+    assert!(
+        positions.contains("not copied from consumer group 'connect-stayer'")
+            && positions.contains("needs Kafka 4.1 or later")
+            && positions.contains("share.auto.offset.reset"),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("positions of consumer group 'connect-stayer' were not copied")),
+        "{report:?}"
+    );
+    worker.shutdown().await;
+}
+
+/// Where the cluster can list groups, only a share group that does not exist yet takes the
+/// consumer group's positions: one whose start offsets were deleted on purpose (the offsets
+/// API's DELETE, to start at share.auto.offset.reset) is not set back to the consumer group's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_share_group_whose_offsets_were_deleted_is_not_given_the_consumer_groups() {
+    let e = emulated(|o| o.with_one_group_namespace());
+    e.broker.create_topic("resets", 1);
+    produce(
+        &e.broker.bootstrap(),
+        "resets",
+        numbered_records(40, 32, 1),
+        "none",
+    )
+    .await;
+    let worker = e.worker();
+    let p = probe("resetter");
+    worker
+        .start_connector(classic_probe_connector("resetter", "resets"))
+        .await
+        .expect("classic mode starts");
+    wait_until(Duration::from_secs(30), "classic mode reads all", || {
+        p.distinct() >= 40
+    })
+    .await;
+    worker
+        .reconfigure_connector(probe_connector("resetter", "resets", &[]))
+        .await
+        .expect("moves to share mode");
+    let report = report_of(&worker, "resetter").await;
+    assert!(
+        report
+            .start_positions
+            .as_deref()
+            .is_some_and(|s| s.contains("copied from consumer group 'connect-resetter'")),
+        "a new share group takes the positions: {report:?}"
+    );
+    let admin = e.proxy.admin().expect("emulated");
+    assert_eq!(
+        admin.share_start_offsets("connect-share-resetter"),
+        [(("resets".to_owned(), 0), 40)].into_iter().collect()
+    );
+
+    // Back to classic, the share group's start offsets deleted, then share mode again.
+    worker
+        .reconfigure_connector(classic_probe_connector("resetter", "resets"))
+        .await
+        .expect("rolls back");
+    wait_until(Duration::from_secs(30), "the share member left", || {
+        e.broker
+            .share_member_ids("connect-share-resetter")
+            .is_empty()
+    })
+    .await;
+    e.admin()
+        .await
+        .delete_share_offsets("connect-share-resetter", &["resets".to_owned()])
+        .await
+        .expect("the share group is empty");
+    assert!(admin
+        .share_start_offsets("connect-share-resetter")
+        .is_empty());
+    worker
+        .reconfigure_connector(probe_connector("resetter", "resets", &[]))
+        .await
+        .expect("migrates again");
+    wait_until(
+        Duration::from_secs(30),
+        "the existing share group is left alone",
+        || {
+            worker
+                .status("resetter")
+                .and_then(|s| s.group_settings)
+                .and_then(|r| r.start_positions)
+                .is_some_and(|s| s.contains("share group 'connect-share-resetter' exists"))
+        },
+    )
+    .await;
+    assert!(
+        admin
+            .share_start_offsets("connect-share-resetter")
+            .is_empty(),
+        "nothing copied over the deletion"
+    );
+    worker.shutdown().await;
+}

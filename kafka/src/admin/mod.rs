@@ -21,6 +21,7 @@
 //! Kafka refused one resource ([`AdminError::Resource`], with Kafka's message).
 
 mod configs;
+mod consumer_offsets;
 mod share_offsets;
 mod topics;
 
@@ -37,6 +38,7 @@ use crate::security::{ClientSecurity, SecuritySettings};
 pub use configs::{
     AlterOp, ConfigEntry, ConfigResource, ConfigSource, ResourceConfigs, GROUP_CONFIG_SOURCE,
 };
+pub use consumer_offsets::CommittedOffset;
 pub use share_offsets::{ShareOffsets, SharePartitionOffset};
 pub use topics::{NewTopic, TopicCreation};
 
@@ -51,6 +53,7 @@ pub mod codes {
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
     pub const GROUP_NOT_EMPTY: i16 = 68;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
 }
 
 /// What an admin request can fail with.
@@ -246,6 +249,11 @@ impl AdminClient {
     pub fn from_cluster(cluster: Arc<Cluster>) -> AdminClient {
         let timeout = cluster.request_timeout();
         AdminClient { cluster, timeout }
+    }
+
+    /// The cluster view the client talks through (its connections stay open).
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
     }
 
     /// The ids of the cluster's brokers (for DescribeConfigs of one broker), lowest first.

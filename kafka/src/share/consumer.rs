@@ -399,6 +399,19 @@ impl ShareConsumer {
         Ok(self.buffer.drain(..n).collect())
     }
 
+    /// Takes the records fetched for this member that `poll` has not handed out yet (the
+    /// buffer and what the fetch tasks delivered since). The application will never see
+    /// them; [`close`](Self::close) has the broker release them, which spends a delivery
+    /// (and archives those on their last). For the caller to account for them first.
+    pub fn take_unpolled(&mut self) -> Vec<ShareRecord> {
+        while let Ok(delivery) = self.deliveries.try_recv() {
+            if let Delivery::Records(records) = delivery {
+                self.buffer.extend(records);
+            }
+        }
+        self.buffer.drain(..).collect()
+    }
+
     fn take(&mut self, delivery: Delivery) -> Result<(), ShareError> {
         match delivery {
             Delivery::Records(records) => {
