@@ -69,7 +69,7 @@ impl Handler<Verdicts> for AckerActor {
             .verdicts
             .iter_mut()
             .enumerate()
-            .filter_map(|(i, v)| v.dead_letter.take().map(|d| (i, d)))
+            .filter_map(|(i, v)| v.dead_letter.take().map(|d| (i, *d)))
             .collect();
         let writer = match (&self.dead_letters, letters.is_empty()) {
             (Some(w), false) => Arc::clone(w),

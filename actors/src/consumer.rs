@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use spillway_core::{
-    Ack, BatchAck, BatchOwner, Disposition, RawRecord, RecordCoordinates, TopicPartition,
+    Ack, BatchAck, BatchOwner, Disposition, RawRecord, RecordCoordinates, Topic, TopicPartition,
 };
 use tracing::{error, info, warn, Instrument, Span};
 
@@ -242,7 +242,7 @@ impl ArchivedOnRelease {
 /// A batch's record coordinates, compactly (a topic name per topic, not per record).
 #[derive(Default)]
 struct BatchRecords {
-    topics: Vec<String>,
+    topics: Vec<Topic>,
     records: Vec<(u32, i32, i64)>,
 }
 
@@ -716,11 +716,14 @@ impl ConsumerActor {
         let Some(mut source) = self.source.take() else {
             return;
         };
-        let batches = std::mem::take(&mut self.settled);
-        let acks: Vec<Ack> = batches
-            .iter()
-            .flat_map(|b| b.acks.iter().cloned())
-            .collect();
+        let mut batches = std::mem::take(&mut self.settled);
+        // The verdicts move out of their batches into one list (no copy per record); each
+        // batch's share of it is found again by its length.
+        let ack_counts: Vec<usize> = batches.iter().map(|b| b.acks.len()).collect();
+        let mut acks: Vec<Ack> = Vec::with_capacity(ack_counts.iter().sum());
+        for b in &mut batches {
+            acks.append(&mut b.acks);
+        }
         let failure = batches
             .iter()
             .find_map(|b| b.fail_task.clone().map(|trace| (trace, b.fail_for_good)));
@@ -792,7 +795,7 @@ impl ConsumerActor {
                     act.commits_broken = true;
                     return act.fail_now(ctx, e.to_string());
                 }
-                Ok(committed) => {
+                Ok(mut committed) => {
                     for failure in &committed.failures {
                         warn!(task = act.task, failure = %failure, "commit not applied; records will be redelivered");
                     }
@@ -800,13 +803,18 @@ impl ConsumerActor {
                     if !committed.accepted.is_empty() {
                         // Behind every batch already sent, on the same path, to the sink task.
                         act.converter.do_send(Acknowledged {
-                            records: committed.accepted.clone(),
+                            records: std::mem::take(&mut committed.accepted),
                         });
                     }
                     count(&counters, &acks, &committed.unapplied);
-                    let per_batch: Vec<(&[Ack], Option<BatchMeta>)> = batches
+                    let mut rest = acks.as_slice();
+                    let per_batch: Vec<(&[Ack], Option<BatchMeta>)> = ack_counts
                         .iter()
-                        .map(|b| b.acks.as_slice())
+                        .map(|&n| {
+                            let (batch, after) = rest.split_at(n);
+                            rest = after;
+                            batch
+                        })
                         .zip(metas)
                         .collect();
                     counters.metrics.committed(

@@ -13,6 +13,7 @@
 //! the way (a panic, a failure, a stop) is released at once, never left to its lock.
 
 pub mod acker;
+pub mod allocator;
 pub mod connector;
 pub mod consumer;
 pub mod consumer_settings;

@@ -66,7 +66,8 @@ pub struct Acknowledged {
 pub struct Verdict {
     pub record: RecordCoordinates,
     pub disposition: Disposition,
-    pub dead_letter: Option<DeadLetterRecord>,
+    /// Boxed: rare, and a verdict per record travels in every batch.
+    pub dead_letter: Option<Box<DeadLetterRecord>>,
 }
 
 #[derive(Message)]

@@ -388,7 +388,12 @@ async fn run_batch(
     // The ready records move out of the batch into `put` (no copy); `was_ready` remembers
     // which entries they were.
     let mut was_ready = vec![false; batch.entries.len()];
-    let mut ready = Ready::default();
+    // Sized for the whole batch: a sink record is several hundred bytes, and growing the list
+    // record by record would copy it over and over.
+    let mut ready = Ready {
+        indices: Vec::with_capacity(batch.entries.len()),
+        records: Vec::with_capacity(batch.entries.len()),
+    };
     for (i, e) in batch.entries.iter_mut().enumerate() {
         if matches!(e.processed, Processed::Ready(_)) {
             if let Processed::Ready(r) = std::mem::replace(&mut e.processed, Processed::Filtered) {
@@ -749,13 +754,22 @@ async fn put_with_retries(
         let fails_task = result.iter().any(|o| o.task_level().is_some());
         let mut retry = Ready::default();
         let mut any_ok = false;
-        for ((i, record), outcome) in ready.indices.into_iter().zip(ready.records).zip(result) {
-            any_ok |= outcome.is_ok();
-            if matches!(outcome, PutOutcome::Retriable(_)) {
-                retry.indices.push(i);
-                retry.records.push(record);
+        if result.iter().any(|o| matches!(o, PutOutcome::Retriable(_))) {
+            for ((i, record), outcome) in ready.indices.into_iter().zip(ready.records).zip(result) {
+                any_ok |= outcome.is_ok();
+                if matches!(outcome, PutOutcome::Retriable(_)) {
+                    retry.indices.push(i);
+                    retry.records.push(record);
+                }
+                outcomes[i] = Some(outcome);
             }
-            outcomes[i] = Some(outcome);
+        } else {
+            // Nothing to put again: the records are dropped where they lie, not moved out
+            // one by one.
+            for (i, outcome) in ready.indices.into_iter().zip(result) {
+                any_ok |= outcome.is_ok();
+                outcomes[i] = Some(outcome);
+            }
         }
         if any_ok {
             retries.state.succeeded();
@@ -870,6 +884,7 @@ fn failed_verdict(
             None => letter,
         }
     });
+    let dead_letter = dead_letter.map(Box::new);
     let fatal = ctx.errors.tolerance == ErrorTolerance::None;
     ctx.counters
         .metrics

@@ -195,7 +195,7 @@ fn lock_extension_of(consumer: &ShareConsumer) -> LockExtension {
 
 fn raw_from_share(r: ShareRecord) -> RawRecord {
     RawRecord {
-        topic: r.topic.to_string(),
+        topic: r.topic.into(),
         partition: r.partition,
         offset: r.offset,
         key: r.key,
@@ -246,6 +246,7 @@ impl RecordSource for ShareGroupSource {
     }
 
     fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
+        self.settled.reserve(acks.len());
         for ack in acks {
             let c = &ack.record;
             match self.consumer.acknowledge_offset(
@@ -302,7 +303,7 @@ impl RecordSource for ShareGroupSource {
         for (c, accept) in settled {
             // Most commits fail nowhere: then no partition key is built per record.
             if !failed.is_empty() {
-                let partition = (c.topic.clone(), c.partition);
+                let partition = (c.topic.to_string(), c.partition);
                 if failed.contains(&partition) {
                     if lock_lost.contains(&partition) {
                         expired.push(c.clone());
@@ -566,7 +567,7 @@ impl RecordSource for ConsumerGroupSource {
             match ack.disposition {
                 Disposition::Release => {
                     let e = rewind
-                        .entry((c.topic.clone(), c.partition))
+                        .entry((c.topic.to_string(), c.partition))
                         .or_insert(c.offset);
                     *e = (*e).min(c.offset);
                 }

@@ -287,7 +287,7 @@ fn with_source_headers(
     });
     headers.push((
         SOURCE_TOPIC_HEADER.into(),
-        Some(Bytes::from(source.topic.clone())),
+        Some(Bytes::copy_from_slice(source.topic.as_bytes())),
     ));
     headers.push((
         SOURCE_PARTITION_HEADER.into(),

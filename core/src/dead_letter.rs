@@ -85,7 +85,7 @@ pub fn context_headers(raw: &RawRecord, ctx: &ErrorContext<'_>) -> Vec<(String, 
         .collect::<Vec<_>>()
         .join("\n");
     [
-        ("topic", raw.topic.clone()),
+        ("topic", raw.topic.to_string()),
         ("partition", raw.partition.to_string()),
         ("offset", raw.offset.to_string()),
         ("connector.name", ctx.connector.to_owned()),

@@ -15,6 +15,7 @@ pub mod error;
 pub mod pipeline;
 pub mod record;
 pub mod schema;
+pub mod topic;
 pub mod transforms;
 
 pub use ack::{Ack, BatchAck, BatchOwner, Disposition};
@@ -28,3 +29,4 @@ pub use error::{
 pub use pipeline::{Processed, RecordPipeline};
 pub use record::{Header, RawRecord, RecordCoordinates, SinkRecord, TimestampType, TopicPartition};
 pub use schema::{Field, Schema, SchemaType};
+pub use topic::Topic;

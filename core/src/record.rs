@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::data::Value;
 use crate::schema::Schema;
+use crate::topic::Topic;
 
 /// A topic and partition, the unit of assignment in classic mode.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -38,13 +39,13 @@ impl fmt::Display for TopicPartition {
 /// Where a record was read: what a share-group acknowledgement or an offset commit names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecordCoordinates {
-    pub topic: String,
+    pub topic: Topic,
     pub partition: i32,
     pub offset: i64,
 }
 
 impl RecordCoordinates {
-    pub fn new(topic: impl Into<String>, partition: i32, offset: i64) -> Self {
+    pub fn new(topic: impl Into<Topic>, partition: i32, offset: i64) -> Self {
         RecordCoordinates {
             topic: topic.into(),
             partition,
@@ -53,7 +54,7 @@ impl RecordCoordinates {
     }
 
     pub fn topic_partition(&self) -> TopicPartition {
-        TopicPartition::new(self.topic.clone(), self.partition)
+        TopicPartition::new(self.topic.as_str(), self.partition)
     }
 }
 
@@ -75,7 +76,7 @@ pub enum TimestampType {
 /// A record as the consumer hands it over: bytes not yet converted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawRecord {
-    pub topic: String,
+    pub topic: Topic,
     pub partition: i32,
     pub offset: i64,
     /// `None` is a null key.
@@ -99,7 +100,7 @@ pub struct RawRecord {
 impl RawRecord {
     /// A record at the given coordinates with null key and value and nothing else; fill in
     /// the fields that matter.
-    pub fn new(topic: impl Into<String>, partition: i32, offset: i64) -> Self {
+    pub fn new(topic: impl Into<Topic>, partition: i32, offset: i64) -> Self {
         RawRecord {
             topic: topic.into(),
             partition,
@@ -142,7 +143,7 @@ impl Header {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinkRecord {
     /// Topic after transforms (`RegexRouter` may rename it); see `original` for where it was read.
-    pub topic: String,
+    pub topic: Topic,
     pub partition: i32,
     pub offset: i64,
     pub key_schema: Option<Schema>,
@@ -162,7 +163,7 @@ pub struct SinkRecord {
 
 impl SinkRecord {
     /// A schemaless record with a null key, for building records by hand (tests, generators).
-    pub fn new(topic: impl Into<String>, partition: i32, offset: i64, value: Value) -> Self {
+    pub fn new(topic: impl Into<Topic>, partition: i32, offset: i64, value: Value) -> Self {
         let topic = topic.into();
         SinkRecord {
             original: RecordCoordinates::new(topic.clone(), partition, offset),

@@ -28,6 +28,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use spillway_core::Topic;
 use tracing::{debug, warn};
 
 use crate::security::{rdkafka_config, SecurityContext};
@@ -127,7 +128,8 @@ pub const OWNED_KEYS: &[&str] = &[
 /// One record read from a consumer group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClassicRecord {
-    pub topic: String,
+    /// Shared by the records of one poll from the same topic (no name copied per record).
+    pub topic: Topic,
     pub partition: i32,
     pub offset: i64,
     pub key: Option<Bytes>,
@@ -182,15 +184,38 @@ impl PartitionProgress {
 /// The processed watermark of every partition this member owns.
 #[derive(Debug, Default)]
 pub struct OffsetTracker {
-    partitions: BTreeMap<(String, i32), PartitionProgress>,
+    /// Topic → partition → progress: looked up by `&str` for every record delivered and done,
+    /// with no topic name built per lookup.
+    partitions: BTreeMap<String, BTreeMap<i32, PartitionProgress>>,
 }
 
 impl OffsetTracker {
+    fn get(&self, topic: &str, partition: i32) -> Option<&PartitionProgress> {
+        self.partitions.get(topic)?.get(&partition)
+    }
+
+    fn get_mut(&mut self, topic: &str, partition: i32) -> Option<&mut PartitionProgress> {
+        self.partitions.get_mut(topic)?.get_mut(&partition)
+    }
+
+    fn entry(&mut self, topic: &str, partition: i32) -> &mut PartitionProgress {
+        if !self.partitions.contains_key(topic) {
+            self.partitions.insert(topic.to_owned(), BTreeMap::new());
+        }
+        self.partitions
+            .get_mut(topic)
+            .map(|m| m.entry(partition).or_default())
+            .unwrap_or_else(|| unreachable!("inserted just above"))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = ((&String, i32), &PartitionProgress)> {
+        self.partitions
+            .iter()
+            .flat_map(|(t, m)| m.iter().map(move |(p, progress)| ((t, *p), progress)))
+    }
+
     pub fn delivered(&mut self, topic: &str, partition: i32, offset: i64) {
-        let p = self
-            .partitions
-            .entry((topic.to_owned(), partition))
-            .or_default();
+        let p = self.entry(topic, partition);
         p.pending.insert(offset);
         p.next = p.next.max(offset + 1);
     }
@@ -198,14 +223,14 @@ impl OffsetTracker {
     /// The record is processed (accepted or rejected); a record of a partition no longer
     /// owned is ignored (its new owner reads it again).
     pub fn done(&mut self, topic: &str, partition: i32, offset: i64) {
-        if let Some(p) = self.partitions.get_mut(&(topic.to_owned(), partition)) {
+        if let Some(p) = self.get_mut(topic, partition) {
             p.pending.remove(&offset);
         }
     }
 
     /// Forget everything at or after `offset`: it will be read again.
     pub fn rewind(&mut self, topic: &str, partition: i32, offset: i64) {
-        if let Some(p) = self.partitions.get_mut(&(topic.to_owned(), partition)) {
+        if let Some(p) = self.get_mut(topic, partition) {
             p.pending.retain(|o| *o < offset);
             p.next = p.next.min(offset);
         }
@@ -213,33 +238,27 @@ impl OffsetTracker {
 
     /// One past the highest offset delivered of the partition (0 when none was).
     pub fn next(&self, topic: &str, partition: i32) -> i64 {
-        self.partitions
-            .get(&(topic.to_owned(), partition))
-            .map_or(0, |p| p.next)
+        self.get(topic, partition).map_or(0, |p| p.next)
     }
 
     /// Everything before `offset` needs no processing (the sink has it): the partition goes on
     /// from there.
     pub fn skipped_to(&mut self, topic: &str, partition: i32, offset: i64) {
-        let p = self
-            .partitions
-            .entry((topic.to_owned(), partition))
-            .or_default();
+        let p = self.entry(topic, partition);
         p.next = p.next.max(offset);
     }
 
     /// Offsets worth committing now: partitions whose watermark moved since the last commit.
     pub fn to_commit(&self) -> Vec<((String, i32), i64)> {
-        self.partitions
-            .iter()
+        self.iter()
             .filter(|(_, p)| p.watermark() > p.committed && p.next > 0)
-            .map(|(tp, p)| (tp.clone(), p.watermark()))
+            .map(|((t, partition), p)| ((t.clone(), partition), p.watermark()))
             .collect()
     }
 
     pub fn committed(&mut self, done: &[((String, i32), i64)]) {
-        for (tp, offset) in done {
-            if let Some(p) = self.partitions.get_mut(tp) {
+        for ((topic, partition), offset) in done {
+            if let Some(p) = self.get_mut(topic, *partition) {
                 p.committed = p.committed.max(*offset);
             }
         }
@@ -250,19 +269,24 @@ impl OffsetTracker {
         let commit = partitions
             .iter()
             .filter_map(|tp| {
-                let p = self.partitions.get(tp)?;
+                let p = self.get(&tp.0, tp.1)?;
                 (p.watermark() > p.committed && p.next > 0).then(|| (tp.clone(), p.watermark()))
             })
             .collect();
-        for tp in partitions {
-            self.partitions.remove(tp);
+        for (topic, partition) in partitions {
+            if let Some(m) = self.partitions.get_mut(topic) {
+                m.remove(partition);
+                if m.is_empty() {
+                    self.partitions.remove(topic);
+                }
+            }
         }
         commit
     }
 
     /// Records delivered and not yet done, over all partitions.
     pub fn in_flight(&self) -> usize {
-        self.partitions.values().map(|p| p.pending.len()).sum()
+        self.iter().map(|(_, p)| p.pending.len()).sum()
     }
 }
 
@@ -554,11 +578,12 @@ impl ClassicSource {
                 }
             }
             let mut records = Vec::new();
+            let mut last_topic = None;
             let mut wait = timeout;
             while records.len() < max {
                 match consumer.poll(wait) {
                     None => break,
-                    Some(Ok(message)) => records.push(owned(&message)),
+                    Some(Ok(message)) => records.push(owned(&message, &mut last_topic)),
                     Some(Err(e)) => {
                         if let Some(reason) = refused_join(&group, &e) {
                             return Err(ClassicError::Fatal { group, reason });
@@ -628,7 +653,7 @@ impl ClassicSource {
             }
             let mut records = Vec::new();
             match consumer.poll(Duration::ZERO) {
-                Some(Ok(message)) => records.push(owned(&message)),
+                Some(Ok(message)) => records.push(owned(&message, &mut None)),
                 Some(Err(e)) if refused_join(&group, &e).is_some() => {
                     return Err(ClassicError::Fatal {
                         reason: refused_join(&group, &e).unwrap_or_default(),
@@ -853,7 +878,15 @@ fn is_fatal(e: &KafkaError) -> bool {
     matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal))
 }
 
-fn owned<M: Message>(m: &M) -> ClassicRecord {
+/// `m`'s topic as a shared name: `last`'s when it is the same topic as the message before.
+fn shared_topic(name: &str, last: &mut Option<Topic>) -> Topic {
+    match last {
+        Some(topic) if topic.as_str() == name => topic.clone(),
+        _ => last.insert(Topic::from(name)).clone(),
+    }
+}
+
+fn owned<M: Message>(m: &M, last_topic: &mut Option<Topic>) -> ClassicRecord {
     let headers = m
         .headers()
         .map(|hs| {
@@ -868,7 +901,7 @@ fn owned<M: Message>(m: &M) -> ClassicRecord {
         rdkafka::Timestamp::LogAppendTime(t) => Some((t, true)),
     };
     ClassicRecord {
-        topic: m.topic().to_owned(),
+        topic: shared_topic(m.topic(), last_topic),
         partition: m.partition(),
         offset: m.offset(),
         key: m.key().map(Bytes::copy_from_slice),

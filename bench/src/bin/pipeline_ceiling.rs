@@ -34,7 +34,7 @@ use spillway_bench::{config, cpu_time, mib, peak_rss_bytes};
 use spillway_connectors::file::FileSinkTask;
 use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
 use spillway_core::record::TimestampType;
-use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordPipeline};
+use spillway_core::{Ack, Assignment, Disposition, RawRecord, RecordPipeline, Topic};
 
 #[derive(Parser)]
 struct Args {
@@ -60,7 +60,7 @@ struct Args {
 
 /// Hands out `total` records, `batch` per poll, built from one shared value buffer.
 struct MemorySource {
-    topic: String,
+    topic: Topic,
     values: Bytes,
     record_bytes: usize,
     partitions: i32,
@@ -113,6 +113,7 @@ impl RecordSource for MemorySource {
     }
 
     fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
+        self.settled_accepts.reserve(acks.len());
         for ack in acks {
             if ack.disposition != Disposition::Accept {
                 return Err(RuntimeError::Source(format!(
@@ -137,7 +138,7 @@ impl RecordSource for MemorySource {
     }
 
     fn assignment(&self) -> Assignment {
-        Assignment::SharedTopics(vec![self.topic.clone()])
+        Assignment::SharedTopics(vec![self.topic.to_string()])
     }
 
     fn lock_duration(&self) -> Option<Duration> {
@@ -156,6 +157,8 @@ fn value_buffer(record_bytes: usize) -> Bytes {
 }
 
 fn main() -> Result<()> {
+    // As the worker does (`spillway` main).
+    spillway_actors::allocator::keep_freed_memory_for_reuse();
     let args = Args::parse();
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("ceiling.txt");

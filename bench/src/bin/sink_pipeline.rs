@@ -245,6 +245,8 @@ impl Summary {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // As the worker does (`spillway` main).
+    spillway_actors::allocator::keep_freed_memory_for_reuse();
     let args = Args::parse();
     match &args.role {
         Some(Role::Drain {

@@ -103,7 +103,11 @@ impl InsertField {
     fn insertions(&self, record: &SinkRecord) -> Vec<(&InsertSpec, Schema, Value)> {
         let mut out = Vec::new();
         if let Some(spec) = &self.topic {
-            out.push((spec, Schema::string(), Value::String(record.topic.clone())));
+            out.push((
+                spec,
+                Schema::string(),
+                Value::String(record.topic.to_string()),
+            ));
         }
         if let Some(spec) = &self.partition {
             out.push((spec, Schema::int32(), Value::Int32(record.partition)));

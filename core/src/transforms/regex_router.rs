@@ -85,7 +85,8 @@ impl Transformation for RegexRouter {
             record.topic = self
                 .regex
                 .replace(&record.topic, self.replacement.as_str())
-                .into_owned();
+                .into_owned()
+                .into();
         }
         Ok(Some(record))
     }
@@ -107,6 +108,7 @@ mod tests {
             .expect("routes")
             .expect("kept")
             .topic
+            .to_string()
     }
 
     #[test]

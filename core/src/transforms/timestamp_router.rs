@@ -169,7 +169,8 @@ impl Transformation for TimestampRouter {
         record.topic = self
             .topic_format
             .replace("${topic}", &record.topic)
-            .replace("${timestamp}", &stamp);
+            .replace("${timestamp}", &stamp)
+            .into();
         Ok(Some(record))
     }
 }

@@ -121,7 +121,7 @@ impl Probe {
             .iter()
             .map(|r| {
                 let c = &r.original;
-                (c.topic.clone(), c.partition, c.offset)
+                (c.topic.to_string(), c.partition, c.offset)
             })
             .collect();
         self.faulted
@@ -360,7 +360,9 @@ impl SinkTask for ProbeTask {
             if self.fail_every > 0
                 && c.offset % self.fail_every == 0
                 && first_attempt
-                && self.failed.insert((c.topic.clone(), c.partition, c.offset))
+                && self
+                    .failed
+                    .insert((c.topic.to_string(), c.partition, c.offset))
             {
                 outcomes.push(PutOutcome::Retriable(SinkError::retriable(format!(
                     "injected failure for {c}"
@@ -368,7 +370,7 @@ impl SinkTask for ProbeTask {
                 continue;
             }
             received.push(Received {
-                topic: c.topic.clone(),
+                topic: c.topic.to_string(),
                 partition: c.partition,
                 offset: c.offset,
                 task: self.task,
