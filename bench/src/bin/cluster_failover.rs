@@ -43,6 +43,12 @@ struct Args {
     /// Length of the before and after windows.
     #[arg(long, default_value_t = 15)]
     window_seconds: u64,
+    /// Keep the workers' folders (properties, logs at `--worker-log`) and print where.
+    #[arg(long)]
+    keep_dir: bool,
+    /// The workers' log filter (RUST_LOG).
+    #[arg(long, default_value = "warn")]
+    worker_log: String,
     /// Run as one worker process with these properties (internal).
     #[arg(long, hide = true)]
     worker_process: Option<PathBuf>,
@@ -68,7 +74,7 @@ impl Drop for WorkerChild {
     }
 }
 
-fn start_worker(bootstrap: &str, dir: &Path) -> Result<WorkerChild> {
+fn start_worker(bootstrap: &str, dir: &Path, log: &str) -> Result<WorkerChild> {
     std::fs::create_dir_all(dir)?;
     let properties = dir.join("worker.properties");
     let lines = [
@@ -95,7 +101,7 @@ fn start_worker(bootstrap: &str, dir: &Path) -> Result<WorkerChild> {
         .arg("--worker-process")
         .arg(&properties)
         .current_dir(dir)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", log)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.join("worker.log"))?)
         .spawn()
@@ -196,7 +202,13 @@ async fn measure_rate(outputs: &mut Outputs, window: Duration) -> f64 {
 async fn main() -> Result<()> {
     let args = Args::parse();
     if let Some(properties) = args.worker_process {
-        return spillway::worker_cmd::run(properties).await;
+        // Logs to standard error as `spillway worker` writes them (RUST_LOG).
+        let mut config = spillway::telemetry::TelemetryConfig::from_env()?;
+        config.traces = None;
+        let mut telemetry = spillway::telemetry::init(config)?;
+        let result = spillway::worker_cmd::run(properties).await;
+        telemetry.shutdown();
+        return result;
     }
     let cluster =
         ProxiedDevBroker::start(1, &[("load", PARTITIONS)]).map_err(anyhow::Error::msg)?;
@@ -206,9 +218,16 @@ async fn main() -> Result<()> {
     broker.set_share_max_delivery_attempts(20);
     let bootstrap = cluster.bootstrap();
     let dir = tempfile::tempdir()?;
+    if args.keep_dir {
+        println!("workers' folders under {}", dir.path().display());
+    }
     let mut workers = Vec::new();
     for i in 0..args.workers {
-        workers.push(start_worker(&bootstrap, &dir.path().join(format!("w{i}")))?);
+        workers.push(start_worker(
+            &bootstrap,
+            &dir.path().join(format!("w{i}")),
+            &args.worker_log,
+        )?);
     }
     let client = reqwest::Client::new();
     let files: Vec<PathBuf> = (0..args.connectors)
@@ -325,6 +344,9 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
+    if args.keep_dir {
+        let _ = dir.keep();
+    }
     let goal_failover = SESSION + DELAY + FAILOVER_MARGIN;
     println!(
         "{} workers, {} connectors x {} tasks, {} records/s produced (each connector reads all)",
