@@ -1757,8 +1757,10 @@ impl Herder {
         Ok(written)
     }
 
-    /// Writes the tasks' states, traces and restart counts to the store when they changed.
+    /// Writes the tasks' states, traces and restart counts to the store when they changed
+    /// (all changes in one write).
     pub fn persist_task_statuses(&self) -> Result<(), HerderError> {
+        let mut changed = Vec::new();
         for status in self.worker.statuses() {
             let Some(key) = split_runtime_key(&status.name) else {
                 continue;
@@ -1775,13 +1777,23 @@ impl Herder {
                     trace: task.trace.map(|t| self.redact(&config, &t)),
                     restarts: task.restarts,
                 };
-                let id = (status.name.clone(), task.id);
-                if lock(&self.persisted).get(&id) == Some(&record) {
-                    continue;
+                if lock(&self.persisted).get(&(status.name.clone(), task.id)) != Some(&record) {
+                    changed.push((status.name.clone(), key.clone(), task.id, record));
                 }
-                if self.store.put_task(&key, task.id, &record)? {
-                    lock(&self.persisted).insert(id, record);
-                }
+            }
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<(ConnectorKey, u32, TaskRecord)> = changed
+            .iter()
+            .map(|(_, key, task, record)| (key.clone(), *task, record.clone()))
+            .collect();
+        let written = self.store.put_tasks(&records)?;
+        let mut persisted = lock(&self.persisted);
+        for ((name, _, task, record), written) in changed.into_iter().zip(written) {
+            if written {
+                persisted.insert((name, task), record);
             }
         }
         Ok(())

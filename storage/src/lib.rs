@@ -57,6 +57,17 @@ pub trait StateStore: Send + Sync {
         task: u32,
         record: &TaskRecord,
     ) -> Result<bool, StorageError>;
+    /// [`put_task`](Self::put_task) for several tasks at once (a store that writes over the
+    /// network sends them together); one answer per record, in order.
+    fn put_tasks(
+        &self,
+        records: &[(ConnectorKey, u32, TaskRecord)],
+    ) -> Result<Vec<bool>, StorageError> {
+        records
+            .iter()
+            .map(|(key, task, record)| self.put_task(key, *task, record))
+            .collect()
+    }
     /// The task records of one connector, by task id.
     fn tasks(&self, key: &ConnectorKey) -> Result<Vec<(u32, TaskRecord)>, StorageError>;
 }

@@ -248,41 +248,52 @@ impl Reconciler {
             })
             .map(|(key, _)| key.clone())
             .collect();
-        for key in stale {
+        // Connectors stop and start side by side: each waits on Kafka (group checks, share
+        // group setup, graceful drains), and a worker taking over a dead one's work may have
+        // dozens to start.
+        let herder = &self.herder;
+        let stops = stale.iter().map(|key| async move {
             info!(tenant = %key.tenant, connector = %key.name, "stopping here");
-            if let Err(e) = self.herder.shut(&key).await {
+            if let Err(e) = herder.shut(key).await {
                 warn!(tenant = %key.tenant, connector = %key.name, error = %e, "stopping the connector failed");
             }
             worker.forget_assignment(&runtime_key(&key.tenant, &key.name));
-            self.running.remove(&key);
+        });
+        futures::future::join_all(stops).await;
+        for key in &stale {
+            self.running.remove(key);
         }
+        let mut starts = Vec::new();
+        let mut reassigned = Vec::new();
         for (key, want) in wanted {
-            let runtime = runtime_key(&key.tenant, &key.name);
             match self.running.get(&key) {
-                None => {
-                    info!(tenant = %key.tenant, connector = %key.name, tasks = ?want.tasks, "starting here");
-                    if let Err(e) = worker
-                        .assign_tasks(&runtime, Some(want.tasks.clone()))
-                        .await
-                    {
-                        warn!(connector = %runtime, error = %e, "cannot assign the tasks");
-                    }
-                    self.herder.launch(&key, want.config.clone()).await;
-                    self.running.insert(key, want);
-                }
-                Some(have) if have.tasks != want.tasks => {
-                    info!(tenant = %key.tenant, connector = %key.name, tasks = ?want.tasks, "tasks here changed");
-                    if let Err(e) = worker
-                        .assign_tasks(&runtime, Some(want.tasks.clone()))
-                        .await
-                    {
-                        warn!(connector = %runtime, error = %e, "cannot assign the tasks");
-                    }
-                    self.running.insert(key, want);
-                }
+                None => starts.push((key, want)),
+                Some(have) if have.tasks != want.tasks => reassigned.push((key, want)),
                 Some(_) => {}
             }
         }
+        let reassigning = reassigned.iter().map(|(key, want)| async move {
+            info!(tenant = %key.tenant, connector = %key.name, tasks = ?want.tasks, "tasks here changed");
+            let runtime = runtime_key(&key.tenant, &key.name);
+            if let Err(e) = worker.assign_tasks(&runtime, Some(want.tasks.clone())).await {
+                warn!(connector = %runtime, error = %e, "cannot assign the tasks");
+            }
+        });
+        let starting = starts.iter().map(|(key, want)| async move {
+            info!(tenant = %key.tenant, connector = %key.name, tasks = ?want.tasks, "starting here");
+            let runtime = runtime_key(&key.tenant, &key.name);
+            if let Err(e) = worker.assign_tasks(&runtime, Some(want.tasks.clone())).await {
+                warn!(connector = %runtime, error = %e, "cannot assign the tasks");
+            }
+            herder.launch(key, want.config.clone()).await;
+        });
+        futures::future::join(
+            futures::future::join_all(reassigning),
+            futures::future::join_all(starting),
+        )
+        .await;
+        self.running.extend(starts);
+        self.running.extend(reassigned);
     }
 
     /// Waits until the tasks the group took away have drained (their in-flight batches

@@ -232,6 +232,30 @@ impl StateStore for KafkaStateStore {
         Ok(true)
     }
 
+    fn put_tasks(
+        &self,
+        records: &[(ConnectorKey, u32, TaskRecord)],
+    ) -> Result<Vec<bool>, StorageError> {
+        // One produce and one read back for all: after a rebalance a worker writes the status
+        // of every task it took over, and one round trip each would delay them by seconds.
+        let connectors = self.configs.view().connectors;
+        let mut written = Vec::with_capacity(records.len());
+        let mut statuses = Vec::new();
+        for (key, task, record) in records {
+            let known = connectors.contains_key(key);
+            written.push(known);
+            if known {
+                statuses.push((
+                    StatusKey::Task(key.clone(), *task),
+                    self.status(&record.state, record.trace.clone(), record.restarts),
+                ));
+            }
+        }
+        let store = Arc::clone(&self.statuses);
+        self.wait(async move { store.put_all(&statuses).await })?;
+        Ok(written)
+    }
+
     fn tasks(&self, key: &ConnectorKey) -> Result<Vec<(u32, TaskRecord)>, StorageError> {
         Ok(self
             .statuses

@@ -74,6 +74,23 @@ impl KafkaStatusStore {
         Ok(())
     }
 
+    /// Writes several statuses together and reads them back.
+    pub async fn put_all(&self, statuses: &[(StatusKey, Status)]) -> Result<(), KafkaStoreError> {
+        if statuses.is_empty() {
+            return Ok(());
+        }
+        let records = statuses
+            .iter()
+            .map(|(key, status)| {
+                let value = Bytes::from(serde_json::to_vec(status).expect("status serialises"));
+                (key.encode(), Some(value))
+            })
+            .collect();
+        self.log.send_all(records).await?;
+        self.refresh().await?;
+        Ok(())
+    }
+
     /// Removes the statuses of a deleted connector and of its `tasks` tasks.
     pub async fn delete_connector(
         &self,
