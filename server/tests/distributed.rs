@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
 use spillway_tests::{numbered_range, numbered_records, produce, ProxiedDevBroker};
-use support::eos::{read_output, Source};
+use support::eos::{assert_exactly_once, read_output, Source};
 use support::process::WorkerProcess;
 use support::Client;
 
@@ -100,6 +100,20 @@ async fn wait_until(what: &str, timeout: Duration, check: impl Fn() -> bool) {
     }
 }
 
+/// `POST /connectors` through `api`, again while the cluster answers 409 (no leader known
+/// yet, a rebalance); the first other answer.
+async fn create_retrying(api: &Client, body: Json) -> support::Answer {
+    let start = Instant::now();
+    loop {
+        let answer = api.post("/connectors", body.clone()).await;
+        if answer.status != 409 {
+            return answer;
+        }
+        assert!(start.elapsed() < WAIT, "still 409: {}", answer.text);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Which worker runs each task of the connector, when all of them run.
 fn running_tasks(status: &Json) -> Option<BTreeMap<u64, String>> {
     let tasks = status["tasks"].as_array()?;
@@ -173,23 +187,13 @@ async fn a_cluster_of_workers_shares_connectors_survives_a_sigkill_and_keeps_its
 
     // Created through the first worker (forwarded to the leader if it is not it); a write
     // before the first assignment gets 409, Connect's answer during a rebalance.
-    let create = |body: Json| {
-        let api = workers[0].api.clone();
-        async move {
-            let start = Instant::now();
-            loop {
-                let answer = api.post("/connectors", body.clone()).await;
-                if answer.status != 409 {
-                    return answer;
-                }
-                assert!(start.elapsed() < WAIT, "still 409: {}", answer.text);
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-    };
-    let answer = create(sink("share-files", &share_out, "share")).await;
+    let answer = create_retrying(&workers[0].api, sink("share-files", &share_out, "share")).await;
     assert_eq!(answer.status, 201, "{}", answer.text);
-    let answer = create(sink("classic-files", &classic_out, "classic")).await;
+    let answer = create_retrying(
+        &workers[0].api,
+        sink("classic-files", &classic_out, "classic"),
+    )
+    .await;
     assert_eq!(answer.status, 201, "{}", answer.text);
 
     // Every worker lists them; the tasks are spread over the workers.
@@ -468,20 +472,8 @@ async fn rolling_restarts(protocol: &str) {
         connector["config"]["consumer.override.session.timeout.ms"] = json!("6000");
         connector["config"]["consumer.override.heartbeat.interval.ms"] = json!("1000");
     }
-    let start = Instant::now();
-    loop {
-        let answer = workers[1].api.post("/connectors", connector.clone()).await;
-        if answer.status == 201 {
-            break;
-        }
-        assert!(
-            answer.status == 409 && start.elapsed() < WAIT,
-            "{} {}",
-            answer.status,
-            answer.text
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let answer = create_retrying(&workers[1].api, connector).await;
+    assert_eq!(answer.status, 201, "{}", answer.text);
     let producing = tokio::spawn({
         let bootstrap = bootstrap.clone();
         async move {
@@ -531,26 +523,10 @@ async fn rolling_restarts(protocol: &str) {
         Duration::from_secs(240),
     )
     .await;
-    let duplicated: Vec<_> = found.iter().filter(|(_, at)| at.len() > 1).collect();
-    let missing: Vec<_> = produced
-        .iter()
-        .filter(|s| !found.contains_key(*s))
-        .collect();
-    let extra: Vec<_> = found.keys().filter(|s| !produced.contains(*s)).collect();
-    eprintln!(
-        "{protocol}: {} source records through 3 rolling restarts: {} found, {} duplicated, {} missing, {} extra",
-        produced.len(),
-        found.len(),
-        duplicated.len(),
-        missing.len(),
-        extra.len()
-    );
-    assert!(
-        duplicated.is_empty() && missing.is_empty() && extra.is_empty(),
-        "duplicated (first 5): {:?}; missing (first 5): {:?}; extra (first 5): {:?}",
-        duplicated.iter().take(5).collect::<Vec<_>>(),
-        missing.iter().take(5).collect::<Vec<_>>(),
-        extra.iter().take(5).collect::<Vec<_>>()
+    assert_exactly_once(
+        &format!("{protocol}, 3 rolling restarts"),
+        &produced,
+        &found,
     );
 }
 
@@ -588,20 +564,8 @@ async fn dev_cluster_starts_workers_that_form_one_cluster() {
         "file": dir.path().join("out.txt").display().to_string(),
         "consumer.override.group.protocol": "share",
     }});
-    let start = Instant::now();
-    loop {
-        let answer = first.post("/connectors", body.clone()).await;
-        if answer.status == 201 {
-            break;
-        }
-        assert!(
-            answer.status == 409 && start.elapsed() < WAIT,
-            "{} {}",
-            answer.status,
-            answer.text
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let answer = create_retrying(&first, body).await;
+    assert_eq!(answer.status, 201, "{}", answer.text);
     Client::new(&urls[0])
         .wait_for("/connectors", WAIT, |b| b == &json!(["orders-out"]))
         .await;

@@ -14,7 +14,7 @@ mod support;
 
 use rand::Rng;
 use spillway_tests::{produce, DevBroker, TestRecord};
-use support::eos::{read_output, Source};
+use support::eos::{assert_exactly_once, read_output, Source};
 
 /// `SPILLWAY_EOS_CRASH_RECORDS` overrides it (the debug build replicates ~1,000 records/s on
 /// two shared cores, the release build ~7,000).
@@ -148,32 +148,14 @@ async fn replicate_through_kills(mode: &str, kill_after_ms: std::ops::Range<u64>
     .await;
     drop(last);
 
-    let duplicated: Vec<_> = found.iter().filter(|(_, at)| at.len() > 1).collect();
-    let missing: Vec<_> = expected
-        .iter()
-        .filter(|s| !found.contains_key(*s))
-        .collect();
-    let extra: Vec<_> = found.keys().filter(|s| !expected.contains(*s)).collect();
-    eprintln!(
-        "{}{} source records, {} kills: {} found, {} duplicated, {} missing, {} extra, in {:?}",
-        if mode.contains("group.protocol=share") {
-            "share: "
-        } else {
-            "classic: "
-        },
-        expected.len(),
-        KILLS,
-        found.len(),
-        duplicated.len(),
-        missing.len(),
-        extra.len(),
-        started.elapsed()
-    );
-    assert!(
-        duplicated.is_empty() && missing.is_empty() && extra.is_empty(),
-        "duplicated (first 5): {:?}; missing (first 5): {:?}; extra (first 5): {:?}",
-        duplicated.iter().take(5).collect::<Vec<_>>(),
-        missing.iter().take(5).collect::<Vec<_>>(),
-        extra.iter().take(5).collect::<Vec<_>>()
+    let mode = if mode.contains("group.protocol=share") {
+        "share"
+    } else {
+        "classic"
+    };
+    assert_exactly_once(
+        &format!("{mode}, {KILLS} kills, {:?}", started.elapsed()),
+        &expected,
+        &found,
     );
 }

@@ -279,59 +279,73 @@ async fn a_group_id_held_by_the_other_type_of_group_is_refused_both_ways_before_
     worker.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
+/// A share connector holds `group` on `topic`; then a connector of `config` asks for the same
+/// group while the check before its start cannot reach the coordinator in time (a slow or
+/// unreachable cluster), so it starts and meets the refusal itself. Returns its failed task's
+/// trace once every task of it is FAILED; nothing was read.
+async fn refused_after_an_unchecked_start(
+    topic: &str,
+    holder: &str,
+    group: &str,
+    mut config: ConfigMap,
+) -> (spillway_actors::Worker, String) {
     let broker = share_broker(1, 5_000, 10_000);
-    broker.create_topic("events", 1);
+    broker.create_topic(topic, 1);
     let proxy = namespace_proxy(&broker);
     produce(
         &broker.bootstrap(),
-        "events",
+        topic,
         numbered_records(20, 32, 1),
         "none",
     )
     .await;
     let worker = worker_on(&proxy.bootstrap());
-    let share = probe("holder");
+    let share = probe(holder);
     worker
-        .start_connector(probe_config("holder", "events", true, Some("contested")))
+        .start_connector(probe_config(holder, topic, true, Some(group)))
         .await
         .expect("share starts");
     wait_until(Duration::from_secs(30), "share delivers", || {
         share.distinct() >= 20
     })
     .await;
-    worker.stop_connector("holder").await.expect("stops");
+    worker.stop_connector(holder).await.expect("stops");
 
-    // The check before starting cannot reach the group's coordinator in time (a slow or
-    // unreachable cluster): the connector starts, and its consumer meets the refusal itself.
     proxy
         .faults()
         .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
-    let mut classic = probe_config("late", "events", false, Some("contested"));
-    classic.insert("task.restart.max.attempts".into(), "1".into());
+    let name = config.get("name").cloned().expect("a name");
+    config.insert("task.restart.max.attempts".into(), "1".into());
     worker
-        .start_connector(classic)
+        .start_connector(config)
         .await
         .expect("starts unchecked");
     proxy
         .faults()
         .delay_responses(FIND_COORDINATOR, Duration::ZERO);
     wait_until(Duration::from_secs(60), "the task fails", || {
-        worker.status("late").is_some_and(|s| {
+        worker.status(&name).is_some_and(|s| {
             !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Failed)
         })
     })
     .await;
-    let status = worker.status("late").expect("known");
+    let status = worker.status(&name).expect("known");
     let trace = status.tasks[0].trace.clone().unwrap_or_default();
+    assert_eq!(probe(&name).distinct(), 0, "nothing was read");
+    (worker, trace)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
+    let classic = probe_config("late", "events", false, Some("contested"));
+    let (worker, trace) =
+        refused_after_an_unchecked_start("events", "holder", "contested", classic).await;
     assert!(trace.contains("INCONSISTENT_GROUP_PROTOCOL"), "{trace}");
     assert!(trace.contains("'contested'"), "{trace}");
     assert!(
         trace.contains("kafka-share-groups.sh --delete --group contested"),
         "{trace}"
     );
-    assert_eq!(probe("late").distinct(), 0, "nothing was read");
     // It stays FAILED: no restart brings it back to RUNNING while the share group holds the id.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(worker
@@ -346,50 +360,10 @@ async fn a_classic_join_the_broker_refuses_fails_the_task_with_the_reason() {
 /// the id.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consumer_protocol_join_the_broker_refuses_fails_the_task_with_the_reason() {
-    let broker = share_broker(1, 5_000, 10_000);
-    broker.create_topic("payments", 1);
-    let proxy = namespace_proxy(&broker);
-    produce(
-        &broker.bootstrap(),
-        "payments",
-        numbered_records(20, 32, 1),
-        "none",
-    )
-    .await;
-    let worker = worker_on(&proxy.bootstrap());
-    let share = probe("keeper");
-    worker
-        .start_connector(probe_config("keeper", "payments", true, Some("settled")))
-        .await
-        .expect("share starts");
-    wait_until(Duration::from_secs(30), "share delivers", || {
-        share.distinct() >= 20
-    })
-    .await;
-    worker.stop_connector("keeper").await.expect("stops");
-
-    // The check before starting cannot reach the coordinator in time: the connector starts.
-    proxy
-        .faults()
-        .delay_responses(FIND_COORDINATOR, Duration::from_secs(7));
     let mut consumer = probe_config("modern", "payments", false, Some("settled"));
     consumer.insert("consumer.override.group.protocol".into(), "consumer".into());
-    consumer.insert("task.restart.max.attempts".into(), "1".into());
-    worker
-        .start_connector(consumer)
-        .await
-        .expect("starts unchecked");
-    proxy
-        .faults()
-        .delay_responses(FIND_COORDINATOR, Duration::ZERO);
-    wait_until(Duration::from_secs(60), "the task fails", || {
-        worker.status("modern").is_some_and(|s| {
-            !s.tasks.is_empty() && s.tasks.iter().all(|t| t.state == State::Failed)
-        })
-    })
-    .await;
-    let status = worker.status("modern").expect("known");
-    let trace = status.tasks[0].trace.clone().unwrap_or_default();
+    let (worker, trace) =
+        refused_after_an_unchecked_start("payments", "keeper", "settled", consumer).await;
     assert!(trace.contains("KIP-848"), "{trace}");
     assert!(
         trace.contains("'settled' is held by a share group"),
@@ -399,7 +373,6 @@ async fn a_consumer_protocol_join_the_broker_refuses_fails_the_task_with_the_rea
         trace.contains("kafka-share-groups.sh --delete --group settled"),
         "{trace}"
     );
-    assert_eq!(probe("modern").distinct(), 0, "nothing was read");
     worker.shutdown().await;
 }
 

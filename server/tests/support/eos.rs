@@ -76,3 +76,33 @@ pub async fn read_output(
     let _ = consumer.close().await;
     found
 }
+
+/// Asserts that `found` (from [`read_output`]) holds every `expected` source record once and
+/// nothing else; prints the counts with `what` (the scenario) first.
+pub fn assert_exactly_once(
+    what: &str,
+    expected: &BTreeSet<Source>,
+    found: &BTreeMap<Source, BTreeSet<(i32, i64)>>,
+) {
+    let duplicated: Vec<_> = found.iter().filter(|(_, at)| at.len() > 1).collect();
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|s| !found.contains_key(*s))
+        .collect();
+    let extra: Vec<_> = found.keys().filter(|s| !expected.contains(*s)).collect();
+    eprintln!(
+        "{what}: {} source records: {} found, {} duplicated, {} missing, {} extra",
+        expected.len(),
+        found.len(),
+        duplicated.len(),
+        missing.len(),
+        extra.len()
+    );
+    assert!(
+        duplicated.is_empty() && missing.is_empty() && extra.is_empty(),
+        "duplicated (first 5): {:?}; missing (first 5): {:?}; extra (first 5): {:?}",
+        duplicated.iter().take(5).collect::<Vec<_>>(),
+        missing.iter().take(5).collect::<Vec<_>>(),
+        extra.iter().take(5).collect::<Vec<_>>()
+    );
+}
