@@ -7,9 +7,10 @@
  *   classic  BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS
  *            classic consumer (subscribe, consumer_poll), offsets committed asynchronously
  *            every 500 records and synchronously at the end
- *   copy     BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS DEST_TOPIC
+ *   copy     BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS DEST_TOPIC [DEST_BOOTSTRAP]
  *            classic consumer -> producer (acks=all, idempotent) to DEST_TOPIC, same partition,
- *            key and value; offsets committed once the copies before them are delivered
+ *            key, value and timestamp (the benchmarks' records have no headers); offsets
+ *            committed once the copies before them are delivered; DEST_BOOTSTRAP names another cluster to copy to (a mirror flow)
  *
  * It stops after RECORDS records or IDLE_MS without records once the first one arrived, and
  * prints one JSON line: {"records":n,"seconds":s,"cpu_seconds":c,"peak_rss_bytes":b}, where
@@ -66,7 +67,15 @@ typedef struct {
 
 enum { KIND_PRODUCER = 0, KIND_CONSUMER = 1 };
 enum { ACK_ACCEPT = 1 };
-enum { V_END = 0, V_TOPIC = 1, V_PARTITION = 3, V_VALUE = 4, V_KEY = 5, V_MSGFLAGS = 7 };
+enum {
+        V_END = 0,
+        V_TOPIC = 1,
+        V_PARTITION = 3,
+        V_VALUE = 4,
+        V_KEY = 5,
+        V_MSGFLAGS = 7,
+        V_TIMESTAMP = 8
+};
 enum { MSG_F_COPY = 0x2 };
 enum { ERR_QUEUE_FULL = -184 };
 #define PARTITION_UA ((int32_t)-1)
@@ -80,6 +89,7 @@ void rd_kafka_destroy(rd_kafka_t *);
 int rd_kafka_poll(rd_kafka_t *, int);
 int rd_kafka_flush(rd_kafka_t *, int);
 int rd_kafka_producev(rd_kafka_t *, ...);
+int64_t rd_kafka_message_timestamp(const rd_kafka_message_t *, int *tstype);
 int rd_kafka_poll_set_consumer(rd_kafka_t *);
 int rd_kafka_subscribe(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
 rd_kafka_message_t *rd_kafka_consumer_poll(rd_kafka_t *, int);
@@ -238,7 +248,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 }
 
 static int classic_drain(const char *bootstrap, const char *group, const char *topic, long want,
-                         double idle, const char *dest) {
+                         double idle, const char *dest, const char *dest_bootstrap) {
         char errstr[512];
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         set(conf, "bootstrap.servers", bootstrap);
@@ -255,7 +265,7 @@ static int classic_drain(const char *bootstrap, const char *group, const char *t
         rd_kafka_t *producer = NULL;
         if (dest) {
                 conf = rd_kafka_conf_new();
-                set(conf, "bootstrap.servers", bootstrap);
+                set(conf, "bootstrap.servers", dest_bootstrap ? dest_bootstrap : bootstrap);
                 set(conf, "enable.idempotence", "true");
                 set(conf, "acks", "all");
                 set(conf, "linger.ms", "5");
@@ -295,6 +305,7 @@ static int classic_drain(const char *bootstrap, const char *group, const char *t
                                 err = rd_kafka_producev(
                                     producer, V_TOPIC, dest, V_PARTITION, m->partition,
                                     V_KEY, m->key, m->key_len, V_VALUE, m->payload, m->len,
+                                    V_TIMESTAMP, rd_kafka_message_timestamp(m, NULL),
                                     V_MSGFLAGS, MSG_F_COPY, V_END);
                                 if (err != ERR_QUEUE_FULL)
                                         break;
@@ -343,14 +354,14 @@ int main(int argc, char **argv) {
                                    argv[7]);
         if (argc == 7 && strcmp(argv[1], "classic") == 0)
                 return classic_drain(argv[2], argv[3], argv[4], atol(argv[5]),
-                                     atol(argv[6]) / 1e3, NULL);
-        if (argc == 8 && strcmp(argv[1], "copy") == 0)
+                                     atol(argv[6]) / 1e3, NULL, NULL);
+        if ((argc == 8 || argc == 9) && strcmp(argv[1], "copy") == 0)
                 return classic_drain(argv[2], argv[3], argv[4], atol(argv[5]),
-                                     atol(argv[6]) / 1e3, argv[7]);
+                                     atol(argv[6]) / 1e3, argv[7], argc == 9 ? argv[8] : NULL);
         fprintf(stderr,
                 "usage: %s share BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS MAX_POLL_RECORDS\n"
                 "       %s classic BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS\n"
-                "       %s copy BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS DEST_TOPIC\n",
+                "       %s copy BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS DEST_TOPIC [DEST_BOOTSTRAP]\n",
                 argv[0], argv[0], argv[0]);
         return 2;
 }

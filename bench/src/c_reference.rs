@@ -97,25 +97,21 @@ impl CReference {
     }
 
     /// Copies `records` from `topic` to `dest` (classic consumer -> idempotent producer, at
-    /// least once).
+    /// least once), on the same cluster or, with `dest_bootstrap`, to another one.
     pub async fn copy(
         &self,
         bootstrap: &str,
         group: &str,
         topic: &str,
         dest: &str,
+        dest_bootstrap: Option<&str>,
         records: u64,
     ) -> Result<CSummary> {
-        self.run(&[
-            "copy",
-            bootstrap,
-            group,
-            topic,
-            &records.to_string(),
-            &IDLE_EXIT.as_millis().to_string(),
-            dest,
-        ])
-        .await
+        let records = records.to_string();
+        let idle = IDLE_EXIT.as_millis().to_string();
+        let mut args = vec!["copy", bootstrap, group, topic, &records, &idle, dest];
+        args.extend(dest_bootstrap);
+        self.run(&args).await
     }
 
     async fn run(&self, args: &[&str]) -> Result<CSummary> {

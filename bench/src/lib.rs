@@ -63,16 +63,21 @@ pub const CHILD_WRAPPER_ENV: &str = "SPILLWAY_BENCH_CHILD_WRAPPER";
 
 /// Peak resident set size of this process in bytes (VmHWM), from /proc.
 pub fn peak_rss_bytes() -> Option<u64> {
-    proc_status_kib("VmHWM:").map(|kib| kib * 1024)
+    proc_status_kib("self", "VmHWM:").map(|kib| kib * 1024)
+}
+
+/// Peak resident set size of process `pid` in bytes (VmHWM), from /proc.
+pub fn peak_rss_bytes_of(pid: u32) -> Option<u64> {
+    proc_status_kib(&pid.to_string(), "VmHWM:").map(|kib| kib * 1024)
 }
 
 /// Resident set size of this process now in bytes (VmRSS), from /proc.
 pub fn rss_bytes() -> Option<u64> {
-    proc_status_kib("VmRSS:").map(|kib| kib * 1024)
+    proc_status_kib("self", "VmRSS:").map(|kib| kib * 1024)
 }
 
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+fn proc_status_kib(process: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{process}/status")).ok()?;
     status
         .lines()
         .find(|l| l.starts_with(field))?
@@ -84,8 +89,17 @@ fn proc_status_kib(field: &str) -> Option<u64> {
 
 /// CPU time (user + system) this process has used so far.
 pub fn cpu_time() -> Duration {
-    // /proc/self/stat fields 14 and 15 are utime and stime in clock ticks.
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    proc_cpu_time("self")
+}
+
+/// CPU time (user + system) process `pid` has used so far.
+pub fn cpu_time_of(pid: u32) -> Duration {
+    proc_cpu_time(&pid.to_string())
+}
+
+fn proc_cpu_time(process: &str) -> Duration {
+    // /proc/<pid>/stat fields 14 and 15 are utime and stime in clock ticks.
+    let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).unwrap_or_default();
     let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)

@@ -23,7 +23,7 @@
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -36,7 +36,7 @@ use spillway_core::{
 };
 use spillway_eos::writer::{ExactlyOnceWriter, GroupOffsets, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
-use spillway_kafka::producer::{IdempotentProducer, OutRecord};
+use spillway_kafka::producer::{IdempotentProducer, OutRecord, Written};
 
 use crate::kafka_mirror_metrics::{
     now_ms, MirrorMetrics, SOURCE_CLUSTER_ALIAS, TARGET_CLUSTER_ALIAS,
@@ -277,6 +277,22 @@ pub fn transactional_id(config: &ConfigMap) -> String {
     tenant_scoped(config, format!("{prefix}-{name}-{task}"))
 }
 
+/// The offset syncs due after the copies of `sources` were written with `results`.
+fn offset_syncs_due<E>(
+    syncs: &mut OffsetSyncs,
+    sources: &[(RecordCoordinates, Option<Instant>)],
+    results: &[Result<Written, E>],
+) -> Vec<OutRecord> {
+    sources
+        .iter()
+        .zip(results)
+        .filter_map(|((source, _), r)| {
+            let w = r.as_ref().ok()?;
+            syncs.copied(&source.topic, source.partition, source.offset, w.offset)
+        })
+        .collect()
+}
+
 /// Headers of `record` with its source coordinates set (replacing older ones of those names).
 fn with_source_headers(
     mut headers: Vec<(String, Option<Bytes>)>,
@@ -513,12 +529,10 @@ impl SinkTask for KafkaSinkTask {
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
             mirror_metrics: MirrorMetrics::from_config(config),
             offset_syncs: match parsed.string(OFFSET_SYNCS_TOPIC).map_err(fatal)? {
-                Some(topic) if !exactly_once(config) && !topic.trim().is_empty() => {
-                    Some(OffsetSyncs::new(
-                        topic.trim().to_owned(),
-                        parsed.long(OFFSET_LAG_MAX).map_err(fatal)?,
-                    ))
-                }
+                Some(topic) if !topic.trim().is_empty() => Some(OffsetSyncs::new(
+                    topic.trim().to_owned(),
+                    parsed.long(OFFSET_LAG_MAX).map_err(fatal)?,
+                )),
                 _ => None,
             },
         });
@@ -657,14 +671,7 @@ impl SinkTask for KafkaSinkTask {
                     metrics.written(written.map(|(record, _)| record), received_ms);
                 }
                 if let Some(syncs) = &mut state.offset_syncs {
-                    let due: Vec<OutRecord> = sources
-                        .iter()
-                        .zip(&results)
-                        .filter_map(|((source, _), r)| {
-                            let w = r.as_ref().ok()?;
-                            syncs.copied(&source.topic, source.partition, source.offset, w.offset)
-                        })
-                        .collect();
+                    let due = offset_syncs_due(syncs, &sources, &results);
                     // A lost sync only makes translation coarser (never wrong): say so, go on.
                     for failed in producer
                         .send_all(&due)
@@ -690,8 +697,17 @@ impl SinkTask for KafkaSinkTask {
                 }
             }
             Producer::ExactlyOnce { writer, .. } => {
-                let results = writer.write(&out, &sources).await;
+                let mut results = writer.write(&out, &sources).await;
                 // Written into the open transaction; it commits at the next flush.
+                if let Some(syncs) = &mut state.offset_syncs {
+                    // The syncs go in the same transaction: a sync never names a copy that
+                    // was aborted. If they cannot be written the transaction is aborted, so
+                    // the copies are retried with them.
+                    let due = offset_syncs_due(syncs, &sources, &results);
+                    if let Err(e) = writer.write_alongside(&due).await {
+                        results = results.iter().map(|_| Err(e.clone())).collect();
+                    }
+                }
                 if let Some(metrics) = &state.mirror_metrics {
                     let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
                     metrics.written(written.map(|(record, _)| record), received_ms);

@@ -427,23 +427,43 @@ impl ExactlyOnceWriter {
             None => self.producer.send_all(out).await,
         };
         if let Some(failed) = results.iter().find_map(|r| r.as_ref().err()) {
-            let reason = failed.to_string();
-            let abort = self.abort().await;
-            let error = match abort {
-                Err(fatal) if fatal.is_retriable() => SinkError::retriable(format!(
-                    "the transaction was aborted because a record failed: {reason}"
-                )),
-                Err(fatal) => fatal,
-                Ok(()) => SinkError::retriable(format!(
-                    "the transaction was aborted because a record failed: {reason}"
-                )),
-            };
+            let error = self.abort_after_failure(failed.to_string()).await;
             return out.iter().map(|_| Err(error.clone())).collect();
         }
         results
             .into_iter()
             .map(|r| r.map_err(|e| SinkError::retriable(e.to_string())))
             .collect()
+    }
+
+    /// Adds `records` to the open transaction without ledger entries: records that must
+    /// commit or abort with the output written before them (a mirror flow's offset syncs).
+    /// On failure the transaction is aborted, the output written in it included.
+    pub async fn write_alongside(&mut self, records: &[OutRecord]) -> Result<(), SinkError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if !self.open {
+            return Err(SinkError::retriable(
+                "no open transaction to add records to (it was aborted)",
+            ));
+        }
+        let results = self.producer.send_all(records).await;
+        match results.iter().find_map(|r| r.as_ref().err()) {
+            Some(failed) => Err(self.abort_after_failure(failed.to_string()).await),
+            None => Ok(()),
+        }
+    }
+
+    /// Aborts the open transaction because a record in it failed with `reason`; the error to
+    /// give the records written in it.
+    async fn abort_after_failure(&mut self, reason: String) -> SinkError {
+        match self.abort().await {
+            Err(fatal) if !fatal.is_retriable() => fatal,
+            _ => SinkError::retriable(format!(
+                "the transaction was aborted because a record failed: {reason}"
+            )),
+        }
     }
 
     /// Commits the open transaction (nothing to do when none is open). Share mode first checks

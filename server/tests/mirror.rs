@@ -816,6 +816,19 @@ fn committed_offsets(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
+    group_fails_over_without_skipping(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_from_an_exactly_once_flow_without_skipping_a_record() {
+    // The offset syncs ride in the copies' transactions: before, exactly-once flows wrote none,
+    // so nothing was ever synced for the group.
+    group_fails_over_without_skipping(true).await;
+}
+
+/// A group that consumed part of `orders` on A resumes on B at the translated offsets: no record
+/// skipped, at most `offset.lag.max` re-read, then everything in order.
+async fn group_fails_over_without_skipping(exactly_once: bool) {
     // The proxies answer ListGroups and DescribeGroups as Kafka does (the mock has neither).
     let groups = || ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace();
     let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], groups()).expect("cluster A");
@@ -834,16 +847,46 @@ async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
         "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
          groups = billing\nemit.checkpoints.interval.seconds = 1\n\
          sync.group.offsets.enabled = true\nsync.group.offsets.interval.seconds = 1\n\
-         offset.lag.max = {lag_max}\n",
-        clusters(&a, &b)
+         offset.lag.max = {lag_max}\n{}",
+        clusters(&a, &b),
+        if exactly_once {
+            "B.exactly.once.source.support = enabled\n"
+        } else {
+            ""
+        }
     );
-    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let (progress, metrics, stop, task) = start(config(&text)).await;
     let ab = progress["A->B"].clone();
     let target = b.broker().bootstrap();
     wait_for("offsets synced on B", Duration::from_secs(90), || {
         committed_offsets(&target, "billing", "A.orders", 2).len() == 2
     })
     .await;
+    // MM2's checkpoint-latency-ms, per group and target partition.
+    let latency = "kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms_count{";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        let measured = text.lines().any(|l| {
+            l.starts_with(latency)
+                && l.contains("group=\"billing\"")
+                && l.contains("topic=\"A.orders\"")
+                && l.contains("source=\"A\"")
+        });
+        if measured {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint-latency-ms for group billing:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     stop_flows(stop, task).await;
     assert!(
         ab.lock().unwrap().checkpoints > 0,
@@ -851,7 +894,11 @@ async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
         ab.lock().unwrap()
     );
 
-    let copies = read_all(&target, "A.orders");
+    let copies = if exactly_once {
+        read_committed(b.broker(), "A.orders", "committed-orders", orders.len()).await
+    } else {
+        read_all(&target, "A.orders")
+    };
     let on_b = committed_offsets(&target, "billing", "A.orders", 2);
     let source_offset = |c: &Copy| -> i64 {
         let (_, v) = c

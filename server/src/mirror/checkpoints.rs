@@ -19,12 +19,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use spillway_connectors::kafka_offset_syncs::{decode, OffsetSync};
 use spillway_kafka::producer::OutRecord;
 
-use super::cluster_client::cluster_client;
+use super::cluster_client::{cluster_client, cluster_reader};
 use super::config::{ClusterSettings, FlowSettings};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -100,14 +101,26 @@ pub struct Checkpointer {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Round {
     pub checkpoints: Vec<OutRecord>,
+    /// Per checkpoint, in the same order: its group, remote topic and partition (the labels of
+    /// MM2's `checkpoint-latency-ms`) and when it was made (ms since the epoch).
+    pub made: Vec<CheckpointMade>,
     /// (group, remote topic, partition, target offset) committed on the target.
     pub committed: Vec<(String, String, i32, i64)>,
+}
+
+/// One checkpoint's labels and the time it was made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointMade {
+    pub group: String,
+    pub remote_topic: String,
+    pub partition: i32,
+    pub at_ms: i64,
 }
 
 impl Checkpointer {
     /// Reads the syncs written since the last round.
     fn read_syncs(&mut self) -> Result<()> {
-        let reader = cluster_client(&self.target, "spillway-mirror-offset-syncs")?;
+        let reader = cluster_reader(&self.target, "spillway-mirror-offset-syncs")?;
         // A new client knows no topic yet; watermarks need the partition's leader.
         reader
             .fetch_metadata(Some(&self.syncs_topic), TIMEOUT)
@@ -123,15 +136,21 @@ impl Checkpointer {
         tpl.add_partition_offset(&self.syncs_topic, 0, Offset::Offset(from))?;
         reader.assign(&tpl)?;
         let deadline = std::time::Instant::now() + TIMEOUT;
+        // Exactly-once flows write their syncs in transactions: the partition may end with a
+        // marker, which is never delivered; the end is then told by PartitionEOF.
         while self.store.position < high && std::time::Instant::now() < deadline {
-            if let Some(m) = reader.poll(Duration::from_millis(200)) {
-                let m = m?;
-                self.store.position = m.offset() + 1;
-                if let Some(((topic, partition), sync)) =
-                    decode(m.key().unwrap_or_default(), m.payload().unwrap_or_default())
-                {
-                    self.store.add(topic, partition, sync);
+            match reader.poll(Duration::from_millis(200)) {
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(m) => {
+                    let m = m?;
+                    self.store.position = m.offset() + 1;
+                    if let Some(((topic, partition), sync)) =
+                        decode(m.key().unwrap_or_default(), m.payload().unwrap_or_default())
+                    {
+                        self.store.add(topic, partition, sync);
+                    }
                 }
+                None => {}
             }
         }
         Ok(())
@@ -190,6 +209,12 @@ impl Checkpointer {
                     upstream,
                     downstream,
                 ));
+                round.made.push(CheckpointMade {
+                    group: group.clone(),
+                    remote_topic: remote.clone(),
+                    partition: e.partition(),
+                    at_ms: spillway_connectors::kafka_mirror_metrics::now_ms(),
+                });
                 translated.add_partition_offset(
                     &remote,
                     e.partition(),

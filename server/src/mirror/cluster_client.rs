@@ -14,11 +14,32 @@ pub fn cluster_client(
     cluster: &ClusterSettings,
     group: &str,
 ) -> Result<BaseConsumer<SecurityContext>> {
+    client(cluster, group, &[])
+}
+
+/// A [`cluster_client`] that reads a partition to its end: it reports the end
+/// (`PartitionEOF`), which a position cannot show when the partition ends with a transaction
+/// marker (a marker is never delivered, so the position stops before it).
+pub fn cluster_reader(
+    cluster: &ClusterSettings,
+    group: &str,
+) -> Result<BaseConsumer<SecurityContext>> {
+    client(cluster, group, &[("enable.partition.eof", "true")])
+}
+
+fn client(
+    cluster: &ClusterSettings,
+    group: &str,
+    extra: &[(&str, &str)],
+) -> Result<BaseConsumer<SecurityContext>> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &cluster.bootstrap_servers)
         .set("group.id", group)
         .set("enable.auto.commit", "false");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
     let context = rdkafka_config(
         &mut config,
         cluster

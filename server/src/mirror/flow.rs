@@ -14,7 +14,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
+use opentelemetry::metrics::Histogram;
+use opentelemetry::KeyValue;
 use spillway_actors::Worker;
+use spillway_connectors::kafka_mirror_metrics::now_ms;
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::ConfigMap;
 use spillway_kafka::admin::{AdminClient, NewTopic};
@@ -131,12 +134,11 @@ pub fn connector_config(
     config
 }
 
-/// Whether `flow` writes offset syncs and checkpoints: a classic, at-least-once copy (share
-/// mode keeps no order and no offsets; exactly-once flows do not write syncs yet).
+/// Whether `flow` writes offset syncs and checkpoints: a classic copy (share mode keeps no order
+/// and no offsets). Exactly-once flows write their syncs in the copies' transactions.
 pub fn checkpoints_apply(flow: &FlowSettings) -> bool {
     flow.enabled
         && flow.mode == ConsumeMode::Classic
-        && !flow.exactly_once
         && flow.emit_offset_syncs
         && (flow.emit_checkpoints || flow.sync_group_offsets)
 }
@@ -163,6 +165,9 @@ pub struct FlowRunner {
     /// Connector name → (rename format, topics) it runs with.
     connectors: BTreeMap<String, (String, Vec<String>)>,
     progress: SharedProgress,
+    /// MM2's `checkpoint-latency-ms`: from a checkpoint's making to the target's
+    /// acknowledgement.
+    checkpoint_latency: Histogram<f64>,
 }
 
 impl FlowRunner {
@@ -238,9 +243,6 @@ impl FlowRunner {
         if flow.enabled && flow.mode == ConsumeMode::Share && flow.emit_checkpoints {
             info!(flow = %name, "share mode: no checkpoints (a share group has no offsets to translate; docs/mirror.md)");
         }
-        if flow.enabled && flow.exactly_once && flow.emit_checkpoints {
-            warn!(flow = %name, "exactly-once flows write no offset syncs yet, so no checkpoints (docs/mirror.md)");
-        }
         let checkpointer = checkpoints_apply(&flow).then(|| {
             Arc::new(Mutex::new(Checkpointer {
                 flow: flow.clone(),
@@ -261,6 +263,12 @@ impl FlowRunner {
             checkpoint_topics_ready: false,
             connectors: BTreeMap::new(),
             progress: SharedProgress::default(),
+            // MM2 keeps it under MirrorCheckpointConnector, per group and target partition.
+            checkpoint_latency: meter
+                .f64_histogram("kafka.connect.mirror-checkpoint-connector.checkpoint-latency-ms")
+                .with_description("From a checkpoint's making to the target's acknowledgement")
+                .with_unit("ms")
+                .build(),
         })
     }
 
@@ -489,10 +497,22 @@ impl FlowRunner {
                 .round(&topics, sync)
         })
         .await??;
-        for result in producer.send_all(&round.checkpoints).await {
+        let results = producer.send_all(&round.checkpoints).await;
+        let acked_ms = now_ms();
+        for (result, made) in results.into_iter().zip(&round.made) {
             result.with_context(|| {
                 format!("cannot write a checkpoint of flow {}", self.flow.name())
             })?;
+            self.checkpoint_latency.record(
+                (acked_ms - made.at_ms).max(0) as f64,
+                &[
+                    KeyValue::new("source", self.flow.source.clone()),
+                    KeyValue::new("target", self.flow.target.clone()),
+                    KeyValue::new("group", made.group.clone()),
+                    KeyValue::new("topic", made.remote_topic.clone()),
+                    KeyValue::new("partition", i64::from(made.partition)),
+                ],
+            );
         }
         let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         progress.checkpoints += round.checkpoints.len() as u64;

@@ -1,0 +1,361 @@
+//! Replication between two clusters (issue 17's benchmark, issue 18 item 3): `spillway mirror`
+//! copying one topic from cluster A to cluster B, at least once and exactly once, against the C
+//! reference's consume → produce loop (`bench/c/librdkafka_reference.c`, `copy` with the target
+//! on the other cluster), on the same kind of clusters with the same records in the same run.
+//!
+//! `cargo run --release -p spillway-bench --bin mirror_replication -- [--records 100000]
+//! [--rounds 3] [--partitions 8]`
+//!
+//! Each contender gets two fresh dev clusters, each behind the test kit's admin-emulating proxy
+//! (the mirror creates the remote topic through it), with the records produced to A before it
+//! starts. The order alternates between rounds. The mirror is this program run again with
+//! `--mirror-process FILE` (the `spillway mirror` code), one flow `A->B` with MirrorMaker 2's
+//! defaults (offset syncs, heartbeats, one task) but no checkpoints (a per-interval cost, not a
+//! per-record one, and the dev cluster cannot list groups); its CPU is read from /proc from
+//! the moment its flow started (the remote topic created, as the C loop's subscription) until
+//! every record is copied and its source offset committed on A; its rate from the first copy on
+//! B to the last. The C loop reports the same from its subscription on.
+//!
+//! Goals (issue 18; exit non-zero when missed): CPU per record at least once ≤ 1.3× the C
+//! loop's, exactly once ≤ 1.6×; every record copied.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use spillway_bench::c_reference::{CReference, Rounds};
+use spillway_tests::{numbered_records, ProxiedDevBroker, TestProducer};
+
+#[derive(Parser)]
+struct Args {
+    /// Records replicated per run.
+    #[arg(long, default_value_t = 100_000)]
+    records: u64,
+    /// Partitions of the replicated topic.
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Runs of each contender; the order alternates.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Goal: at-least-once CPU per record against the C loop's.
+    #[arg(long, default_value_t = 1.3)]
+    max_at_least_once_ratio: f64,
+    /// Goal: exactly-once CPU per record against the C loop's.
+    #[arg(long, default_value_t = 1.6)]
+    max_exactly_once_ratio: f64,
+    /// Run as the mirror process with this mm2.properties (internal).
+    #[arg(long, hide = true)]
+    mirror_process: Option<PathBuf>,
+}
+
+const TOPIC: &str = "bench";
+const REMOTE: &str = "A.bench";
+/// The flow's consumer group on A (Connect's `connect-<connector name>`).
+const FLOW_GROUP: &str = "connect-mirror-A-B";
+const WAIT: Duration = Duration::from_secs(600);
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Contender {
+    CLoop,
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+impl Contender {
+    fn label(self) -> &'static str {
+        match self {
+            Contender::CLoop => "librdkafka C consume->produce loop",
+            Contender::AtLeastOnce => "spillway mirror, at least once",
+            Contender::ExactlyOnce => "spillway mirror, exactly once",
+        }
+    }
+}
+
+/// Two fresh clusters, `TOPIC` on A holding the bench's records.
+async fn clusters(args: &Args) -> Result<(ProxiedDevBroker, ProxiedDevBroker)> {
+    let a = ProxiedDevBroker::start(1, &[(TOPIC, args.partitions)]).map_err(anyhow::Error::msg)?;
+    let b = ProxiedDevBroker::start(1, &[]).map_err(anyhow::Error::msg)?;
+    let records = numbered_records(args.records, args.value_size, args.partitions);
+    let produced = TestProducer::new(&a.broker().bootstrap(), "none")
+        .send(TOPIC, records)
+        .await;
+    if produced.len() as u64 != args.records {
+        bail!("produced {} of {} records", produced.len(), args.records);
+    }
+    Ok((a, b))
+}
+
+/// What one run measured.
+struct Run {
+    records: u64,
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss_bytes: u64,
+}
+
+async fn run_c(c: &CReference, args: &Args) -> Result<Run> {
+    let (a, b) = clusters(args).await?;
+    b.broker().create_topic(REMOTE, args.partitions);
+    let summary = c
+        .copy(
+            &a.bootstrap(),
+            "bench-c-copy",
+            TOPIC,
+            REMOTE,
+            Some(&b.bootstrap()),
+            args.records,
+        )
+        .await?;
+    if summary.records != args.records {
+        bail!("the C loop copied {} of {}", summary.records, args.records);
+    }
+    let copies = high_watermarks(&b.broker().bootstrap(), args.partitions)?;
+    if copies < args.records {
+        bail!("B holds {copies} copies of {} records", args.records);
+    }
+    Ok(Run {
+        records: summary.records,
+        seconds: summary.seconds,
+        cpu_seconds: summary.cpu_seconds,
+        peak_rss_bytes: summary.peak_rss_bytes,
+    })
+}
+
+fn mm2_properties(a: &ProxiedDevBroker, b: &ProxiedDevBroker, exactly_once: bool) -> String {
+    let mut text = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
+         replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+         A->B.enabled = true\nA->B.topics = {TOPIC}\nemit.checkpoints.enabled = false\n",
+        a.bootstrap(),
+        b.bootstrap()
+    );
+    if exactly_once {
+        text.push_str("B.exactly.once.source.support = enabled\n");
+    }
+    text
+}
+
+/// The mirror process; killed when dropped.
+struct MirrorChild(Child);
+
+impl Drop for MirrorChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> {
+    let (a, b) = clusters(args).await?;
+    let properties = dir.join(if exactly_once {
+        "eos.properties"
+    } else {
+        "alo.properties"
+    });
+    std::fs::write(&properties, mm2_properties(&a, &b, exactly_once))?;
+    let mut child = MirrorChild(
+        Command::new(std::env::current_exe()?)
+            .arg("--mirror-process")
+            .arg(&properties)
+            .env("RUST_LOG", "warn,spillway::mirror=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting the mirror process")?,
+    );
+    let pid = child.0.id();
+    // The flow's start is the mirror's "subscription": its log says so.
+    let (started_tx, started_rx) = mpsc::channel();
+    let stderr = child.0.stderr.take().context("the mirror's stderr")?;
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("flow started") {
+                let _ = started_tx.send(spillway_bench::cpu_time_of(pid));
+            }
+            if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("  mirror: {line}");
+            }
+        }
+    });
+    let cpu_start = tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
+        .await?
+        .context("the mirror's flow never started")?;
+
+    let target = b.broker().bootstrap();
+    let source = a.broker().bootstrap();
+    let partitions = args.partitions;
+    let want = args.records;
+    let flow_started = Instant::now();
+    let measured = tokio::task::spawn_blocking(move || -> Result<(f64, u64, f64)> {
+        let deadline = Instant::now() + WAIT;
+        let committed = committed_reader(&source)?;
+        let mut first: Option<(Instant, u64)> = None;
+        let mut last_copy = Instant::now();
+        let mut copies = 0;
+        loop {
+            if Instant::now() > deadline {
+                bail!("{copies} copies on B after {WAIT:?}");
+            }
+            let now = high_watermarks(&target, partitions).unwrap_or(0);
+            if now > copies {
+                copies = now;
+                last_copy = Instant::now();
+                first.get_or_insert((last_copy, now));
+            }
+            if first.is_some() && committed_sum(&committed, partitions)? >= want {
+                // Every record copied and its source offset committed: the mirror's work done.
+                let cpu = spillway_bench::cpu_time_of(pid);
+                let (t0, copied_at_first) = first.expect("checked");
+                let timed = want.saturating_sub(copied_at_first);
+                if timed == 0 {
+                    // Everything appeared at once (one transaction): time it from the start.
+                    let seconds = last_copy.duration_since(flow_started).as_secs_f64();
+                    return Ok((seconds, want, cpu.as_secs_f64()));
+                }
+                let seconds = last_copy.duration_since(t0).as_secs_f64();
+                return Ok((seconds, timed, cpu.as_secs_f64()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await??;
+    let (seconds, timed_records, cpu_end) = measured;
+    let peak_rss_bytes = spillway_bench::peak_rss_bytes_of(pid).unwrap_or(0);
+    drop(child);
+    Ok(Run {
+        records: want,
+        // The rate over the records copied after the first one was seen.
+        seconds: seconds * want as f64 / timed_records.max(1) as f64,
+        cpu_seconds: cpu_end - cpu_start.as_secs_f64(),
+        peak_rss_bytes,
+    })
+}
+
+/// A reader of the flow group's committed offsets on A (it never joins the group).
+fn committed_reader(bootstrap: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", FLOW_GROUP)
+        .set("enable.auto.commit", "false")
+        .create()?)
+}
+
+fn committed_sum(reader: &BaseConsumer, partitions: i32) -> Result<u64> {
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(TOPIC, p);
+    }
+    let committed = reader.committed_offsets(list, Duration::from_secs(10))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o.max(0) as u64,
+            _ => 0,
+        })
+        .sum())
+}
+
+/// The sum of B's high watermarks of the remote topic (copies, and markers under
+/// transactions).
+fn high_watermarks(bootstrap: &str, partitions: i32) -> Result<u64> {
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let mut sum = 0;
+    for p in 0..partitions {
+        let (_, high) = reader.fetch_watermarks(REMOTE, p, Duration::from_secs(5))?;
+        sum += high.max(0) as u64;
+    }
+    Ok(sum)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    // As the `spillway` binary does.
+    spillway_actors::allocator::keep_freed_memory_for_reuse();
+    let args = Args::parse();
+    if let Some(properties) = args.mirror_process {
+        let mut config = spillway::telemetry::TelemetryConfig::from_env()?;
+        config.traces = None;
+        let mut telemetry = spillway::telemetry::init(config)?;
+        let result = spillway::mirror::run(&properties, None).await;
+        telemetry.shutdown();
+        return result;
+    }
+    let c = CReference::build()?;
+    let dir = tempfile::tempdir()?;
+    let mut results: BTreeMap<Contender, Rounds> = BTreeMap::new();
+    let forward = [
+        Contender::CLoop,
+        Contender::AtLeastOnce,
+        Contender::ExactlyOnce,
+    ];
+    println!(
+        "mirror_replication: {} records of {} B, {} partitions, {} rounds",
+        args.records, args.value_size, args.partitions, args.rounds
+    );
+    for round in 0..args.rounds {
+        let mut order = forward.to_vec();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for contender in order {
+            let run = match contender {
+                Contender::CLoop => run_c(&c, &args).await,
+                Contender::AtLeastOnce => run_mirror(&args, false, dir.path()).await,
+                Contender::ExactlyOnce => run_mirror(&args, true, dir.path()).await,
+            }
+            .with_context(|| format!("round {}: {}", round + 1, contender.label()))?;
+            println!(
+                "  round {} {:<38} {:>6.2} us CPU/record {:>8.0} rec/s",
+                round + 1,
+                contender.label(),
+                run.cpu_seconds * 1e6 / run.records as f64,
+                run.records as f64 / run.seconds.max(1e-9)
+            );
+            results.entry(contender).or_default().add(
+                run.records,
+                run.seconds,
+                run.cpu_seconds,
+                run.peak_rss_bytes,
+            );
+        }
+    }
+    println!();
+    for (contender, rounds) in &results {
+        println!("{:<38} {}", contender.label(), rounds.line());
+    }
+    let reference = &results[&Contender::CLoop];
+    let mut missed = Vec::new();
+    for (contender, goal) in [
+        (Contender::AtLeastOnce, args.max_at_least_once_ratio),
+        (Contender::ExactlyOnce, args.max_exactly_once_ratio),
+    ] {
+        let rounds = &results[&contender];
+        let cpu = rounds.cpu_us_median() / reference.cpu_us_median();
+        let rate = rounds.rate_median() / reference.rate_median();
+        println!(
+            "{}: CPU per record {cpu:.2}x the C loop's (goal <= {goal}), rate {rate:.2}x",
+            contender.label()
+        );
+        if cpu > goal {
+            missed.push(format!("{}: {cpu:.2}x > {goal}", contender.label()));
+        }
+    }
+    if !missed.is_empty() {
+        bail!("goal missed: {}", missed.join("; "));
+    }
+    Ok(())
+}
