@@ -8,15 +8,27 @@ mod support;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::TopicPartitionList;
 use serde_json::Value as Json;
-use spillway_tests::{produce, TestRecord};
+use spillway::metrics::Telemetry;
+use spillway::mirror::MirrorConfig;
+use spillway_core::config::parse_properties;
+use spillway_tests::{produce, ProxiedDevBroker, ProxyOptions, ProxySecurity, TestRecord};
 use support::pipelines::{self, CLASSIC_TOPIC, SHARE};
+use tokio::sync::oneshot;
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
+
+/// The replication dashboard, checked against a running `spillway mirror` (the others against a
+/// worker).
+const REPLICATION: &str = "replication.json";
 
 const DASHBOARDS: [&str; 4] = [
     "overview.json",
@@ -76,7 +88,7 @@ fn label_values_as_promql(query: &str) -> String {
 /// share connector where one connector is chosen).
 fn substitute(expr: &str) -> String {
     let mut out = expr.replace("$__rate_interval", "15s");
-    for var in ["tenant", "connector", "mode", "task"] {
+    for var in ["tenant", "connector", "mode", "task", "source", "target"] {
         out = out.replace(&format!("=~\"${var}\""), "=~\".*\"");
     }
     out.replace("=\"$connector\"", &format!("=\"{SHARE}\""))
@@ -136,6 +148,61 @@ fn dashboards_and_alerts_name_only_exported_metrics_and_every_metric_is_document
             "{vars:?}"
         );
     }
+}
+
+/// The `prometheus` binary. A missing Prometheus fails the test (as a missing PostgreSQL fails
+/// the sink tests): a skip was swallowed by the harness's output capture and passed having
+/// checked nothing.
+fn prometheus_binary() -> PathBuf {
+    find_binary("prometheus").unwrap_or_else(|| {
+        panic!(
+            "Prometheus is not installed, so the dashboards cannot be checked: install it \
+             (Debian/Ubuntu: `apt-get install prometheus`, which .ci/run does; elsewhere put the \
+             `prometheus` binary from https://prometheus.io/download/ on PATH)"
+        )
+    })
+}
+
+/// Waits until Prometheus scraped `metric` at least 8 times in the last minute (rate() over
+/// 15 s needs two scrapes in the window: more than enough).
+async fn wait_for_scrapes(prometheus: &Prometheus, metric: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let scrapes = prometheus
+            .query(&format!("count_over_time({metric}[1m])"))
+            .await
+            .unwrap_or_default();
+        let count = scrapes
+            .iter()
+            .filter_map(|s| s["value"][1].as_str()?.parse::<f64>().ok())
+            .fold(0.0, f64::max);
+        if count >= 8.0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus scraped {metric} only {count} times"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Every query of dashboard `name` against `prometheus`: the failures, and how many ran.
+async fn failed_queries(prometheus: &Prometheus, name: &str) -> (Vec<String>, usize) {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (place, query) in queries(name) {
+        let promql = substitute(&query);
+        checked += 1;
+        match prometheus.query(&promql).await {
+            Ok(result) if result.is_empty() => {
+                failures.push(format!("{place}: no data for {promql}"))
+            }
+            Ok(_) => {}
+            Err(e) => failures.push(format!("{place}: {promql} fails: {e}")),
+        }
+    }
+    (failures, checked)
 }
 
 /// A Prometheus server of our own: free port, temporary storage, killed on drop.
@@ -252,15 +319,7 @@ impl Prometheus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_query_returns_data_and_every_alert_rule_evaluates_on_a_real_prometheus() {
-    // A missing Prometheus fails the test (as a missing PostgreSQL fails the sink tests): a
-    // skip here was swallowed by the harness's output capture and passed having checked nothing.
-    let binary = find_binary("prometheus").unwrap_or_else(|| {
-        panic!(
-            "Prometheus is not installed, so the dashboards cannot be checked: install it \
-             (Debian/Ubuntu: `apt-get install prometheus`, which .ci/run does; elsewhere put the \
-             `prometheus` binary from https://prometheus.io/download/ on PATH)"
-        )
-    });
+    let binary = prometheus_binary();
     if let Some(promtool) = find_binary("promtool") {
         let checked = Command::new(promtool)
             .args(["check", "rules"])
@@ -290,42 +349,18 @@ async fn every_panel_query_returns_data_and_every_alert_rule_evaluates_on_a_real
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
-    // rate() over 15 s needs two scrapes in the window; wait for more than enough.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let scrapes = prometheus
-            .query("count_over_time(kafka_connect_connect_worker_metrics_task_count[1m])")
-            .await
-            .unwrap_or_default();
-        let count = scrapes
-            .first()
-            .and_then(|s| s["value"][1].as_str())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if count >= 8.0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus scraped /metrics only {count} times"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_for_scrapes(
+        &prometheus,
+        "kafka_connect_connect_worker_metrics_task_count",
+    )
+    .await;
 
     let mut failures = Vec::new();
     let mut checked = 0;
     for name in DASHBOARDS {
-        for (place, query) in queries(name) {
-            let promql = substitute(&query);
-            checked += 1;
-            match prometheus.query(&promql).await {
-                Ok(result) if result.is_empty() => {
-                    failures.push(format!("{place}: no data for {promql}"))
-                }
-                Ok(_) => {}
-                Err(e) => failures.push(format!("{place}: {promql} fails: {e}")),
-            }
-        }
+        let (failed, ran) = failed_queries(&prometheus, name).await;
+        failures.extend(failed);
+        checked += ran;
     }
 
     let alerts = std::fs::read_to_string(repo_file("dashboards/alerts.yml")).expect("alerts.yml");
@@ -362,4 +397,109 @@ async fn every_panel_query_returns_data_and_every_alert_rule_evaluates_on_a_real
     );
     drop(prometheus);
     pipelines.stop().await;
+}
+
+/// The replication dashboard against a real Prometheus scraping `spillway mirror`'s /metrics
+/// while a flow copies records and checkpoints a consumer group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replication_panel_query_returns_data_for_a_running_mirror() {
+    let binary = prometheus_binary();
+    // Checkpoints list the source's groups: the proxies answer ListGroups as Kafka does.
+    let groups = || ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace();
+    let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], groups()).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(1, &[], groups()).expect("cluster B");
+    produce(&a.broker().bootstrap(), "orders", numbered(0, 20), "none").await;
+    // A group with committed offsets on A (through A's proxy, which learns groups from what
+    // it forwards), so that every round checkpoints it.
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", a.bootstrap())
+        .set("group.id", "billing")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut offsets = TopicPartitionList::new();
+    for p in 0..2 {
+        offsets
+            .add_partition_offset("orders", p, rdkafka::Offset::Offset(5))
+            .expect("offset");
+    }
+    group.commit(&offsets, CommitMode::Sync).expect("commit");
+
+    let text = format!(
+        "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
+         replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\ncheckpoints.topic.replication.factor = 1\n\
+         refresh.topics.interval.seconds = 1\nemit.heartbeats.interval.seconds = 1\n\
+         A->B.enabled = true\nA->B.topics = orders\ngroups = billing\n\
+         emit.checkpoints.interval.seconds = 1\noffset.lag.max = 1\n",
+        a.bootstrap(),
+        b.bootstrap()
+    );
+    let config =
+        MirrorConfig::parse(&parse_properties(&text).expect("properties").to_map()).expect("valid");
+    // The kafka sink records MM2's metrics through the global provider.
+    let telemetry = Arc::new(Telemetry::build(false).expect("metrics pipeline"));
+    telemetry.install_global();
+    let (metrics_tx, metrics_rx) = oneshot::channel();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let mirror = tokio::spawn(spillway::mirror::run_until(
+        config,
+        telemetry,
+        Some("127.0.0.1:0".parse().expect("address")),
+        move |started| {
+            let _ = metrics_tx.send(started.metrics.expect("metrics served"));
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let metrics = tokio::time::timeout(Duration::from_secs(60), metrics_rx)
+        .await
+        .expect("the flows start in time")
+        .expect("the flows started");
+    let prometheus = Prometheus::start(&binary, &metrics.to_string()).await;
+    let bootstrap = a.broker().bootstrap();
+    let producing = tokio::spawn(async move {
+        for round in 1..120u64 {
+            produce(&bootstrap, "orders", numbered(round * 20, 20), "none").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    wait_for_scrapes(
+        &prometheus,
+        "kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms_count",
+    )
+    .await;
+    let (failures, checked) = failed_queries(&prometheus, REPLICATION).await;
+    producing.abort();
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} replication dashboard queries failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    drop(prometheus);
+    let _ = stop_tx.send(());
+    mirror
+        .await
+        .expect("joins")
+        .expect("the mirror stops cleanly");
+}
+
+/// Records `first..first + n`, spread over both partitions.
+fn numbered(first: u64, n: u64) -> Vec<TestRecord> {
+    (first..first + n)
+        .map(|i| TestRecord {
+            partition: Some((i % 2) as i32),
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some(format!("v{i}").into_bytes()),
+            timestamp: Some(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock")
+                    .as_millis() as i64,
+            ),
+            ..TestRecord::default()
+        })
+        .collect()
 }
