@@ -697,10 +697,11 @@ impl Drop for MirrorProcess {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exactly_once_flow_killed_mid_copy_and_restarted_copies_each_record_once() {
-    let (a, b, orders) = two_clusters("orders", 2000, plaintext()).await;
-    // Small batches: many transactions, so the kill lands between two of them or inside one.
-    // A short session, so the restarted member need not wait long for the killed one to go.
+async fn an_exactly_once_flow_killed_three_times_mid_copy_copies_each_record_once() {
+    let (a, b, orders) = two_clusters("orders", 3000, plaintext()).await;
+    // Small batches: many transactions, so each kill lands between two of them or inside one
+    // (with the flow's offset syncs in them). A short session, so a restarted member need not
+    // wait long for the killed one to go.
     let text = exactly_once_flow_text(
         &a,
         &b,
@@ -717,21 +718,23 @@ async fn an_exactly_once_flow_killed_mid_copy_and_restarted_copies_each_record_o
             .sum()
     };
 
-    let first = MirrorProcess::start(&properties);
-    wait_for(
-        "some transactions committed",
-        Duration::from_secs(90),
-        || committed_on_a() >= 100,
-    )
-    .await;
-    drop(first);
-    let killed_at = committed_on_a();
-    assert!(
-        killed_at < orders.len() as i64,
-        "the kill came after the whole copy ({killed_at})"
-    );
-
-    let _second = MirrorProcess::start(&properties);
+    // SIGKILL after each of these many source offsets are committed, then a run to the end.
+    for kill_after in [100, 900, 1700] {
+        let running = MirrorProcess::start(&properties);
+        wait_for(
+            &format!("{kill_after} source offsets committed"),
+            Duration::from_secs(120),
+            || committed_on_a() >= kill_after,
+        )
+        .await;
+        drop(running);
+        let killed_at = committed_on_a();
+        assert!(
+            killed_at < orders.len() as i64,
+            "the kill came after the whole copy ({killed_at})"
+        );
+    }
+    let _last = MirrorProcess::start(&properties);
     wait_for("the rest committed", Duration::from_secs(120), || {
         committed_on_a() == orders.len() as i64
     })
