@@ -216,6 +216,16 @@ fn telemetry() -> Arc<Telemetry> {
     }))
 }
 
+/// The Prometheus text a running mirror serves at `metrics`.
+async fn metrics_text(metrics: SocketAddr) -> String {
+    reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
 /// Runs `config` in the background; returns the flows' progress, the metrics address and the
 /// stop switch.
 async fn start(
@@ -382,12 +392,7 @@ async fn matched_topics_are_copied_once_in_order_and_new_topics_are_picked_up() 
     .await;
     // Let anything that would be a duplicate arrive before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let text = reqwest::get(format!("http://{metrics}/metrics"))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = metrics_text(metrics).await;
     let series = |name: &str| -> f64 {
         text.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")))
@@ -869,12 +874,7 @@ async fn group_fails_over_without_skipping(exactly_once: bool) {
     let latency = "kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms_count{";
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let text = reqwest::get(format!("http://{metrics}/metrics"))
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .expect("metrics text");
+        let text = metrics_text(metrics).await;
         let measured = text.lines().any(|l| {
             l.starts_with(latency)
                 && l.contains("group=\"billing\"")
