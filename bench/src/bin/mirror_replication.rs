@@ -213,10 +213,13 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
                 last_copy = Instant::now();
                 first.get_or_insert((last_copy, now));
             }
-            if first.is_some() && committed_sum(&committed, partitions)? >= want {
+            let Some((t0, copied_at_first)) = first else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            if committed_sum(&committed, partitions)? >= want {
                 // Every record copied and its source offset committed: the mirror's work done.
                 let cpu = spillway_bench::cpu_time_of(pid);
-                let (t0, copied_at_first) = first.expect("checked");
                 let timed = want.saturating_sub(copied_at_first);
                 if timed == 0 {
                     // Everything appeared at once (one transaction): time it from the start.
