@@ -247,7 +247,11 @@ mod tests {
         s.end(Reset::Kept);
         assert_eq!(s.epoch(), 0);
         assert!(!s.is_open());
-        assert_eq!(s.generation(), g, "records acquired before the reopen are still ours");
+        assert_eq!(
+            s.generation(),
+            g,
+            "records acquired before the reopen are still ours"
+        );
         assert_eq!(s.plan(&set(&[0])).adds, vec![tp(0)]);
         s.end(Reset::Released);
         assert_eq!(s.generation(), g + 1);

@@ -238,3 +238,129 @@ fn next_epoch(epoch: i32) -> i32 {
         epoch + 1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka_proxy::frame::{encode_response, response_header};
+    use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{GroupId, RequestHeader};
+    use kafka_protocol::protocol::StrBytes;
+
+    const NODE: i32 = 1;
+    const TOPIC: Uuid = Uuid::from_u128(9);
+
+    fn meta(api_key: i16) -> RequestMeta {
+        RequestMeta {
+            api_key,
+            version: 1,
+            correlation_id: 3,
+        }
+    }
+
+    fn header(api_key: i16) -> RequestHeader {
+        let mut h = RequestHeader::default();
+        h.request_api_key = api_key;
+        h.request_api_version = 1;
+        h.correlation_id = 3;
+        h
+    }
+
+    fn fetch(epoch: i32, partitions: &[i32]) -> Bytes {
+        let mut r = ShareFetchRequest::default();
+        r.group_id = Some(GroupId(StrBytes::from_static_str("g")));
+        r.member_id = Some(StrBytes::from_static_str("m"));
+        r.share_session_epoch = epoch;
+        if !partitions.is_empty() {
+            let mut t = FetchTopic::default();
+            t.topic_id = TOPIC;
+            t.partitions = partitions
+                .iter()
+                .map(|p| {
+                    let mut fp = FetchPartition::default();
+                    fp.partition_index = *p;
+                    fp
+                })
+                .collect();
+            r.topics = vec![t];
+        }
+        encode_request(&header(SHARE_FETCH), &r, 1).expect("encode")
+    }
+
+    fn ack(epoch: i32) -> Bytes {
+        let mut r = ShareAcknowledgeRequest::default();
+        r.group_id = Some(GroupId(StrBytes::from_static_str("g")));
+        r.member_id = Some(StrBytes::from_static_str("m"));
+        r.share_session_epoch = epoch;
+        encode_request(&header(SHARE_ACKNOWLEDGE), &r, 1).expect("encode")
+    }
+
+    fn answer(api_key: i16, code: i16) -> Bytes {
+        if api_key == SHARE_FETCH {
+            let mut r = ShareFetchResponse::default();
+            r.error_code = code;
+            encode_response(&response_header(3), &r, 1).expect("encode")
+        } else {
+            let mut r = ShareAcknowledgeResponse::default();
+            r.error_code = code;
+            encode_response(&response_header(3), &r, 1).expect("encode")
+        }
+    }
+
+    /// Sends `frame` through the emulation with the broker answering `code`; returns the
+    /// request as the broker got it.
+    fn round_trip(
+        s: &ShareSessions,
+        api_key: i16,
+        frame: Bytes,
+        code: i16,
+    ) -> (i32, Vec<Partition>) {
+        let (sent, seen) = s.on_request(NODE, meta(api_key), frame).expect("request");
+        let seen = seen.expect("followed");
+        s.on_response(&seen, 1, &answer(api_key, code));
+        if api_key == SHARE_FETCH {
+            let (_, r) = decode_request::<ShareFetchRequest>(&sent, 1).expect("decode");
+            let forgotten = r
+                .forgotten_topics_data
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic_id, *p)))
+                .collect();
+            (r.share_session_epoch, forgotten)
+        } else {
+            let (_, r) = decode_request::<ShareAcknowledgeRequest>(&sent, 1).expect("decode");
+            (r.share_session_epoch, Vec::new())
+        }
+    }
+
+    #[test]
+    fn a_clients_epoch_zero_reopen_continues_the_brokers_session() {
+        let s = ShareSessions::default();
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(0, &[0, 1]), 0).0, 0);
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(1, &[]), 0).0, 1);
+        // The client reopens with partition 1 only: the broker's session goes on at epoch 2,
+        // partition 0 forgotten.
+        let (epoch, forgotten) = round_trip(&s, SHARE_FETCH, fetch(0, &[1]), 0);
+        assert_eq!((epoch, forgotten), (2, vec![(TOPIC, 0)]));
+        assert_eq!(s.continued(), 1);
+        // The client's epochs 1, 2 are the broker's 3, 4.
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(1, &[]), 0).0, 3);
+        assert_eq!(round_trip(&s, SHARE_ACKNOWLEDGE, ack(2), 0).0, 4);
+        // A close goes through as sent and ends the session.
+        assert_eq!(round_trip(&s, SHARE_ACKNOWLEDGE, ack(-1), 0).0, -1);
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(0, &[1]), 0).0, 0);
+    }
+
+    #[test]
+    fn a_session_the_broker_ended_is_not_continued() {
+        let s = ShareSessions::default();
+        round_trip(&s, SHARE_FETCH, fetch(0, &[0]), 0);
+        // The broker refused (and, being the mock, destroyed) the session.
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(1, &[]), 123).0, 1);
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(0, &[0]), 0).0, 0);
+        // Any connection to the broker closing ends it on the mock too.
+        round_trip(&s, SHARE_FETCH, fetch(1, &[]), 0);
+        s.connection_closed(NODE);
+        assert_eq!(round_trip(&s, SHARE_FETCH, fetch(0, &[0]), 0).0, 0);
+        assert_eq!(s.continued(), 0);
+    }
+}
