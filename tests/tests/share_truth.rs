@@ -376,3 +376,86 @@ async fn retriable_share_acknowledge_errors_are_retried_within_the_commit_deadli
     assert!(later.is_empty(), "{later:?}");
     c.close().await.expect("close");
 }
+
+/// INVALID_SHARE_SESSION_EPOCH leaves Kafka's session and the member's records as they were
+/// (`SharePartitionManager.newContext` / `acknowledgeSessionUpdate` throw before touching
+/// either), and the epoch-0 reopen that follows only replaces the session. So acknowledgements
+/// refused that way are applied on the reopened session, and nothing is redelivered. The proxy
+/// answers the error itself (the dev broker never sees the request) and, in its Kafka
+/// share-session mode, keeps the dev broker's session across the reopen, which the mock would
+/// otherwise treat as a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_refused_with_an_epoch_error_are_applied_on_the_reopened_session() {
+    const SHARE_ACKNOWLEDGE: i16 = 79;
+    const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+    let broker = DevBroker::try_start(1, &[("re", 1)]).expect("dev broker");
+    broker.set_share_auto_offset_reset("earliest");
+    broker.set_share_heartbeat_interval(300);
+    // No lock runs out within the test: whatever comes back was released.
+    broker.set_share_record_lock_duration(60_000);
+    let proxy = KafkaProxy::start(
+        &broker.bootstrap(),
+        ProxyOptions::new(ProxySecurity::Plaintext).with_kafka_share_sessions(),
+    )
+    .expect("proxy starts");
+    // Produced before the consumer connects: the producer's connection closing later would end
+    // every share session on the dev broker.
+    produce(&broker, "re", 0, "r", 10).await;
+    let mut c = consumer(&proxy, "re-group", &["re"]).await;
+    let mut records = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while records.len() < 10 {
+        assert!(Instant::now() < deadline, "got {} of 10", records.len());
+        records.extend(c.poll(Duration::from_millis(200)).await.expect("poll"));
+    }
+    let (first, second) = records.split_at(5);
+
+    // Acks on a ShareAcknowledge (commit_sync's flush), refused at the top level.
+    proxy
+        .faults()
+        .inject_error(SHARE_ACKNOWLEDGE, INVALID_SHARE_SESSION_EPOCH, 1)
+        .expect("fault");
+    c.acknowledge_all(first, AcknowledgeType::Accept)
+        .expect("acknowledge");
+    let result = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert_eq!(
+        result.get(&("re".to_string(), 0)),
+        Some(&Ok(())),
+        "{result:?}"
+    );
+    assert_eq!(proxy.share_sessions_continued(), 1, "one epoch-0 reopen");
+
+    // Acks riding on a ShareFetch, refused the same way. The consumer fetches again only once
+    // it holds nothing unacknowledged, so the refused fetch is the one carrying them.
+    proxy
+        .faults()
+        .inject_error(SHARE_FETCH, INVALID_SHARE_SESSION_EPOCH, 1)
+        .expect("fault");
+    let fetches = proxy.request_count(SHARE_FETCH);
+    c.acknowledge_all(second, AcknowledgeType::Accept)
+        .expect("acknowledge");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let again = c.poll(Duration::from_millis(200)).await.expect("poll");
+        assert!(again.is_empty(), "redelivered: {again:?}");
+    }
+    assert!(proxy.request_count(SHARE_FETCH) >= fetches + 2);
+    assert_eq!(proxy.share_sessions_continued(), 2, "a second reopen");
+    let result = c
+        .commit_sync(Duration::from_secs(10))
+        .await
+        .expect("commit");
+    assert_eq!(
+        result.get(&("re".to_string(), 0)),
+        Some(&Ok(())),
+        "{result:?}"
+    );
+
+    // Everything was applied: nothing comes back, and the session goes on delivering.
+    let later = c.poll(Duration::from_secs(2)).await.expect("poll");
+    assert!(later.is_empty(), "redelivered: {later:?}");
+    c.close().await.expect("close");
+}

@@ -140,8 +140,9 @@ impl TransactionAcknowledgements {
     }
 }
 
-/// Which share session a partition's held records were acquired through. A new session (or a
-/// new leader) invalidates everything acquired through the old one.
+/// Which share session a partition's held records were acquired through. A new generation (the
+/// broker released what the old session held) or a new leader invalidates everything acquired
+/// through the old one; a session merely reopened keeps its generation, and its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Owner {
     pub broker: i32,

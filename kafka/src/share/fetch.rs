@@ -35,7 +35,7 @@ use tracing::{debug, error, warn, Instrument};
 use uuid::Uuid;
 
 use super::ack::{encode_batches, Acquire, Ledger, Owner, SentAcks, GAP};
-use super::session::{Plan, ShareSession, CLOSE_EPOCH};
+use super::session::{reset_for_error, Plan, Reset, ShareSession, CLOSE_EPOCH};
 use super::{AckError, ShareError, ShareRecord, Tp};
 use crate::backoff::Backoff;
 use crate::cluster::Cluster;
@@ -205,11 +205,17 @@ impl BrokerTask {
                 return;
             }
             if !self.flush_waiters.is_empty() {
+                if self.acks_await_reopen() && !self.ctx.fetch_paused() {
+                    let wanted = Arc::clone(&self.wanted.borrow());
+                    self.reopen_for_acks(&wanted).await;
+                }
                 self.send_acks(self.session.epoch()).await;
-                // Retriable refusals go out again while a commit_sync still waits (its
-                // deadline drops the waiter); then the ack tick takes over.
+                // Retriable refusals, and acks waiting for their session to reopen, go out
+                // again while a commit_sync still waits (its deadline drops the waiter); then
+                // the ack tick takes over.
                 self.flush_waiters.retain(|w| !w.is_closed());
-                if self.ack_retry_at.is_some() && !self.flush_waiters.is_empty() {
+                let unsent = self.ack_retry_at.is_some() || self.acks_await_reopen();
+                if unsent && !self.flush_waiters.is_empty() {
                     self.backoff().await;
                     continue;
                 }
@@ -219,6 +225,12 @@ impl BrokerTask {
                 continue;
             }
             let wanted = Arc::clone(&self.wanted.borrow_and_update());
+            // Acks kept across a reopen go out as soon as a session is open again, whatever
+            // the application still holds.
+            if self.acks_await_reopen() && !self.ctx.fetch_paused() {
+                self.reopen_for_acks(&wanted).await;
+                continue;
+            }
             let idle = wanted.is_empty() && self.session.partitions().is_empty();
             // Forgetting a partition releases what we still hold of it (§4.2, §8.6 #12), so
             // the acks the application is about to make would fail. Hold the next fetch
@@ -335,27 +347,49 @@ impl BrokerTask {
         }
     }
 
-    /// The session is gone: everything held through it is released by the broker, so unsent
-    /// and in-flight acks fail and the next request reopens at epoch 0.
-    fn lose_session(&mut self, sent: &SentAcks, reason: String) {
+    /// A request failed and the session must be opened again at epoch 0. `cause` says whether
+    /// the broker released what we held through it ([`reset_for_error`]): then unsent and
+    /// in-flight acks fail; otherwise they wait for the reopened session (an epoch-0 ShareFetch
+    /// may not carry acks, so they follow at epoch 1).
+    fn end_session(&mut self, sent: &SentAcks, cause: Reset, reason: String) {
+        settle_after_reset(
+            &mut lock_ledger(&self.ctx.ledger),
+            self.broker,
+            sent,
+            cause,
+            &reason,
+        );
+        if cause == Reset::Kept {
+            debug!(broker = self.broker, %reason, "reopening the share session; held records and their acks are kept");
+            self.ack_retry_at = Some(Instant::now() + self.retry.next_wait());
+        }
+        self.session.end(cause);
+    }
+
+    /// Whether acks made through the current generation wait for a session to carry them (it
+    /// was reopened after an error that left our records with us).
+    fn acks_await_reopen(&self) -> bool {
+        !self.session.is_open()
+            && lock_ledger(&self.ctx.ledger).has_pending(self.broker, self.session.generation())
+    }
+
+    /// Open the session again (a ShareFetch at epoch 0 for what we fetch), so acks kept across
+    /// a reopen can follow. With nothing left to fetch from this broker no session can be
+    /// opened: those acks fail and the records come back once their locks run out.
+    async fn reopen_for_acks(&mut self, wanted: &BTreeSet<Tp>) {
+        if !wanted.is_empty() {
+            self.fetch(wanted).await;
+            return;
+        }
         let broker = self.broker;
-        let mut ledger = lock_ledger(&self.ctx.ledger);
-        for (topic, partition, acks) in sent {
-            let err = AckError::SessionLost {
+        lock_ledger(&self.ctx.ledger).invalidate(broker, None, |topic, partition| {
+            AckError::SessionLost {
                 broker,
                 topic: topic.to_string(),
-                partition: *partition,
-                reason: reason.clone(),
-            };
-            ledger.complete(topic, *partition, acks, Err(err));
-        }
-        ledger.invalidate(broker, None, |topic, partition| AckError::SessionLost {
-            broker,
-            topic: topic.to_string(),
-            partition,
-            reason: reason.clone(),
+                partition,
+                reason: "no partition is fetched from this broker any more, so no share session can be opened to carry the acknowledgements".into(),
+            }
         });
-        drop(ledger);
         self.session.reset();
     }
 
@@ -408,7 +442,13 @@ impl BrokerTask {
                 // The broker may be gone or no longer lead: look again at once (Java requests a
                 // metadata update on every disconnect).
                 self.ctx.router.notify_one();
-                self.lose_session(&sent, format!("ShareFetch failed: {reason}"));
+                // Our connection failed or timed out and was closed: on Kafka the close of the
+                // connection that created the session releases its records.
+                self.end_session(
+                    &sent,
+                    Reset::Released,
+                    format!("ShareFetch failed: {reason}"),
+                );
                 self.backoff().await;
                 return;
             }
@@ -417,9 +457,11 @@ impl BrokerTask {
             let code = response.error_code;
             debug!(broker = self.broker, code, "ShareFetch top-level error");
             // The dev broker does not advance its epoch on a top-level error and a real one may
-            // not either; reopening is the safe path (brief §4.1 recommendation).
-            self.lose_session(
+            // not either; reopening is the safe path (brief §4.1 recommendation). The broker
+            // refused the request before looking at its acks, so they were not applied.
+            self.end_session(
                 &sent,
+                reset_for_error(code),
                 format!("ShareFetch failed with error {code} ({})", error_name(code)),
             );
             match classify(code) {
@@ -752,8 +794,9 @@ impl BrokerTask {
             Ok(r) if r.error_code == 0 => r,
             Ok(r) => {
                 let code = r.error_code;
-                self.lose_session(
+                self.end_session(
                     &sent,
+                    reset_for_error(code),
                     format!(
                         "ShareAcknowledge failed with error {code} ({})",
                         error_name(code)
@@ -763,7 +806,11 @@ impl BrokerTask {
             }
             Err(reason) => {
                 self.ctx.router.notify_one();
-                self.lose_session(&sent, format!("ShareAcknowledge failed: {reason}"));
+                self.end_session(
+                    &sent,
+                    Reset::Released,
+                    format!("ShareAcknowledge failed: {reason}"),
+                );
                 return;
             }
         };
@@ -854,6 +901,37 @@ impl BrokerTask {
             }
         });
         self.session.reset();
+    }
+}
+
+/// Settle the acks a failed request carried, and what we hold through the broker's session,
+/// once the session has to be reopened for `cause`.
+fn settle_after_reset(
+    ledger: &mut Ledger,
+    broker: i32,
+    sent: &SentAcks,
+    cause: Reset,
+    reason: &str,
+) {
+    let lost = |topic: &str, partition: i32| AckError::SessionLost {
+        broker,
+        topic: topic.to_string(),
+        partition,
+        reason: reason.to_string(),
+    };
+    match cause {
+        Reset::Released => {
+            for (topic, partition, acks) in sent {
+                ledger.complete(topic, *partition, acks, Err(lost(topic, *partition)));
+            }
+            ledger.invalidate(broker, None, lost);
+        }
+        // Not applied (refused at the top level) and still ours: send them again.
+        Reset::Kept => {
+            for (topic, partition, acks) in sent {
+                ledger.requeue(topic, *partition, acks);
+            }
+        }
     }
 }
 
@@ -1348,6 +1426,74 @@ mod tests {
             let mut ledger = Ledger::default();
             let bytes = Bytes::from((0..len).map(|i| (i * 37 % 251) as u8).collect::<Vec<_>>());
             let _ = absorb(&mut ledger, &[acquired(0, 3, 1)], bytes);
+        }
+    }
+
+    fn held_and_partly_acked() -> (Ledger, SentAcks) {
+        let mut ledger = Ledger::default();
+        let topic: Arc<str> = Arc::from("t");
+        for offset in 0..3 {
+            ledger.acquire(&topic, 0, OWNER, offset, 1);
+        }
+        for offset in 0..2 {
+            ledger
+                .acknowledge("t", 0, offset, AcknowledgeType::Accept)
+                .expect("held");
+        }
+        let sent = ledger.take_pending(1, 1);
+        assert_eq!(sent.len(), 1);
+        (ledger, sent)
+    }
+
+    #[test]
+    fn acks_refused_by_an_epoch_error_wait_for_the_reopened_session_and_nothing_is_lost() {
+        let (mut ledger, sent) = held_and_partly_acked();
+        settle_after_reset(
+            &mut ledger,
+            1,
+            &sent,
+            reset_for_error(123),
+            "ShareAcknowledge failed with error 123",
+        );
+        assert!(
+            ledger.take_results().is_empty(),
+            "no failure reported for acks the broker can still apply"
+        );
+        // Same generation: the reopened session sends them.
+        assert!(ledger.has_pending(1, 1));
+        assert_eq!(pending(&mut ledger), [(0, 1), (1, 1)].into_iter().collect());
+        // The record not yet acknowledged is still ours.
+        assert!(ledger.holds_unsettled(1, 1, "t", 0));
+        ledger
+            .acknowledge("t", 0, 2, AcknowledgeType::Accept)
+            .expect("still held");
+        assert_eq!(pending(&mut ledger), [(2, 1)].into_iter().collect());
+        assert!(ledger.take_results().is_empty());
+    }
+
+    #[test]
+    fn a_session_the_broker_no_longer_has_fails_its_acks_and_what_it_held() {
+        for cause in [reset_for_error(122), Reset::Released] {
+            let (mut ledger, sent) = held_and_partly_acked();
+            settle_after_reset(&mut ledger, 1, &sent, cause, "gone");
+            let results = ledger.take_results();
+            assert!(
+                matches!(
+                    results.get(&("t".to_string(), 0)),
+                    Some(Err(AckError::SessionLost { .. }))
+                ),
+                "{results:?}"
+            );
+            assert!(!ledger.holds_unsettled(1, 1, "t", 0));
+            // Acknowledging what the broker released is reported, not applied.
+            ledger
+                .acknowledge("t", 0, 2, AcknowledgeType::Accept)
+                .expect("known as lost");
+            assert!(pending(&mut ledger).is_empty());
+            assert!(matches!(
+                ledger.take_results().get(&("t".to_string(), 0)),
+                Some(Err(AckError::SessionLost { .. }))
+            ));
         }
     }
 }

@@ -4,7 +4,8 @@
 //! which partitions the broker believes are in it. Epoch 0 opens (or replaces) the session with
 //! every wanted partition; each successful ShareFetch or ShareAcknowledge moves the epoch up by
 //! one; any failure sends us back to 0. Fetches and acks to one broker share this sequence,
-//! which is why one task per broker serialises them.
+//! which is why one task per broker serialises them. Whether going back to 0 also lost the
+//! records we hold depends on why ([`reset_for_error`]).
 
 use std::collections::BTreeSet;
 
@@ -93,14 +94,70 @@ impl ShareSession {
         self.epoch = next_epoch(self.epoch);
     }
 
-    /// The session is gone: SHARE_SESSION_NOT_FOUND (122), INVALID_SHARE_SESSION_EPOCH (123),
-    /// SHARE_SESSION_LIMIT_REACHED (133), any other top-level error (the broker may not have
-    /// advanced its epoch), a transport failure, or our own close.
-    /// The next request opens a new one at epoch 0.
+    /// The session is gone and the broker released what this member held through it (see
+    /// [`Reset::Released`]). The next request opens a new one at epoch 0; records acquired
+    /// through the old one belong to an older generation.
     pub fn reset(&mut self) {
         self.epoch = 0;
         self.partitions.clear();
         self.generation += 1;
+    }
+
+    /// The session must be opened again at epoch 0, but the broker still holds our records for
+    /// this member (see [`Reset::Kept`]): they stay in this generation, so their
+    /// acknowledgements go out once the new session is open.
+    pub fn reopen(&mut self) {
+        self.epoch = 0;
+        self.partitions.clear();
+    }
+
+    /// Reopen or reset, as `cause` says.
+    pub fn end(&mut self, cause: Reset) {
+        match cause {
+            Reset::Released => self.reset(),
+            Reset::Kept => self.reopen(),
+        }
+    }
+}
+
+/// What the broker did with the records this member acquired through a session that a failed
+/// request makes us reopen. Kafka 4.1/4.2 releases a member's acquired records only when its
+/// share session is released: a ShareFetch/ShareAcknowledge at epoch -1, or the close of the
+/// connection that created the session (`ShareSessionCache.ClientConnectionDisconnectListener`
+/// → `SharePartitionManager.releaseSession` → `SharePartition.releaseAcquiredRecords`). An
+/// epoch-0 reopen only removes the old session from the cache (`SharePartitionManager.newContext`),
+/// and a request refused at the top level never reaches the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// Released: what we held is gone; unsent acknowledgements cannot be applied.
+    Released,
+    /// Still acquired by this member until their locks run out: acknowledgements stay valid and
+    /// go out on the reopened session.
+    Kept,
+}
+
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+
+/// What a top-level ShareFetch/ShareAcknowledge error means for the records we hold.
+///
+/// - SHARE_SESSION_NOT_FOUND (122): the broker has no session for us, and on Kafka a session
+///   leaves the cache only by being released (epoch -1, the creating connection closed: both
+///   release the member's records) or with its share-partitions dropped (share groups switched
+///   off, leadership gone: in-memory acquisitions are lost). Released.
+/// - INVALID_SHARE_SESSION_EPOCH (123): thrown before the session or any record is touched;
+///   the session stays as it was. Kept.
+/// - SHARE_SESSION_LIMIT_REACHED (133): answers an epoch-0 open, after the old session was
+///   removed without releasing anything. Kept.
+/// - Anything else (authorization, UNKNOWN_TOPIC_ID, a broker-side failure): the connection
+///   stays open and no release path runs. Kept.
+///
+/// A transport failure is not a code: our connection closed (or timed out and we closed it),
+/// which on Kafka releases everything the session held, so callers use [`Reset::Released`].
+pub(crate) fn reset_for_error(code: i16) -> Reset {
+    if code == SHARE_SESSION_NOT_FOUND {
+        Reset::Released
+    } else {
+        Reset::Kept
     }
 }
 
@@ -180,5 +237,34 @@ mod tests {
         assert!(!s.is_open());
         assert_eq!(s.generation(), g + 1);
         assert_eq!(s.plan(&set(&[0])).adds, vec![tp(0)]);
+    }
+
+    #[test]
+    fn a_reopen_keeps_the_generation_so_held_records_stay_ours() {
+        let mut s = ShareSession::new();
+        s.succeeded(&s.plan(&set(&[0])));
+        let g = s.generation();
+        s.end(Reset::Kept);
+        assert_eq!(s.epoch(), 0);
+        assert!(!s.is_open());
+        assert_eq!(
+            s.generation(),
+            g,
+            "records acquired before the reopen are still ours"
+        );
+        assert_eq!(s.plan(&set(&[0])).adds, vec![tp(0)]);
+        s.end(Reset::Released);
+        assert_eq!(s.generation(), g + 1);
+    }
+
+    #[test]
+    fn only_a_missing_session_means_the_broker_released_our_records() {
+        // SHARE_SESSION_NOT_FOUND: released by an epoch -1 close or a closed connection.
+        assert_eq!(reset_for_error(122), Reset::Released);
+        // INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED, and errors that leave the
+        // connection and the session alone: the broker still holds the records for us.
+        for code in [123, 133, 15, 29, 30, 100, -1, 87] {
+            assert_eq!(reset_for_error(code), Reset::Kept, "error {code}");
+        }
     }
 }

@@ -30,6 +30,7 @@ use super::rewrite::{
     SHARE_GROUP_HEARTBEAT,
 };
 use super::sasl::{Authenticator, SaslConfig, SaslMechanism, Step};
+use super::share_sessions::ShareSessions;
 
 /// Kafka error codes the SASL exchange answers with.
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     next_connection: AtomicU64,
     /// Kafka's one namespace for group ids, when the proxy emulates it.
     pub groups: Option<Arc<GroupNamespace>>,
+    /// Kafka's share-session reopen, when the proxy emulates it.
+    pub share_sessions: Option<Arc<ShareSessions>>,
 }
 
 impl Shared {
@@ -75,12 +78,19 @@ impl Shared {
             upstream_opened: AtomicU64::new(0),
             next_connection: AtomicU64::new(1),
             groups: None,
+            share_sessions: None,
         }
     }
 
     /// Emulates Kafka's one namespace for group ids (`groups.rs`).
     pub(crate) fn with_groups(mut self, groups: Option<Arc<GroupNamespace>>) -> Shared {
         self.groups = groups;
+        self
+    }
+
+    /// Emulates Kafka's share-session reopen (`share_sessions.rs`).
+    pub(crate) fn with_share_sessions(mut self, sessions: Option<Arc<ShareSessions>>) -> Shared {
+        self.share_sessions = sessions;
         self
     }
 
@@ -200,6 +210,12 @@ async fn requests<R: AsyncRead + Unpin>(
     shared: &Shared,
 ) -> Result<(), String> {
     let mut upstream: Option<OwnedWriteHalf> = None;
+    // Also runs when the connection task is aborted (`close_connections`).
+    let mut closing = UpstreamClosed {
+        node,
+        shared,
+        opened: false,
+    };
     let mut auth = if shared.sasl.is_some() {
         Auth::AwaitHandshake
     } else {
@@ -211,7 +227,7 @@ async fn requests<R: AsyncRead + Unpin>(
             .map_err(|_| "response side closed".to_string())
     };
     loop {
-        let Some(frame) = read_frame(&mut client)
+        let Some(mut frame) = read_frame(&mut client)
             .await
             .map_err(|e| format!("reading a request: {e}"))?
         else {
@@ -333,17 +349,31 @@ async fn requests<R: AsyncRead + Unpin>(
             } else {
                 None
             };
+            let share = match &shared.share_sessions {
+                Some(sessions) => {
+                    let (rewritten, seen) = sessions.on_request(node, meta, frame)?;
+                    frame = rewritten;
+                    seen
+                }
+                None => None,
+            };
             if upstream.is_none() {
                 let (read, write) = connect_upstream(node, shared).await?.into_split();
+                closing.opened = true;
                 send(Pending::Connected(read))?;
                 upstream = Some(write);
             }
-            send(Pending::Forwarded(InFlight { meta, heartbeat }))?;
+            send(Pending::Forwarded(InFlight {
+                meta,
+                heartbeat,
+                share,
+            }))?;
         }
         let upstream = match &mut upstream {
             Some(upstream) => upstream,
             None => {
                 let (read, write) = connect_upstream(node, shared).await?.into_split();
+                closing.opened = true;
                 send(Pending::Connected(read))?;
                 upstream.insert(write)
             }
@@ -351,6 +381,22 @@ async fn requests<R: AsyncRead + Unpin>(
         write_frame(upstream, &frame)
             .await
             .map_err(|e| format!("forwarding api_key={} to the broker: {e}", meta.api_key))?;
+    }
+}
+
+/// The dev broker ends every share session on a broker when any connection to it closes; the
+/// share-session emulation must forget them then.
+struct UpstreamClosed<'a> {
+    node: i32,
+    shared: &'a Shared,
+    opened: bool,
+}
+
+impl Drop for UpstreamClosed<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(sessions)) = (self.opened, &self.shared.share_sessions) {
+            sessions.connection_closed(self.node);
+        }
     }
 }
 
@@ -439,6 +485,10 @@ async fn responses<W: AsyncWrite + Unpin>(
                     return Err("the broker closed the connection".into());
                 };
                 let api_key = flight.meta.api_key;
+                // Before any drop: the broker did answer.
+                if let (Some(sessions), Some(seen)) = (&shared.share_sessions, &flight.share) {
+                    sessions.on_response(seen, flight.meta.version, &frame);
+                }
                 let frame = match shared.rewriter.response(&flight, frame.clone()) {
                     Ok(out) => out,
                     Err(e) => {

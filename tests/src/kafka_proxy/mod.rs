@@ -8,7 +8,9 @@
 //!
 //! With `ProxyOptions::with_admin_emulation` it also answers Kafka's admin requests itself
 //! (`admin`, `admin_configs`, `share_offsets`), which the dev broker lacks, and with
-//! `with_one_group_namespace` it keeps group ids in one namespace as Kafka does (`groups`).
+//! `with_one_group_namespace` it keeps group ids in one namespace as Kafka does (`groups`);
+//! `with_kafka_share_sessions` keeps a member's records acquired across a share-session reopen,
+//! as Kafka does (`share_sessions`).
 //!
 //! Layout: `connection` (listeners, TLS, SASL exchange, request/response pump), `local` (the
 //! dispatch of requests the proxy answers itself), `rewrite` (endpoints, Kafka 4.2 heartbeat
@@ -26,6 +28,7 @@ mod pki;
 mod rewrite;
 mod sasl;
 mod share_offsets;
+mod share_sessions;
 mod token;
 
 use std::collections::HashMap;
@@ -123,6 +126,9 @@ pub struct ProxyOptions {
     /// Kafka's one namespace for group ids: a member of another group type is refused as
     /// Kafka 4.2 refuses it; ListGroups and DescribeGroups are answered (`groups.rs`).
     pub one_group_namespace: bool,
+    /// An epoch-0 ShareFetch continues the member's session on the dev broker instead of
+    /// replacing it, so its acquired records stay acquired, as on Kafka (`share_sessions.rs`).
+    pub kafka_share_sessions: bool,
     /// Answer Kafka's admin requests (CreateTopics, DescribeConfigs, IncrementalAlterConfigs,
     /// the share-group offsets APIs) on top of the dev broker's launcher.
     pub admin: Option<AdminEmulationOptions>,
@@ -146,6 +152,7 @@ impl ProxyOptions {
             require_client_certificate: false,
             kafka42_coordinator: false,
             one_group_namespace: false,
+            kafka_share_sessions: false,
             admin: None,
             denied_operations: Default::default(),
         }
@@ -183,6 +190,11 @@ impl ProxyOptions {
 
     pub fn with_one_group_namespace(mut self) -> Self {
         self.one_group_namespace = true;
+        self
+    }
+
+    pub fn with_kafka_share_sessions(mut self) -> Self {
+        self.kafka_share_sessions = true;
         self
     }
 
@@ -315,6 +327,9 @@ impl KafkaProxy {
             .one_group_namespace
             .then(|| Arc::new(GroupNamespace::default()));
         let proxy_groups = groups.clone();
+        let share_sessions = options
+            .kafka_share_sessions
+            .then(|| Arc::new(share_sessions::ShareSessions::default()));
         let uses_sasl = options.security.uses_sasl();
         let admin_options = options.admin.clone();
         let denied = options.denied_operations.clone();
@@ -381,7 +396,8 @@ impl KafkaProxy {
                     }
                     let shared = Arc::new(
                         Shared::new(upstream_of, tls, sasl, rewriter, faults, local)
-                            .with_groups(groups),
+                            .with_groups(groups)
+                            .with_share_sessions(share_sessions),
                     );
                     for (node, _, _, listener) in bound {
                         tokio::spawn(connection::accept_loop(listener, node, Arc::clone(&shared)));
@@ -467,6 +483,15 @@ impl KafkaProxy {
         self.shared
             .upstream_opened
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// With `with_kafka_share_sessions`: the clients' epoch-0 ShareFetches that continued the
+    /// member's dev-broker session instead of replacing it.
+    pub fn share_sessions_continued(&self) -> u64 {
+        self.shared
+            .share_sessions
+            .as_ref()
+            .map_or(0, |s| s.continued())
     }
 
     /// Requests with `api_key` the proxy received from clients (answered by it or forwarded).

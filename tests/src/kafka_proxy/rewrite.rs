@@ -45,6 +45,8 @@ pub(crate) struct HeartbeatSeen {
 pub(crate) struct InFlight {
     pub meta: RequestMeta,
     pub heartbeat: Option<HeartbeatSeen>,
+    /// A share request followed by `with_kafka_share_sessions`.
+    pub share: Option<super::share_sessions::ShareSeen>,
 }
 
 type Assignment = BTreeSet<(Uuid, i32)>;
@@ -330,6 +332,7 @@ mod tests {
                 correlation_id: 5,
             },
             heartbeat,
+            share: None,
         }
     }
 
