@@ -419,10 +419,11 @@ async fn failover(
 
     let late = late.to_vec();
     let late_producer = std::sync::Arc::clone(&producer);
+    // In twenty batches over about five seconds, so that the kill comes while records flow.
     let producing = tokio::spawn(async move {
-        for batch in late.chunks(500) {
+        for batch in late.chunks(late.len().div_ceil(20).max(1)) {
             late_producer.send(DEMO_TOPIC, batch.to_vec()).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     });
     // Kill, mid-flow, a worker that runs tasks; the others are asked from then on.
