@@ -83,8 +83,11 @@ fn start_worker(
 ) -> Result<WorkerChild> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let properties = dir.join("worker.properties");
-    std::fs::write(&properties, worker_properties(bootstrap, rest_port, timings))
-        .with_context(|| format!("cannot write {}", properties.display()))?;
+    std::fs::write(
+        &properties,
+        worker_properties(bootstrap, rest_port, timings),
+    )
+    .with_context(|| format!("cannot write {}", properties.display()))?;
     let log = dir.join("worker.log");
     let exe = std::env::current_exe().context("cannot find the spillway binary")?;
     let mut child = Command::new(exe)
@@ -304,7 +307,9 @@ pub async fn demo(options: ClusterDemo) -> Result<()> {
         .with_context(|| format!("cannot create {}", output_dir.display()))?;
     let out = output_dir.join("orders-share.txt");
     let _ = std::fs::remove_file(&out);
-    println!("starting the dev broker and {workers} workers in one group (state in Kafka topics)...");
+    println!(
+        "starting the dev broker and {workers} workers in one group (state in Kafka topics)..."
+    );
     let cluster = tokio::task::spawn_blocking(move || {
         let cluster =
             ProxiedDevBroker::start(1, &[(DEMO_TOPIC, partitions)]).map_err(anyhow::Error::msg)?;
@@ -413,7 +418,10 @@ async fn failover(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    println!("created {DEMO_CONNECTOR} (share group, {tasks} tasks) through worker {}", urls.len() - 1);
+    println!(
+        "created {DEMO_CONNECTOR} (share group, {tasks} tasks) through worker {}",
+        urls.len() - 1
+    );
     let before = wait_running(&http, &urls[0], tasks, &ids, timeout).await?;
     print_placement("before", &before, &ids);
 
@@ -432,7 +440,10 @@ async fn failover(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let victim_id = before.values().last().context("no task placed")?.clone();
-    let victim = ids.iter().position(|id| *id == victim_id).context("victim")?;
+    let victim = ids
+        .iter()
+        .position(|id| *id == victim_id)
+        .context("victim")?;
     let Some(mut dead) = workers[victim].take() else {
         bail!("worker {victim} is gone already");
     };
@@ -486,4 +497,3 @@ async fn failover(
     println!("every record arrived although worker {victim} was killed");
     Ok(())
 }
-

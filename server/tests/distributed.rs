@@ -805,7 +805,6 @@ async fn a_cleanly_stopped_workers_tasks_never_show_running_on_it() {
     }
 }
 
-
 /// `spillway demo --cluster`: the failover story on its own — placement before and after a
 /// worker is SIGKILLed, and every record delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -815,7 +814,14 @@ async fn the_cluster_demo_kills_a_worker_and_loses_nothing() {
         let dir = dir.path().to_owned();
         move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
-                .args(["demo", "--cluster", "--records", "4000", "--timeout-secs", "90"])
+                .args([
+                    "demo",
+                    "--cluster",
+                    "--records",
+                    "4000",
+                    "--timeout-secs",
+                    "90",
+                ])
                 .arg("--output-dir")
                 .arg(&dir)
                 .env("RUST_LOG", "warn")
@@ -839,7 +845,10 @@ async fn the_cluster_demo_kills_a_worker_and_loses_nothing() {
         .and_then(|(_, rest)| rest.split_once(')'))
         .map(|(id, _)| id.to_owned())
         .expect("the victim's id");
-    let placement_after = &stdout[after..stdout[after..].find("summary").map_or(stdout.len(), |i| after + i)];
+    let placement_after = &stdout[after
+        ..stdout[after..]
+            .find("summary")
+            .map_or(stdout.len(), |i| after + i)];
     assert!(!placement_after.contains(&victim), "{stdout}");
     assert!(
         stdout.contains("4000 distinct of 4000 records") && stdout.contains("0 missing"),
@@ -891,7 +900,10 @@ async fn writes_are_forwarded_to_an_https_leader_with_the_workers_own_trust() {
         ("listeners.https.ssl.keystore.type", "PEM"),
         ("listeners.https.ssl.keystore.location", keystore.as_str()),
         ("listeners.https.ssl.truststore.type", "PEM"),
-        ("listeners.https.ssl.truststore.location", truststore.as_str()),
+        (
+            "listeners.https.ssl.truststore.location",
+            truststore.as_str(),
+        ),
         ("listeners.https.ssl.client.auth", "required"),
     ];
     let workers: Vec<WorkerProcess> = (0..2)
@@ -951,12 +963,18 @@ async fn writes_are_forwarded_to_an_https_leader_with_the_workers_own_trust() {
         .iter()
         .filter(|w| w.log().contains("forwarding"))
         .count();
-    assert_eq!(forwarded, 1, "one write went through the other worker; {last}");
+    assert_eq!(
+        forwarded, 1,
+        "one write went through the other worker; {last}"
+    );
     // Both are the cluster's: listed by either worker once it has read the config topic.
     let start = Instant::now();
     loop {
         let listed: Json = client
-            .get(format!("{}/connectors", workers[0].base.trim_end_matches('/')))
+            .get(format!(
+                "{}/connectors",
+                workers[0].base.trim_end_matches('/')
+            ))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await

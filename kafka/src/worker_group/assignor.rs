@@ -136,10 +136,19 @@ impl IncrementalAssignor {
         for (member, allocation) in next.iter_mut() {
             let excess = allocation.tasks.len().saturating_sub(caps.of(member));
             if excess > 0 {
-                let stop: BTreeSet<TaskId> =
-                    allocation.tasks.iter().rev().take(excess).cloned().collect();
+                let stop: BTreeSet<TaskId> = allocation
+                    .tasks
+                    .iter()
+                    .rev()
+                    .take(excess)
+                    .cloned()
+                    .collect();
                 allocation.tasks.retain(|t| !stop.contains(t));
-                revoked.entry(member.clone()).or_default().tasks.extend(stop);
+                revoked
+                    .entry(member.clone())
+                    .or_default()
+                    .tasks
+                    .extend(stop);
             }
         }
 
@@ -296,9 +305,9 @@ struct Caps<'a>(&'a BTreeMap<String, u64>);
 
 impl Caps<'_> {
     fn of(&self, member: &str) -> usize {
-        self.0
-            .get(member)
-            .map_or(usize::MAX, |cap| usize::try_from(*cap).unwrap_or(usize::MAX))
+        self.0.get(member).map_or(usize::MAX, |cap| {
+            usize::try_from(*cap).unwrap_or(usize::MAX)
+        })
     }
 }
 
@@ -399,7 +408,7 @@ fn targets(
 ) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     let mut remaining: usize = next.values().map(&load).sum();
-    let mut by_cap: Vec<(&String, usize)> = next.iter().map(|(m, _)| (m, cap(m))).collect();
+    let mut by_cap: Vec<(&String, usize)> = next.keys().map(|m| (m, cap(m))).collect();
     by_cap.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
     let mut open: Vec<&String> = Vec::new();
     let mut members = by_cap.len();
@@ -418,7 +427,8 @@ fn targets(
     }
     let floor = remaining / open.len();
     let mut extra = remaining % open.len();
-    let mut by_load: Vec<(&String, usize)> = open.into_iter().map(|m| (m, load(&next[m]))).collect();
+    let mut by_load: Vec<(&String, usize)> =
+        open.into_iter().map(|m| (m, load(&next[m]))).collect();
     by_load.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     for (member, _) in by_load {
         let target = if extra > 0 {
@@ -796,10 +806,7 @@ mod tests {
         assert!(joined.unassigned.is_empty(), "{joined:?}");
         assert_eq!(group.everything(), work);
         assert_within_caps(&group);
-        assert!(moved
-            .unassigned
-            .tasks
-            .is_subset(&group.running["w3"].tasks));
+        assert!(moved.unassigned.tasks.is_subset(&group.running["w3"].tasks));
         assert_eq!(group.running["w2"], before);
     }
 
@@ -812,7 +819,9 @@ mod tests {
         group.round(1_000, &work);
         // It comes back within the delay with a smaller cap: the first candidate for its
         // work, but what does not fit goes to w1, which has room.
-        group.running.insert("w2-back".into(), Allocation::default());
+        group
+            .running
+            .insert("w2-back".into(), Allocation::default());
         group.caps.insert("w2-back".into(), 1);
         group.round(3_000, &work);
         let given = group.round(11_000, &work);

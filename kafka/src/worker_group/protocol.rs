@@ -288,7 +288,10 @@ mod tests {
         let metadata = WorkerMetadata::decode("m", text).unwrap();
         assert!(metadata.running.is_empty());
         assert_eq!(metadata.config_offset, -1);
-        assert_eq!(metadata.max_tasks, None, "a worker that says nothing has no limit");
+        assert_eq!(
+            metadata.max_tasks, None,
+            "a worker that says nothing has no limit"
+        );
     }
 
     #[test]

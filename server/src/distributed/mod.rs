@@ -160,7 +160,10 @@ pub async fn mark_unassigned_on_stop(link: &ClusterLink) {
     let mut statuses = Vec::new();
     for runtime in &role.allocation.connectors {
         if let Some(key) = known(runtime) {
-            statuses.push((StatusKey::Connector(key), store.status("UNASSIGNED", None, 0)));
+            statuses.push((
+                StatusKey::Connector(key),
+                store.status("UNASSIGNED", None, 0),
+            ));
         }
     }
     for task in &role.allocation.tasks {
@@ -179,7 +182,9 @@ pub async fn mark_unassigned_on_stop(link: &ClusterLink) {
             statuses = statuses.len(),
             "marked this worker's connectors and tasks UNASSIGNED"
         ),
-        Err(e) => tracing::warn!(error = %e, "cannot mark this worker's connectors and tasks UNASSIGNED; their statuses show RUNNING here until their next owner writes"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot mark this worker's connectors and tasks UNASSIGNED; their statuses show RUNNING here until their next owner writes")
+        }
     }
 }
 
