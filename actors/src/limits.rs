@@ -258,6 +258,36 @@ impl WorkerLimits {
     }
 }
 
+/// Distributed mode: refuses `tasks` more tasks for connector `name` when the cluster's other
+/// connectors already have `others` and its live workers run at most `worker_caps` tasks each
+/// (their `tasks.max.per.worker`): the cluster's capacity is their sum.
+pub fn check_cluster_tasks(
+    name: &str,
+    others: u64,
+    tasks: u64,
+    worker_caps: &[u64],
+) -> Result<(), ConfigError> {
+    let capacity = worker_caps.iter().copied().fold(0, u64::saturating_add);
+    let total = others.saturating_add(tasks);
+    if total <= capacity {
+        return Ok(());
+    }
+    let caps: Vec<String> = worker_caps.iter().map(u64::to_string).collect();
+    Err(ConfigError::InvalidValue {
+        key: "tasks.max".into(),
+        value: tasks.to_string(),
+        reason: format!(
+            "the cluster runs at most {capacity} tasks ({TASKS_MAX_PER_WORKER} summed over its \
+             {} live worker{}: {}); its other connectors have {others}, so connector {name} \
+             would take it to {total}. Lower tasks.max, stop or delete connectors, add workers, \
+             or ask the worker admin to raise the limit",
+            worker_caps.len(),
+            if worker_caps.len() == 1 { "" } else { "s" },
+            caps.join(" + ")
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +368,21 @@ mod tests {
         assert!(
             WorkerLimits::from_worker_config(&config_map(&[(TASKS_MAX_PER_CONNECTOR, "0")]))
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn the_cluster_capacity_is_the_sum_of_its_workers_caps() {
+        assert!(check_cluster_tasks("a", 3, 1, &[2, 2]).is_ok());
+        let err = check_cluster_tasks("a", 3, 2, &[2, 2])
+            .expect_err("5 > 2 + 2")
+            .to_string();
+        assert!(
+            err.contains("at most 4 tasks")
+                && err.contains("tasks.max.per.worker summed over its 2 live workers: 2 + 2")
+                && err.contains("other connectors have 3")
+                && err.contains("take it to 5"),
+            "{err}"
         );
     }
 }

@@ -367,13 +367,29 @@ impl Worker {
         ))
     }
 
-    /// The other connectors' `tasks.max`, summed over those running on this worker.
+    /// The other connectors' `tasks.max`, summed over those running on this worker; in
+    /// distributed mode a connector counts the tasks assigned here, not all of its tasks.
     fn tasks_of_others(&self, key: &str) -> u64 {
+        let assignments = lock_map(&self.assignments).clone();
         self.configs()
             .iter()
             .filter(|(name, _)| name.as_str() != key)
-            .map(|(_, c)| self.limits.counted_tasks(c))
+            .map(|(name, c)| self.counted_here(&assignments, name, c))
             .fold(0, u64::saturating_add)
+    }
+
+    /// The tasks connector `name` runs here: those assigned to this worker when it has an
+    /// assignment, else its `tasks.max` (bounded by `tasks.max.per.connector`).
+    fn counted_here(
+        &self,
+        assignments: &BTreeMap<String, BTreeSet<u32>>,
+        name: &str,
+        config: &ConfigMap,
+    ) -> u64 {
+        match assignments.get(name) {
+            Some(tasks) => tasks.len() as u64,
+            None => self.limits.counted_tasks(config),
+        }
     }
 
     /// Why the runtime is broken, if it is: its thread or supervisor is gone, or an actor on
@@ -601,8 +617,12 @@ impl Worker {
         if let Some(error) = ConfigError::from_list(self.limits.check_connector(config)) {
             return Err(refused(error));
         }
+        let here = match lock_map(&self.assignments).get(key) {
+            Some(tasks) => tasks.len() as u64,
+            None => requested_tasks(config),
+        };
         self.limits
-            .check_worker_tasks(&name, self.tasks_of_others(key), requested_tasks(config))
+            .check_worker_tasks(&name, self.tasks_of_others(key), here)
             .map_err(refused)
     }
 

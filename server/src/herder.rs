@@ -846,7 +846,8 @@ impl Herder {
     }
 
     /// Refuses a connector (new, changed or coming back from STOPPED) that would take the
-    /// worker over `tasks.max.per.worker`, counting every tenant's connectors not STOPPED.
+    /// worker over `tasks.max.per.worker`, counting every tenant's connectors not STOPPED; in
+    /// distributed mode, the cluster over the sum of its live workers' caps.
     fn check_worker_tasks(
         &self,
         tenant: &str,
@@ -866,6 +867,17 @@ impl Herder {
             })
             .map(|(_, r)| self.worker.limits().counted_tasks(&r.config))
             .fold(0, u64::saturating_add);
+        // Distributed mode: the store is the cluster's, and so is the capacity — the sum of
+        // every live worker's cap (the assignor gives no worker more than its own).
+        if let Some(caps) = self.cluster.as_ref().and_then(|c| c.role().worker_caps()) {
+            return spillway_actors::limits::check_cluster_tasks(
+                name,
+                others,
+                requested_tasks(config),
+                &caps,
+            )
+            .map_err(|e| HerderError::BadRequest(e.to_string()));
+        }
         self.worker
             .limits()
             .check_worker_tasks(name, others, requested_tasks(config))

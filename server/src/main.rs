@@ -40,6 +40,13 @@ enum Command {
         /// Seconds to wait for every record before giving up.
         #[arg(long, default_value_t = 120)]
         timeout_secs: u64,
+        /// Run the share connector on a cluster of worker processes instead, SIGKILL one while
+        /// records flow, and show its tasks move with nothing lost (docs/distributed.md).
+        #[arg(long)]
+        cluster: bool,
+        /// Worker processes of the cluster demo.
+        #[arg(long, default_value_t = 3, requires = "cluster")]
+        workers: u32,
     },
     /// Run connectors in one process, Kafka Connect standalone style, until SIGTERM or Ctrl-C
     /// (then stop gracefully within task.shutdown.graceful.timeout.ms and exit 0). Serves the
@@ -131,8 +138,21 @@ async fn run(command: Command) -> Result<()> {
             share_tasks,
             output_dir,
             timeout_secs,
+            cluster,
+            workers,
         } => {
             let defaults = spillway::demo::DemoOptions::default();
+            if cluster {
+                return dev_cluster::demo(dev_cluster::ClusterDemo {
+                    workers,
+                    records,
+                    partitions,
+                    tasks: share_tasks,
+                    output_dir: output_dir.unwrap_or(defaults.output_dir),
+                    timeout: std::time::Duration::from_secs(timeout_secs),
+                })
+                .await;
+            }
             spillway::demo::run(spillway::demo::DemoOptions {
                 records,
                 partitions,

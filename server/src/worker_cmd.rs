@@ -330,11 +330,13 @@ impl RunningWorker {
         let advertised = parsed.string(REST_ADVERTISED_HOST_NAME)?.map(str::to_owned);
         let specs = listen_addresses(&config)?;
         let auth = auth_settings(&config)?;
-        let tls = if specs.iter().any(|s| s.scheme == Scheme::Https) {
+        let https = specs.iter().any(|s| s.scheme == Scheme::Https);
+        let tls = if https {
             Some(rest::tls::server_config(&config).context("cannot set up the https listener")?)
         } else {
             None
         };
+        let forward_client = rest::forward::client(&config, https)?;
 
         let mut listeners = Vec::new();
         let mut listening = Vec::new();
@@ -397,6 +399,7 @@ impl RunningWorker {
                 max_body_bytes,
                 auth,
                 telemetry: Arc::clone(&telemetry),
+                forward_client,
             },
         )?;
         let handle = server.handle();
@@ -519,6 +522,9 @@ impl RunningWorker {
         self.persisting.abort();
         self.herder.shutdown().await;
         if let Some(member) = member {
+            if let Some(link) = self.herder.cluster() {
+                distributed::mark_unassigned_on_stop(link).await;
+            }
             member.leave().await;
         }
         // Flushing OTLP blocks on its HTTP export.

@@ -59,9 +59,19 @@ struct Worker {
 }
 
 fn start_worker(bootstrap: &str, dir: &Path) -> Worker {
+    start_worker_with(bootstrap, dir, &[])
+}
+
+/// A worker with `extra` properties beside (or instead of) the test cluster's.
+fn start_worker_with(bootstrap: &str, dir: &Path, extra: &[(&str, &str)]) -> Worker {
     std::fs::create_dir_all(dir).expect("worker dir");
     let owned = worker_properties(bootstrap);
-    let properties: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut properties: Vec<(&str, &str)> = owned
+        .iter()
+        .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+        .map(|(k, v)| (*k, v.as_str()))
+        .collect();
+    properties.extend_from_slice(extra);
     let process = WorkerProcess::start(&properties, dir, "info");
     let api = Client::new(&process.base).with_token(ADMIN_TOKEN);
     let id = process
@@ -585,4 +595,400 @@ async fn dev_cluster_starts_workers_that_form_one_cluster() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "dev-cluster exited with {status}");
+}
+
+/// Each task's state and worker, whatever the state.
+async fn task_states(api: &Client, connector: &str) -> Vec<(String, String, String)> {
+    let answer = api.get(&format!("/connectors/{connector}/status")).await;
+    answer.body["tasks"]
+        .as_array()
+        .map(|tasks| {
+            tasks
+                .iter()
+                .map(|t| {
+                    (
+                        t["state"].as_str().unwrap_or_default().to_owned(),
+                        t["worker_id"].as_str().unwrap_or_default().to_owned(),
+                        t["trace"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn file_sink_with_tasks(name: &str, file: &Path, tasks: u32) -> Json {
+    let mut body = sink(name, file, "share");
+    body["config"]["tasks.max"] = json!(tasks.to_string());
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_cap_counts_per_worker_and_tasks_that_fit_nowhere_wait_for_room() {
+    let cluster =
+        ProxiedDevBroker::start(1, &[("orders", 6)]).expect("dev broker behind the proxy");
+    cluster.broker().set_share_auto_offset_reset("earliest");
+    let bootstrap = cluster.bootstrap();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cap = [("tasks.max.per.worker", "2")];
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|i| start_worker_with(&bootstrap, &dir.path().join(format!("w{i}")), &cap))
+        .collect();
+
+    // Three tasks: beyond one worker's cap, within the cluster's (2 + 2). Until the second
+    // worker has joined, the cluster has one worker's capacity and says so.
+    let start = Instant::now();
+    let created = loop {
+        let answer = create_retrying(
+            &workers[0].api,
+            file_sink_with_tasks("capped", &dir.path().join("capped.txt"), 3),
+        )
+        .await;
+        if answer.status == 400 && answer.text.contains("1 live worker:") && start.elapsed() < WAIT
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
+        break answer;
+    };
+    assert_eq!(created.status, 201, "{}", created.text);
+    let ids: Vec<String> = workers.iter().map(|w| w.id.clone()).collect();
+    let all: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let placed = wait_placed(&workers[1].api, "capped", &all).await;
+    let mut per_worker: BTreeMap<&str, usize> = BTreeMap::new();
+    for worker in placed.values() {
+        *per_worker.entry(worker.as_str()).or_default() += 1;
+    }
+    assert!(
+        per_worker.len() == 2 && per_worker.values().all(|n| *n <= 2),
+        "three tasks on two workers of cap 2: {placed:?}"
+    );
+
+    // Two more would make five on a capacity of four: refused, naming the limit and figures.
+    let refused = create_retrying(
+        &workers[1].api,
+        file_sink_with_tasks("one-too-many", &dir.path().join("more.txt"), 2),
+    )
+    .await;
+    let message = refused.assert_error(400);
+    assert!(
+        message.contains("tasks.max.per.worker summed over its 2 live workers: 2 + 2")
+            && message.contains("at most 4 tasks")
+            && message.contains("other connectors have 3")
+            && message.contains("take it to 5"),
+        "{message}"
+    );
+
+    // SIGKILL one: the survivor takes what fits (up to its cap), the task that fits nowhere
+    // is reported UNASSIGNED with why, not dropped.
+    let mut dead = workers.remove(0);
+    dead.process.kill_9();
+    let survivor = workers[0].id.clone();
+    let start = Instant::now();
+    loop {
+        let tasks = task_states(&workers[0].api, "capped").await;
+        let running_here = tasks
+            .iter()
+            .filter(|(state, worker, _)| state == "RUNNING" && *worker == survivor)
+            .count();
+        let waiting: Vec<&(String, String, String)> = tasks
+            .iter()
+            .filter(|(state, _, trace)| {
+                state == "UNASSIGNED"
+                    && trace.contains("no worker has room")
+                    && trace.contains("tasks.max.per.worker")
+            })
+            .collect();
+        if tasks.len() == 3 && running_here == 2 && waiting.len() == 1 {
+            eprintln!(
+                "after the kill: 2 tasks on {survivor}, one waiting ({}) after {:?}",
+                waiting[0].2,
+                start.elapsed()
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "expected two tasks on the survivor and one reported waiting: {tasks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Capacity returns: a new worker takes the waiting task; the survivor keeps its two.
+    workers.push(start_worker_with(&bootstrap, &dir.path().join("w2"), &cap));
+    let ids: Vec<String> = workers.iter().map(|w| w.id.clone()).collect();
+    let all: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let placed = wait_placed(&workers[0].api, "capped", &all).await;
+    let on_survivor = placed.values().filter(|w| **w == survivor).count();
+    assert_eq!(on_survivor, 2, "{placed:?}");
+    for w in workers {
+        w.process.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanly_stopped_workers_tasks_never_show_running_on_it() {
+    let cluster =
+        ProxiedDevBroker::start(1, &[("orders", 6)]).expect("dev broker behind the proxy");
+    cluster.broker().set_share_auto_offset_reset("earliest");
+    let bootstrap = cluster.bootstrap();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|i| start_worker(&bootstrap, &dir.path().join(format!("w{i}"))))
+        .collect();
+    let ids: Vec<String> = workers.iter().map(|w| w.id.clone()).collect();
+    let all: Vec<&str> = ids.iter().map(String::as_str).collect();
+    // Created once both workers are in the group, so that the tasks are spread.
+    let answer = create_retrying(
+        &workers[0].api,
+        file_sink_with_tasks("spread", &dir.path().join("out.txt"), 4),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{}", answer.text);
+    let start = Instant::now();
+    let placed = loop {
+        let placed = wait_placed(&workers[1].api, "spread", &all).await;
+        let used: BTreeSet<&String> = placed.values().collect();
+        if used.len() == 2 {
+            break placed;
+        }
+        assert!(start.elapsed() < WAIT, "never spread: {placed:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+
+    // SIGTERM the first; read the status from the other before its tasks can have moved
+    // (the departed worker's work is held for the delay after the rebalance that follows).
+    let stopped = workers.remove(0);
+    let stopped_id = stopped.id.clone();
+    let its_tasks: Vec<u64> = placed
+        .iter()
+        .filter(|(_, w)| **w == stopped_id)
+        .map(|(t, _)| *t)
+        .collect();
+    let (status, _) = tokio::task::spawn_blocking(move || stopped.process.stop_with_status())
+        .await
+        .expect("stopped");
+    assert!(status.success(), "{status}");
+    let exited = Instant::now();
+    let api = &workers[0].api;
+    let mut last = Vec::new();
+    // Two refreshes of the reader's view (every second), well within the hold.
+    while exited.elapsed() < Duration::from_millis(2_500) {
+        last = task_states(api, "spread").await;
+        let connector = api.get("/connectors/spread/status").await.body;
+        if exited.elapsed() > Duration::from_millis(1_500) {
+            for (state, worker, _) in &last {
+                assert!(
+                    !(state == "RUNNING" && *worker == stopped_id),
+                    "a task shows RUNNING on the stopped worker {stopped_id}: {last:?}"
+                );
+            }
+            assert!(
+                !(connector["connector"]["state"] == "RUNNING"
+                    && connector["connector"]["worker_id"] == stopped_id.as_str()),
+                "the connector shows RUNNING on the stopped worker: {connector}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for task in &its_tasks {
+        let (state, worker, _) = &last[*task as usize];
+        assert!(
+            (state == "UNASSIGNED" && *worker == stopped_id)
+                || (state == "RUNNING" && *worker == workers[0].id),
+            "task {task}: {state} on {worker}"
+        );
+    }
+    eprintln!("tasks {its_tasks:?} of {stopped_id} after its SIGTERM: {last:?}");
+    for w in workers {
+        w.process.stop();
+    }
+}
+
+/// `spillway demo --cluster`: the failover story on its own — placement before and after a
+/// worker is SIGKILLed, and every record delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_demo_kills_a_worker_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = tokio::task::spawn_blocking({
+        let dir = dir.path().to_owned();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .args([
+                    "demo",
+                    "--cluster",
+                    "--records",
+                    "4000",
+                    "--timeout-secs",
+                    "90",
+                ])
+                .arg("--output-dir")
+                .arg(&dir)
+                .env("RUST_LOG", "warn")
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("spillway demo --cluster runs")
+        }
+    })
+    .await
+    .expect("ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("{stdout}");
+    assert!(output.status.success(), "{}: {stdout}", output.status);
+    let before = stdout.find("before:").expect("placement before");
+    let killed = stdout.find("SIGKILL worker").expect("a worker killed");
+    let after = stdout.find("after:").expect("placement after");
+    assert!(before < killed && killed < after, "{stdout}");
+    // The victim runs nothing afterwards.
+    let victim = stdout[killed..]
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(id, _)| id.to_owned())
+        .expect("the victim's id");
+    let placement_after = &stdout[after
+        ..stdout[after..]
+            .find("summary")
+            .map_or(stdout.len(), |i| after + i)];
+    assert!(!placement_after.contains(&victim), "{stdout}");
+    assert!(
+        stdout.contains("4000 distinct of 4000 records") && stdout.contains("0 missing"),
+        "{stdout}"
+    );
+}
+
+/// A CA of this test, and a certificate for 127.0.0.1 signed by it (the workers' listener
+/// certificate, also presented as their client certificate), all PEM.
+fn test_pki() -> (String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("worker key");
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().expect("ip")));
+    let cert = params.signed_by(&key, &issuer).expect("worker cert");
+    (
+        ca.pem(),
+        format!("{}{}{}", key.serialize_pem(), cert.pem(), ca.pem()),
+    )
+}
+
+/// Two workers on https with mutual TLS (a CA of the test's own, unknown to the system): a
+/// write sent to the worker that does not lead is forwarded to the leader, which trusts it
+/// because it presents its certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_forwarded_to_an_https_leader_with_the_workers_own_trust() {
+    let cluster =
+        ProxiedDevBroker::start(1, &[("orders", 2)]).expect("dev broker behind the proxy");
+    let bootstrap = cluster.bootstrap();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ca, identity) = test_pki();
+    let keystore = dir.path().join("worker.pem");
+    std::fs::write(&keystore, &identity).expect("keystore");
+    let truststore = dir.path().join("ca.pem");
+    std::fs::write(&truststore, &ca).expect("truststore");
+    let (keystore, truststore) = (
+        keystore.display().to_string(),
+        truststore.display().to_string(),
+    );
+    let tls = [
+        ("listeners", "https://127.0.0.1:0"),
+        ("listeners.https.ssl.keystore.type", "PEM"),
+        ("listeners.https.ssl.keystore.location", keystore.as_str()),
+        ("listeners.https.ssl.truststore.type", "PEM"),
+        (
+            "listeners.https.ssl.truststore.location",
+            truststore.as_str(),
+        ),
+        ("listeners.https.ssl.client.auth", "required"),
+    ];
+    let workers: Vec<WorkerProcess> = (0..2)
+        .map(|i| {
+            let dir = dir.path().join(format!("w{i}"));
+            std::fs::create_dir_all(&dir).expect("worker dir");
+            let owned = worker_properties(&bootstrap);
+            let mut properties: Vec<(&str, &str)> = owned
+                .iter()
+                .filter(|(k, _)| *k != "rest.host.name" && *k != "rest.port")
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect();
+            properties.extend_from_slice(&tls);
+            WorkerProcess::start(&properties, &dir, "info,spillway::rest::forward=debug")
+        })
+        .collect();
+    assert!(workers.iter().all(|w| w.base.starts_with("https://")));
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .timeout(Duration::from_secs(60))
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).expect("ca"))
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).expect("identity"))
+        .build()
+        .expect("client");
+    // One connector through each worker: the one through the worker that does not lead is
+    // forwarded. 409 while the group forms (and, without the workers' trust, for every
+    // forwarded write: the leader's certificate is not trusted).
+    let mut last = String::new();
+    for (i, worker) in workers.iter().enumerate() {
+        let body = json!({"name": format!("via-{i}"), "initial_state": "PAUSED", "config": {
+            "connector.class": "file", "topics": "orders", "tasks.max": "1",
+            "file": dir.path().join(format!("out-{i}.txt")).display().to_string(),
+            "consumer.override.group.protocol": "share",
+        }});
+        let start = Instant::now();
+        loop {
+            let answer = client
+                .post(format!("{}/connectors", worker.base.trim_end_matches('/')))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .expect("an https answer");
+            let status = answer.status().as_u16();
+            last = answer.text().await.unwrap_or_default();
+            if status == 201 {
+                break;
+            }
+            assert!(
+                status == 409 && start.elapsed() < Duration::from_secs(45),
+                "creating through worker {i}: {status} {last}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let forwarded = workers
+        .iter()
+        .filter(|w| w.log().contains("forwarding"))
+        .count();
+    assert_eq!(
+        forwarded, 1,
+        "one write went through the other worker; {last}"
+    );
+    // Both are the cluster's: listed by either worker once it has read the config topic.
+    let start = Instant::now();
+    loop {
+        let listed: Json = client
+            .get(format!(
+                "{}/connectors",
+                workers[0].base.trim_end_matches('/')
+            ))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("answer")
+            .json()
+            .await
+            .expect("json");
+        if listed == json!(["via-0", "via-1"]) {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "{listed}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for w in workers {
+        w.stop();
+    }
 }

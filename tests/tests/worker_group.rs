@@ -34,6 +34,9 @@ impl WorkerHost for FixedHost {
     fn config_offset(&self) -> i64 {
         7
     }
+    fn max_tasks(&self) -> Option<u64> {
+        None
+    }
     fn configured_work(&self, at_least: i64) -> Option<(i64, Allocation)> {
         (at_least <= 7).then(|| (7, self.work.clone()))
     }

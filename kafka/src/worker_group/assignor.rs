@@ -18,8 +18,14 @@
 //!   stops. Balancing waits while work is held, so a worker that is about to come back is not
 //!   answered by moving everything around.
 //!
+//! - Capacity: a worker never gets more tasks than its `tasks.max.per.worker` (sent in its
+//!   join metadata). New and moved tasks go to the least loaded worker with room; tasks that
+//!   fit nowhere stay unassigned (reported, not dropped) and are handed out at the first
+//!   rebalance that finds room (a worker joins, a connector shrinks or goes). Fair shares are
+//!   capped the same way, so balancing never asks a full worker to take more.
+//!
 //! Connectors and tasks are balanced separately, as in Connect: a connector instance is light
-//! (it computes task configs), tasks carry the records.
+//! (it computes task configs), tasks carry the records. Only tasks count against capacity.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,6 +45,8 @@ pub struct GroupAssignment {
     pub members: BTreeMap<String, MemberAssignment>,
     /// Milliseconds until held work is reassigned (0: nothing is held).
     pub delay_ms: u64,
+    /// Tasks no member has room for: they run nowhere until a later round finds room.
+    pub unassigned: Allocation,
 }
 
 /// The incremental cooperative assignor of one leader.
@@ -70,7 +78,8 @@ impl IncrementalAssignor {
     }
 
     /// Assigns `configured` work to `running` members (member id → what it reports running)
-    /// for `generation`. `last_completed_generation` is the last generation this member
+    /// for `generation`, giving no member more tasks than its entry in `max_tasks` (a member
+    /// without one has no limit). `last_completed_generation` is the last generation this member
     /// completed (its SyncGroup answered): when it is not the one this assignor computed, this
     /// member was not the leader throughout and its memory is no guide, so it starts afresh.
     pub fn assign(
@@ -80,7 +89,9 @@ impl IncrementalAssignor {
         generation: i32,
         running: &BTreeMap<String, Allocation>,
         configured: &Allocation,
+        max_tasks: &BTreeMap<String, u64>,
     ) -> GroupAssignment {
+        let caps = Caps(max_tasks);
         if self.previous_generation.is_none()
             || self.previous_generation != last_completed_generation
         {
@@ -120,15 +131,36 @@ impl IncrementalAssignor {
             })
             .collect();
 
+        // A member above its capacity (it was lowered, or an earlier leader did not know it)
+        // stops the excess; the next round hands it on.
+        for (member, allocation) in next.iter_mut() {
+            let excess = allocation.tasks.len().saturating_sub(caps.of(member));
+            if excess > 0 {
+                let stop: BTreeSet<TaskId> = allocation
+                    .tasks
+                    .iter()
+                    .rev()
+                    .take(excess)
+                    .cloned()
+                    .collect();
+                allocation.tasks.retain(|t| !stop.contains(t));
+                revoked
+                    .entry(member.clone())
+                    .or_default()
+                    .tasks
+                    .extend(stop);
+            }
+        }
+
         // Balancing only takes back work a member ran before this round.
         let before_new_work = next.clone();
-        let (to_hand_out, delay_ms) = self.handle_lost(now_ms, &mut lost, &mut next);
+        let (to_hand_out, delay_ms) = self.handle_lost(now_ms, &mut lost, &mut next, &caps);
         let mut new_work = created;
         new_work.add_all(&to_hand_out);
-        assign_to_least_loaded(&mut next, &new_work);
+        let unassigned = assign_to_least_loaded(&mut next, &new_work, &caps);
 
         if delay_ms == 0 {
-            let balancing = balancing_revocations(&next, &before_new_work);
+            let balancing = balancing_revocations(&next, &before_new_work, &caps);
             for (member, stop) in balancing {
                 if let Some(n) = next.get_mut(&member) {
                     n.remove_all(&stop);
@@ -155,7 +187,11 @@ impl IncrementalAssignor {
         self.previous = remembered;
         self.previous_generation = Some(generation);
         self.previous_members = running.keys().cloned().collect();
-        GroupAssignment { members, delay_ms }
+        GroupAssignment {
+            members,
+            delay_ms,
+            unassigned,
+        }
     }
 
     /// Decides what to do with `lost` work: hand it out now (returned, or given straight to
@@ -166,6 +202,7 @@ impl IncrementalAssignor {
         now_ms: u64,
         lost: &mut Allocation,
         next: &mut BTreeMap<String, Allocation>,
+        caps: &Caps,
     ) -> (Allocation, u64) {
         if lost.is_empty() {
             self.reassign_at = None;
@@ -205,13 +242,30 @@ impl IncrementalAssignor {
                         n.connectors.insert(connector.clone());
                     }
                 }
-                for (i, task) in held.tasks.iter().enumerate() {
-                    let member = &candidates[i % candidates.len()];
-                    if let Some(n) = next.get_mut(member) {
-                        n.tasks.insert(task.clone());
+                // A task no candidate has room for goes to whoever has.
+                let mut overflow = Allocation::default();
+                let mut turn = 0;
+                for task in &held.tasks {
+                    let with_room = (0..candidates.len())
+                        .map(|k| &candidates[(turn + k) % candidates.len()])
+                        .position(|member| {
+                            next.get(member)
+                                .is_some_and(|n| n.tasks.len() < caps.of(member))
+                        });
+                    match with_room {
+                        Some(k) => {
+                            let member = &candidates[(turn + k) % candidates.len()];
+                            if let Some(n) = next.get_mut(member) {
+                                n.tasks.insert(task.clone());
+                            }
+                            turn += k + 1;
+                        }
+                        None => {
+                            overflow.tasks.insert(task.clone());
+                        }
                     }
                 }
-                (Allocation::default(), 0)
+                (overflow, 0)
             }
             at => {
                 self.candidates.extend(
@@ -246,33 +300,64 @@ fn duplicated(running: &BTreeMap<String, Allocation>) -> Allocation {
     twice
 }
 
-/// Hands each connector, then each task, to the member that has fewest of its kind (ties: the
-/// lowest member id, so the result does not depend on map order).
-fn assign_to_least_loaded(next: &mut BTreeMap<String, Allocation>, work: &Allocation) {
-    if next.is_empty() {
-        return;
-    }
-    for connector in &work.connectors {
-        let member = least(next, |a| a.connectors.len());
-        next.get_mut(&member)
-            .expect("chosen from next")
-            .connectors
-            .insert(connector.clone());
-    }
-    for task in &work.tasks {
-        let member = least(next, |a| a.tasks.len());
-        next.get_mut(&member)
-            .expect("chosen from next")
-            .tasks
-            .insert(task.clone());
+/// Members' task capacities; a member without one has no limit.
+struct Caps<'a>(&'a BTreeMap<String, u64>);
+
+impl Caps<'_> {
+    fn of(&self, member: &str) -> usize {
+        self.0.get(member).map_or(usize::MAX, |cap| {
+            usize::try_from(*cap).unwrap_or(usize::MAX)
+        })
     }
 }
 
-fn least(next: &BTreeMap<String, Allocation>, load: impl Fn(&Allocation) -> usize) -> String {
+/// Hands each connector, then each task, to the member that has fewest of its kind (ties: the
+/// lowest member id, so the result does not depend on map order); a task only to a member
+/// below its capacity. Returns the tasks no member had room for.
+fn assign_to_least_loaded(
+    next: &mut BTreeMap<String, Allocation>,
+    work: &Allocation,
+    caps: &Caps,
+) -> Allocation {
+    let mut unassigned = Allocation::default();
+    if next.is_empty() {
+        unassigned.tasks = work.tasks.clone();
+        return unassigned;
+    }
+    for connector in &work.connectors {
+        if let Some(member) = least(next, |a| a.connectors.len(), |_, _| true) {
+            next.get_mut(&member)
+                .expect("chosen from next")
+                .connectors
+                .insert(connector.clone());
+        }
+    }
+    for task in &work.tasks {
+        let room = |member: &str, a: &Allocation| a.tasks.len() < caps.of(member);
+        match least(next, |a| a.tasks.len(), room) {
+            Some(member) => {
+                next.get_mut(&member)
+                    .expect("chosen from next")
+                    .tasks
+                    .insert(task.clone());
+            }
+            None => {
+                unassigned.tasks.insert(task.clone());
+            }
+        }
+    }
+    unassigned
+}
+
+fn least(
+    next: &BTreeMap<String, Allocation>,
+    load: impl Fn(&Allocation) -> usize,
+    eligible: impl Fn(&str, &Allocation) -> bool,
+) -> Option<String> {
     next.iter()
+        .filter(|(member, allocation)| eligible(member, allocation))
         .min_by_key(|(member, allocation)| (load(allocation), (*member).clone()))
         .map(|(member, _)| member.clone())
-        .expect("next is not empty")
 }
 
 /// What members above their fair share stop so that the next round can give it to members
@@ -280,10 +365,11 @@ fn least(next: &BTreeMap<String, Allocation>, load: impl Fn(&Allocation) -> usiz
 fn balancing_revocations(
     next: &BTreeMap<String, Allocation>,
     before_new_work: &BTreeMap<String, Allocation>,
+    caps: &Caps,
 ) -> BTreeMap<String, Allocation> {
     let mut revocations: BTreeMap<String, Allocation> = BTreeMap::new();
-    let connector_targets = targets(next, |a| a.connectors.len());
-    let task_targets = targets(next, |a| a.tasks.len());
+    let connector_targets = targets(next, |a| a.connectors.len(), |_| usize::MAX);
+    let task_targets = targets(next, |a| a.tasks.len(), |member| caps.of(member));
     for (member, allocation) in next {
         let kept_before = &before_new_work[member];
         let extra = allocation
@@ -313,29 +399,47 @@ fn balancing_revocations(
 }
 
 /// Each member's fair share: total / members, one more for the `total % members` most loaded
-/// (so that those already at the higher share keep it and nothing moves without need).
+/// (so that those already at the higher share keep it and nothing moves without need). A
+/// member whose capacity is below that share gets its capacity, and the others share the rest.
 fn targets(
     next: &BTreeMap<String, Allocation>,
     load: impl Fn(&Allocation) -> usize,
+    cap: impl Fn(&str) -> usize,
 ) -> BTreeMap<String, usize> {
-    let total: usize = next.values().map(&load).sum();
-    let members = next.len().max(1);
-    let floor = total / members;
-    let mut extra = total % members;
-    let mut by_load: Vec<(&String, usize)> = next.iter().map(|(m, a)| (m, load(a))).collect();
+    let mut out = BTreeMap::new();
+    let mut remaining: usize = next.values().map(&load).sum();
+    let mut by_cap: Vec<(&String, usize)> = next.keys().map(|m| (m, cap(m))).collect();
+    by_cap.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
+    let mut open: Vec<&String> = Vec::new();
+    let mut members = by_cap.len();
+    for (member, cap) in by_cap {
+        // Sorted by capacity: once one member can take an even share, all after it can.
+        if open.is_empty() && cap.saturating_mul(members) <= remaining {
+            out.insert(member.clone(), cap);
+            remaining -= cap;
+            members -= 1;
+        } else {
+            open.push(member);
+        }
+    }
+    if open.is_empty() {
+        return out;
+    }
+    let floor = remaining / open.len();
+    let mut extra = remaining % open.len();
+    let mut by_load: Vec<(&String, usize)> =
+        open.into_iter().map(|m| (m, load(&next[m]))).collect();
     by_load.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    by_load
-        .into_iter()
-        .map(|(member, _)| {
-            let target = if extra > 0 {
-                extra -= 1;
-                floor + 1
-            } else {
-                floor
-            };
-            (member.clone(), target)
-        })
-        .collect()
+    for (member, _) in by_load {
+        let target = if extra > 0 {
+            extra -= 1;
+            floor + 1
+        } else {
+            floor
+        };
+        out.insert(member.clone(), target);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -363,6 +467,8 @@ mod tests {
         running: BTreeMap<String, Allocation>,
         generation: i32,
         last_completed: Option<i32>,
+        /// `tasks.max.per.worker` of the members that have one.
+        caps: BTreeMap<String, u64>,
     }
 
     impl Group {
@@ -375,6 +481,7 @@ mod tests {
                     .collect(),
                 generation: 0,
                 last_completed: None,
+                caps: BTreeMap::new(),
             }
         }
 
@@ -387,6 +494,7 @@ mod tests {
                 self.generation,
                 &self.running,
                 configured,
+                &self.caps,
             );
             for (member, assignment) in &result.members {
                 let running = self.running.get_mut(member).unwrap();
@@ -627,11 +735,133 @@ mod tests {
         let work = configured(1, 2);
         let running: BTreeMap<String, Allocation> =
             [("w1".to_string(), Allocation::default())].into();
-        assignor.assign(0, None, 1, &running, &work);
+        assignor.assign(0, None, 1, &running, &work, &BTreeMap::new());
         // Generation 2 was led by someone else; w1 reports nothing now. Were the memory of
         // generation 1 trusted, the work would be held as lost.
-        let result = assignor.assign(5, Some(2), 3, &running, &work);
+        let result = assignor.assign(5, Some(2), 3, &running, &work, &BTreeMap::new());
         assert_eq!(result.delay_ms, 0);
         assert_eq!(result.members["w1"].assigned, work);
+    }
+
+    fn capped(members: &[&str], cap: u64) -> Group {
+        let mut group = Group::new(members);
+        group.caps = members.iter().map(|m| (m.to_string(), cap)).collect();
+        group
+    }
+
+    fn assert_within_caps(group: &Group) {
+        for (member, allocation) in &group.running {
+            if let Some(cap) = group.caps.get(member) {
+                assert!(
+                    allocation.tasks.len() as u64 <= *cap,
+                    "{member} runs {} tasks, cap {cap}: {:?}",
+                    allocation.tasks.len(),
+                    group.running
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_worker_gets_more_tasks_than_its_cap_and_the_rest_is_reported_unassigned() {
+        let mut group = capped(&["w1", "w2"], 2);
+        let three = configured(1, 3);
+        let result = group.settle(0, &three);
+        assert!(result.unassigned.is_empty(), "{result:?}");
+        assert_eq!(group.everything(), three);
+        assert_within_caps(&group);
+        // Five tasks on a capacity of four: one is left out, and said to be.
+        let five = configured(1, 5);
+        let result = group.settle(10, &five);
+        assert_within_caps(&group);
+        assert_eq!(result.unassigned.tasks.len(), 1, "{result:?}");
+        assert!(result.unassigned.connectors.is_empty());
+        let mut placed = group.everything();
+        placed.add_all(&result.unassigned);
+        assert_eq!(placed, five, "every task is placed or reported");
+        // The next round tries again (still no room), and reports it again.
+        let again = group.round(20, &five);
+        assert_eq!(again.unassigned, result.unassigned);
+        assert_within_caps(&group);
+    }
+
+    #[test]
+    fn tasks_that_fit_nowhere_after_a_worker_died_wait_for_capacity_to_return() {
+        let mut group = capped(&["w1", "w2"], 2);
+        let work = configured(1, 3);
+        group.settle(0, &work);
+        let gone = group.running.remove("w1").unwrap();
+        assert!(!gone.tasks.is_empty());
+        assert_eq!(group.round(1_000, &work).delay_ms, DELAY);
+        // At the deadline the survivor fills up to its cap; the rest is reported.
+        let moved = group.round(11_000, &work);
+        assert_within_caps(&group);
+        assert_eq!(group.tasks_of("w2"), 2);
+        assert_eq!(moved.unassigned.tasks.len(), 1, "{moved:?}");
+        // A worker joins: the left-out task runs there, nothing else moves.
+        group.running.insert("w3".into(), Allocation::default());
+        group.caps.insert("w3".into(), 2);
+        let before = group.running["w2"].clone();
+        let joined = group.settle(12_000, &work);
+        assert!(joined.unassigned.is_empty(), "{joined:?}");
+        assert_eq!(group.everything(), work);
+        assert_within_caps(&group);
+        assert!(moved.unassigned.tasks.is_subset(&group.running["w3"].tasks));
+        assert_eq!(group.running["w2"], before);
+    }
+
+    #[test]
+    fn held_work_given_to_a_returning_worker_respects_its_cap() {
+        let mut group = capped(&["w1", "w2"], 3);
+        let work = configured(1, 4);
+        group.settle(0, &work);
+        group.running.remove("w2");
+        group.round(1_000, &work);
+        // It comes back within the delay with a smaller cap: the first candidate for its
+        // work, but what does not fit goes to w1, which has room.
+        group
+            .running
+            .insert("w2-back".into(), Allocation::default());
+        group.caps.insert("w2-back".into(), 1);
+        group.round(3_000, &work);
+        let given = group.round(11_000, &work);
+        assert!(given.unassigned.is_empty(), "{given:?}");
+        assert_within_caps(&group);
+        assert_eq!(group.everything(), work);
+        assert_eq!(group.tasks_of("w2-back"), 1);
+    }
+
+    #[test]
+    fn balancing_with_unequal_caps_settles_without_overfilling_the_small_worker() {
+        let mut group = Group::new(&["small", "big"]);
+        group.caps = [("small".to_string(), 1), ("big".to_string(), 10)].into();
+        let work = configured(2, 3);
+        group.settle(0, &work);
+        assert_within_caps(&group);
+        assert_eq!(group.tasks_of("small"), 1);
+        assert_eq!(group.tasks_of("big"), 5);
+        // A newcomer with room: the big one gives up tasks until the shares are even.
+        group.running.insert("new".into(), Allocation::default());
+        group.caps.insert("new".into(), 10);
+        group.settle(10, &work);
+        assert_within_caps(&group);
+        assert_eq!(group.everything(), work);
+        assert_eq!(group.tasks_of("small"), 1);
+        assert!(group.tasks_of("big").abs_diff(group.tasks_of("new")) <= 1);
+    }
+
+    #[test]
+    fn a_member_running_more_than_its_cap_stops_the_excess() {
+        let mut group = Group::new(&["w1", "w2"]);
+        let work = configured(1, 4);
+        group.running.get_mut("w1").unwrap().tasks = work.tasks.clone();
+        group.running.get_mut("w1").unwrap().connectors = work.connectors.clone();
+        group.caps.insert("w1".into(), 1);
+        let first = group.round(0, &work);
+        assert_eq!(first.members["w1"].revoked.tasks.len(), 3, "{first:?}");
+        group.settle(10, &work);
+        assert_within_caps(&group);
+        assert_eq!(group.everything(), work);
+        assert_eq!(group.tasks_of("w2"), 3);
     }
 }

@@ -37,8 +37,8 @@ use tracing::{debug, info, warn};
 
 use super::assignor::IncrementalAssignor;
 use super::protocol::{
-    Allocation, AssignmentError, ProtocolError, WorkerAssignment, WorkerMetadata, PROTOCOL_NAME,
-    PROTOCOL_TYPE, PROTOCOL_VERSION,
+    Allocation, AssignmentError, ProtocolError, WorkerAssignment, WorkerCapacity, WorkerMetadata,
+    PROTOCOL_NAME, PROTOCOL_TYPE, PROTOCOL_VERSION,
 };
 use crate::backoff::Backoff;
 use crate::cluster::{Cluster, ClusterError};
@@ -107,6 +107,8 @@ pub trait WorkerHost: Send + Sync + 'static {
     fn url(&self) -> String;
     /// The config-topic offset the worker has read up to (-1: nothing yet).
     fn config_offset(&self) -> i64;
+    /// The most tasks the worker runs (`tasks.max.per.worker`), sent to the leader.
+    fn max_tasks(&self) -> Option<u64>;
     /// As leader: every configured connector and task, read from the config topic at least
     /// up to `at_least`, with the offset read to; `None` when the worker cannot read that far
     /// now (the group then reads on and joins again).
@@ -475,6 +477,7 @@ impl Member {
             url: self.host.url(),
             config_offset: self.host.config_offset(),
             running: self.running.clone(),
+            max_tasks: self.host.max_tasks(),
         };
         let version = conn
             .pick(JOIN_GROUP_KEY, JOIN_GROUP_VERSIONS.0, JOIN_GROUP_VERSIONS.1)
@@ -555,6 +558,17 @@ impl Member {
             .get(&self.member_id)
             .map(|m| m.url.clone())
             .unwrap_or_else(|| own.url.clone());
+        let workers: Vec<WorkerCapacity> = members
+            .values()
+            .map(|m| WorkerCapacity {
+                url: m.url.clone(),
+                max_tasks: m.max_tasks,
+            })
+            .collect();
+        let caps: BTreeMap<String, u64> = members
+            .iter()
+            .filter_map(|(id, m)| m.max_tasks.map(|cap| (id.clone(), cap)))
+            .collect();
         let base = |error, offset| WorkerAssignment {
             version: PROTOCOL_VERSION,
             error,
@@ -564,6 +578,8 @@ impl Member {
             assigned: Allocation::default(),
             revoked: Allocation::default(),
             delay_ms: 0,
+            workers: workers.clone(),
+            unassigned: Allocation::default(),
         };
         let mut out: BTreeMap<String, WorkerAssignment> = BTreeMap::new();
         match self.host.configured_work(max_offset) {
@@ -588,12 +604,17 @@ impl Member {
                     self.generation,
                     &running,
                     &configured,
+                    &caps,
                 );
+                if !result.unassigned.is_empty() {
+                    warn!(group = %self.config.group_id, tasks = result.unassigned.tasks.len(), "no worker has room for some tasks (every worker is at its tasks.max.per.worker); they wait for capacity");
+                }
                 for (id, member) in result.members {
                     let mut assignment = base(None, offset);
                     assignment.assigned = member.assigned;
                     assignment.revoked = member.revoked;
                     assignment.delay_ms = result.delay_ms;
+                    assignment.unassigned = result.unassigned.clone();
                     out.insert(id, assignment);
                 }
             }

@@ -11,4 +11,6 @@ pub mod protocol;
 
 pub use assignor::{GroupAssignment, IncrementalAssignor, MemberAssignment};
 pub use member::{MemberEvent, WorkerGroupConfig, WorkerGroupError, WorkerGroupMember, WorkerHost};
-pub use protocol::{Allocation, AssignmentError, TaskId, WorkerAssignment, WorkerMetadata};
+pub use protocol::{
+    Allocation, AssignmentError, TaskId, WorkerAssignment, WorkerCapacity, WorkerMetadata,
+};

@@ -107,6 +107,19 @@ pub struct WorkerMetadata {
     /// What the worker runs now; the leader keeps it running there (cooperative rebalancing).
     #[serde(default)]
     pub running: Allocation,
+    /// The most tasks this worker runs (its `tasks.max.per.worker`); `None` (a worker that
+    /// does not say): no limit. The leader never gives it more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tasks: Option<u64>,
+}
+
+/// One live worker's task capacity, as the leader saw it when it assigned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCapacity {
+    pub url: String,
+    /// Its `tasks.max.per.worker`; `None`: no limit.
+    #[serde(default)]
+    pub max_tasks: Option<u64>,
 }
 
 /// Why an assignment carries no work.
@@ -140,6 +153,14 @@ pub struct WorkerAssignment {
     /// so the leader can reassign it if they have not come back.
     #[serde(default)]
     pub delay_ms: u64,
+    /// Every member of the generation with its task capacity: the cluster's capacity is their
+    /// sum (the leader refuses connectors beyond it).
+    #[serde(default)]
+    pub workers: Vec<WorkerCapacity>,
+    /// Tasks no worker has room for (every worker is at its `tasks.max.per.worker`): they
+    /// run nowhere until capacity returns; the leader reports them in the status topic.
+    #[serde(default)]
+    pub unassigned: Allocation,
 }
 
 /// Bytes from another worker that cannot be read.
@@ -234,6 +255,7 @@ mod tests {
             url: "http://w1:8083".into(),
             config_offset: 42,
             running: allocation(&["a"], &[("a", 0), ("a", 1)]),
+            max_tasks: Some(40),
         };
         assert_eq!(
             WorkerMetadata::decode("m", &metadata.encode()).unwrap(),
@@ -248,6 +270,11 @@ mod tests {
             assigned: allocation(&["b"], &[("b", 0)]),
             revoked: allocation(&[], &[("a", 1)]),
             delay_ms: 5000,
+            workers: vec![WorkerCapacity {
+                url: "http://w1:8083".into(),
+                max_tasks: Some(40),
+            }],
+            unassigned: allocation(&[], &[("c", 0)]),
         };
         assert_eq!(
             WorkerAssignment::decode("m1", &assignment.encode()).unwrap(),
@@ -261,6 +288,10 @@ mod tests {
         let metadata = WorkerMetadata::decode("m", text).unwrap();
         assert!(metadata.running.is_empty());
         assert_eq!(metadata.config_offset, -1);
+        assert_eq!(
+            metadata.max_tasks, None,
+            "a worker that says nothing has no limit"
+        );
     }
 
     #[test]

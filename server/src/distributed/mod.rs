@@ -24,11 +24,13 @@ use spillway_core::ConfigMap;
 use spillway_kafka::admin::AdminClient;
 use spillway_kafka::cluster::Cluster;
 use spillway_kafka::security::SecuritySettings;
-use spillway_kafka::worker_group::{Allocation, TaskId, WorkerGroupConfig, WorkerHost};
-use spillway_storage::kafka_store::{
-    ConfigView, KafkaConfigStore, KafkaStateStore, KafkaStatusStore, StoreTopic,
+use spillway_kafka::worker_group::{
+    Allocation, TaskId, WorkerCapacity, WorkerGroupConfig, WorkerHost,
 };
-use spillway_storage::TargetState;
+use spillway_storage::kafka_store::{
+    ConfigView, KafkaConfigStore, KafkaStateStore, KafkaStatusStore, StatusKey, StoreTopic,
+};
+use spillway_storage::{ConnectorKey, TargetState};
 use tokio::sync::Notify;
 
 pub use reconcile::{Reconciler, ReconcilerHandle};
@@ -51,6 +53,22 @@ pub struct Role {
     pub leader_url: Option<String>,
     /// What the group gave this worker to run.
     pub allocation: Allocation,
+    /// Every live worker with its `tasks.max.per.worker`, as of the last assignment.
+    pub workers: Vec<WorkerCapacity>,
+    /// Tasks the leader found no room for in the last assignment.
+    pub unassigned: Allocation,
+}
+
+impl Role {
+    /// The live workers' task caps, for the cluster-wide check; `None` when the cluster's
+    /// capacity is unknown (no assignment yet, or a worker that states no cap): the worker
+    /// then checks its own cap, as a single worker does.
+    pub fn worker_caps(&self) -> Option<Vec<u64>> {
+        if self.workers.is_empty() {
+            return None;
+        }
+        self.workers.iter().map(|w| w.max_tasks).collect()
+    }
 }
 
 /// The herder's and the REST API's view of the group; see the module docs.
@@ -125,6 +143,51 @@ impl ClusterLink {
     }
 }
 
+/// A clean stop (SIGTERM), after this worker's connectors and tasks stopped and before it
+/// leaves the group: marks what it was assigned UNASSIGNED under its own id, as Connect's
+/// worker does, so that no status shows RUNNING on a worker that is gone while its work is
+/// held. The next owner's status (a newer generation) replaces it.
+pub async fn mark_unassigned_on_stop(link: &ClusterLink) {
+    let role = link.role();
+    let store = link.store();
+    let connectors = store.configs().view().connectors;
+    let known = |runtime: &str| {
+        runtime
+            .split_once('/')
+            .map(|(tenant, name)| ConnectorKey::new(tenant, name))
+            .filter(|key| connectors.contains_key(key))
+    };
+    let mut statuses = Vec::new();
+    for runtime in &role.allocation.connectors {
+        if let Some(key) = known(runtime) {
+            statuses.push((
+                StatusKey::Connector(key),
+                store.status("UNASSIGNED", None, 0),
+            ));
+        }
+    }
+    for task in &role.allocation.tasks {
+        if let Some(key) = known(&task.connector) {
+            statuses.push((
+                StatusKey::Task(key, task.task),
+                store.status("UNASSIGNED", None, 0),
+            ));
+        }
+    }
+    if statuses.is_empty() {
+        return;
+    }
+    match store.statuses().put_all(&statuses).await {
+        Ok(()) => tracing::info!(
+            statuses = statuses.len(),
+            "marked this worker's connectors and tasks UNASSIGNED"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot mark this worker's connectors and tasks UNASSIGNED; their statuses show RUNNING here until their next owner writes")
+        }
+    }
+}
+
 /// The work the config topic describes: every connector (whatever its target state, so that
 /// its status has an owner) and the committed tasks of those not STOPPED.
 pub fn configured_work(view: &ConfigView) -> Allocation {
@@ -162,13 +225,16 @@ pub(crate) struct Host {
     link: Arc<ClusterLink>,
     /// The work last handed to the assignor (as leader): a change means a rebalance is due.
     offered: Mutex<Option<Allocation>>,
+    /// This worker's `tasks.max.per.worker`.
+    max_tasks: u64,
 }
 
 impl Host {
-    pub(crate) fn new(link: Arc<ClusterLink>) -> Host {
+    pub(crate) fn new(link: Arc<ClusterLink>, max_tasks: u64) -> Host {
         Host {
             link,
             offered: Mutex::new(None),
+            max_tasks,
         }
     }
 
@@ -189,6 +255,10 @@ impl WorkerHost for Host {
 
     fn config_offset(&self) -> i64 {
         self.link.store.configs().offset()
+    }
+
+    fn max_tasks(&self) -> Option<u64> {
+        Some(self.max_tasks)
     }
 
     fn configured_work(&self, at_least: i64) -> Option<(i64, Allocation)> {
@@ -288,7 +358,6 @@ pub fn group_config(distributed: &DistributedConfig) -> WorkerGroupConfig {
 mod tests {
     use super::*;
     use spillway_storage::kafka_store::ConfigKey;
-    use spillway_storage::ConnectorKey;
 
     fn view_with(connectors: &[(&str, &str, TargetState, usize)]) -> ConfigView {
         let mut view = ConfigView::default();

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use spillway_actors::limits::TASKS_MAX_PER_WORKER;
 use spillway_connectors::runtime_keys::TASK_ID;
 use spillway_core::ConfigMap;
 use spillway_kafka::cluster::Cluster;
@@ -76,7 +77,10 @@ impl Reconciler {
             .cluster()
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("the herder is not a distributed worker's"))?;
-        let host = Arc::new(Host::new(Arc::clone(&link)));
+        let host = Arc::new(Host::new(
+            Arc::clone(&link),
+            herder.worker().limits().tasks_per_worker,
+        ));
         let rebalance_timeout = group.rebalance_timeout;
         let (member, events) = WorkerGroupMember::start(cluster, group, Arc::clone(&host) as _);
         let reconciler = Reconciler {
@@ -118,6 +122,8 @@ impl Reconciler {
                             leader,
                             leader_url: Some(assignment.leader_url.clone()),
                             allocation: running,
+                            workers: assignment.workers.clone(),
+                            unassigned: assignment.unassigned.clone(),
                         });
                         self.link.store().set_generation(generation);
                         self.herder.rewrite_statuses();
@@ -168,6 +174,61 @@ impl Reconciler {
         }
         self.apply().await;
         self.write_connector_statuses().await;
+        if self.link.is_leader() {
+            self.write_unassigned_statuses().await;
+        }
+    }
+
+    /// The leader's report of tasks no worker has room for: UNASSIGNED with why, so that a
+    /// task left out is visible in its status rather than silently missing.
+    async fn write_unassigned_statuses(&mut self) {
+        let role = self.link.role();
+        if role.unassigned.tasks.is_empty() {
+            return;
+        }
+        let store = Arc::clone(self.link.store());
+        let view = store.configs().view();
+        let known = store.statuses().view().statuses;
+        let caps: Vec<String> = role
+            .workers
+            .iter()
+            .map(|w| w.max_tasks.map_or("no limit".into(), |c| c.to_string()))
+            .collect();
+        let reason = format!(
+            "no worker has room for this task: every live worker runs as many tasks as its \
+             {TASKS_MAX_PER_WORKER} allows ({}). It starts when a worker joins or other tasks \
+             stop",
+            caps.join(" + ")
+        );
+        let mut statuses = Vec::new();
+        for task in &role.unassigned.tasks {
+            let Some((tenant, name)) = task.connector.split_once('/') else {
+                continue;
+            };
+            let connector = ConnectorKey::new(tenant, name);
+            if !view.connectors.contains_key(&connector) {
+                continue;
+            }
+            let key = StatusKey::Task(connector, task.task);
+            let already = known.get(&key).is_some_and(|s| {
+                s.state == "UNASSIGNED"
+                    && s.trace.as_deref() == Some(reason.as_str())
+                    && s.worker_id == store.worker_id()
+            });
+            if !already {
+                statuses.push((key, store.status("UNASSIGNED", Some(reason.clone()), 0)));
+            }
+        }
+        if statuses.is_empty() {
+            return;
+        }
+        warn!(
+            tasks = statuses.len(),
+            "tasks wait for room: every worker is at its tasks.max.per.worker"
+        );
+        if let Err(e) = store.statuses().put_all(&statuses).await {
+            warn!(error = %e, "cannot write the status of tasks no worker has room for");
+        }
     }
 
     /// The leader's part: task configs for every connector whose configuration changed, and

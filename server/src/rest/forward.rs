@@ -101,6 +101,31 @@ pub async fn to_leader(
     Ok(request.into_response(response).map_into_right_body())
 }
 
+/// The client a worker forwards requests with. A worker with an https listener trusts its
+/// listener's truststore besides the system's CAs and presents its own certificate when its
+/// listener asks clients for one ([`super::tls::peer_tls`]).
+pub fn client(config: &spillway_core::ConfigMap, https: bool) -> anyhow::Result<reqwest::Client> {
+    use anyhow::Context;
+    let mut builder = reqwest::Client::builder().timeout(FORWARD_TIMEOUT);
+    if https {
+        let peer = super::tls::peer_tls(config)
+            .context("the TLS settings for requests to the other workers")?;
+        for root in &peer.roots {
+            let cert = reqwest::Certificate::from_der(root)
+                .context("a truststore certificate for requests to the other workers")?;
+            builder = builder.add_root_certificate(cert);
+        }
+        if let Some(pem) = &peer.identity_pem {
+            let identity = reqwest::Identity::from_pem(pem)
+                .context("the worker's certificate and key for requests to the other workers")?;
+            builder = builder.identity(identity);
+        }
+    }
+    builder
+        .build()
+        .context("cannot build the client that forwards requests to the leader")
+}
+
 /// `http` or `https`, from a worker URL.
 fn scheme_of(url: &str) -> &str {
     url.split_once("://").map_or("http", |(s, _)| s)
@@ -118,12 +143,12 @@ async fn forward(request: &ServiceRequest, target: &str, own: &str, body: Bytes)
         return ApiError::BadRequest(format!("method {} cannot be forwarded", request.method()))
             .error_response();
     };
-    let client = match reqwest::Client::builder().timeout(FORWARD_TIMEOUT).build() {
-        Ok(c) => c,
-        Err(e) => {
-            return ApiError::Unavailable(format!("cannot forward to the leader: {e}"))
-                .error_response()
-        }
+    let Some(client) = request
+        .app_data::<Data<Api>>()
+        .map(|api| api.forward_client.clone())
+    else {
+        return ApiError::Unavailable("cannot forward to the leader: no client".into())
+            .error_response();
     };
     let mut outgoing = client.request(method, &url).header(FORWARDED_BY, own);
     for name in CARRIED {

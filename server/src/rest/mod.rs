@@ -45,6 +45,8 @@ pub struct Api {
     pub auth: auth::AuthSettings,
     /// The runtime's metrics, served at `/metrics`.
     pub telemetry: Arc<crate::metrics::Telemetry>,
+    /// Distributed mode: forwards writes to the leader (`forward::client`).
+    pub forward_client: reqwest::Client,
 }
 
 /// Who may call a route. Decided per matched route (method and pattern), never from the raw

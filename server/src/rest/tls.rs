@@ -221,6 +221,63 @@ fn protocol_versions(
     Ok(versions)
 }
 
+/// What a worker trusts and presents when it calls another worker's https REST API
+/// (forwarding a write to the leader), as Connect's workers use their listener's `ssl.*` keys
+/// for requests to each other: the listener's truststore CAs (besides the system's) and,
+/// when the listener asks clients for a certificate (`ssl.client.auth=requested|required`,
+/// so the other workers ask too), its own certificate chain and key.
+pub struct PeerTls {
+    /// CA certificates, DER.
+    pub roots: Vec<CertificateDer<'static>>,
+    /// The private key and certificate chain, PEM (reqwest's identity).
+    pub identity_pem: Option<Vec<u8>>,
+}
+
+/// [`PeerTls`] from the worker configuration of a worker with an https listener.
+pub fn peer_tls(config: &ConfigMap) -> Result<PeerTls, TlsError> {
+    let settings = Settings(config);
+    // Checked as the listener checks it, then read as certificates.
+    truststore(&settings)?;
+    let roots = truststore_pem(&settings)?;
+    let (auth, _) = client_auth(&settings)?;
+    let identity_pem = if auth == ClientAuth::None {
+        None
+    } else {
+        // Checked (and so readable, unencrypted PEM) by `keystore` first.
+        keystore(&settings)?;
+        Some(match settings.get("ssl.keystore.location") {
+            Some((key, path)) => read(&key, path)?,
+            None => {
+                let chain = settings
+                    .get("ssl.keystore.certificate.chain")
+                    .map(|(_, v)| v.to_owned())
+                    .unwrap_or_default();
+                let key = settings
+                    .get("ssl.keystore.key")
+                    .map(|(_, v)| v.to_owned())
+                    .unwrap_or_default();
+                format!("{key}\n{chain}\n").into_bytes()
+            }
+        })
+    };
+    Ok(PeerTls {
+        roots,
+        identity_pem,
+    })
+}
+
+/// The truststore's certificates (it was checked to be readable PEM).
+fn truststore_pem(settings: &Settings) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    match (
+        settings.get("ssl.truststore.location"),
+        settings.get("ssl.truststore.certificates"),
+    ) {
+        (Some((key, path)), _) => certificates(&key, &read(&key, path)?),
+        (None, Some((key, text))) => certificates(&key, text.as_bytes()),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
 /// The rustls configuration of the HTTPS listener, from the worker configuration.
 pub fn server_config(config: &ConfigMap) -> Result<ServerConfig, TlsError> {
     let settings = Settings(config);
