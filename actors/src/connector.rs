@@ -11,7 +11,7 @@ use crate::lock_retry::TargetHealth;
 use actix::prelude::*;
 use futures::FutureExt;
 use spillway_connectors::runtime_keys::{
-    FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
+    EGRESS_ALLOW, FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
 };
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
@@ -179,7 +179,8 @@ impl ConnectorActor {
     }
 
     /// The configuration the plugin sees: the user's, plus where it reads from, and for a
-    /// tenant's connector its prefix and directory (replacing any value the user wrote).
+    /// tenant's connector its prefix, directory and egress allow-list (replacing any value the
+    /// user wrote).
     fn plugin_config(&self) -> ConfigMap {
         let mut config = self.plan.config.originals.clone();
         config
@@ -191,6 +192,10 @@ impl ConnectorActor {
             (
                 FILES_ROOT,
                 scope.files_dir.as_ref().map(|d| d.display().to_string()),
+            ),
+            (
+                EGRESS_ALLOW,
+                scope.egress.as_ref().map(|policy| policy.to_string()),
             ),
         ] {
             match value {

@@ -26,7 +26,7 @@ use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict, JoinWatch};
-use crate::limits::{requested_tasks, WorkerLimits};
+use crate::limits::{TaskCost, WorkerLimits};
 use crate::pool::{task_threads, TaskPool};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::share_group::{Preparation, ShareGroupWish};
@@ -100,7 +100,7 @@ impl Worker {
             }
             None => OverridePolicy::All,
         };
-        // Before the limits: the default task cap follows the open-file limit.
+        // Before the limits: the tasks' descriptors are weighed against the open-file limit.
         match crate::limits::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 info!(
@@ -367,13 +367,19 @@ impl Worker {
         ))
     }
 
-    /// The other connectors' `tasks.max`, summed over those running on this worker.
-    fn tasks_of_others(&self, key: &str) -> u64 {
+    /// What `config`'s tasks cost against the worker's limits (their count, and the
+    /// descriptors and threads they weigh in their mode): [`WorkerLimits::cost`].
+    pub fn task_cost(&self, config: &ConfigMap) -> TaskCost {
+        self.limits.cost(config, &self.config)
+    }
+
+    /// What the other connectors running on this worker cost together.
+    fn tasks_of_others(&self, key: &str) -> TaskCost {
         self.configs()
             .iter()
             .filter(|(name, _)| name.as_str() != key)
-            .map(|(_, c)| self.limits.counted_tasks(c))
-            .fold(0, u64::saturating_add)
+            .map(|(_, c)| self.task_cost(c))
+            .fold(TaskCost::default(), TaskCost::plus)
     }
 
     /// Why the runtime is broken, if it is: its thread or supervisor is gone, or an actor on
@@ -602,7 +608,7 @@ impl Worker {
             return Err(refused(error));
         }
         self.limits
-            .check_worker_tasks(&name, self.tasks_of_others(key), requested_tasks(config))
+            .check_worker_tasks(&name, self.tasks_of_others(key), self.task_cost(config))
             .map_err(refused)
     }
 

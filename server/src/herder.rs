@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use spillway_actors::consumer_settings::{ConsumerSettings, DEFAULT_MAX_POLL_RECORDS};
-use spillway_actors::limits::requested_tasks;
+use spillway_actors::limits::TaskCost;
 use spillway_actors::settings::{runtime_config_def, TaskSettings};
 use spillway_actors::share_group::GroupSettingsReport;
 use spillway_actors::{Confinement, OverridePolicy, RuntimeError, State, Worker};
@@ -864,11 +864,11 @@ impl Herder {
             .filter(|(k, r)| {
                 !(k.tenant == tenant && k.name == name) && r.target_state != TargetState::Stopped
             })
-            .map(|(_, r)| self.worker.limits().counted_tasks(&r.config))
-            .fold(0, u64::saturating_add);
+            .map(|(_, r)| self.worker.task_cost(&r.config))
+            .fold(TaskCost::default(), TaskCost::plus);
         self.worker
             .limits()
-            .check_worker_tasks(name, others, requested_tasks(config))
+            .check_worker_tasks(name, others, self.worker.task_cost(config))
             .map_err(|e| HerderError::BadRequest(e.to_string()))
     }
 
