@@ -485,7 +485,10 @@ mod tests {
             "the worker's default protocol"
         );
         assert_eq!(
-            task_weight(&config_map(&[("consumer.override.group.protocol", "x")]), &worker),
+            task_weight(
+                &config_map(&[("consumer.override.group.protocol", "x")]),
+                &worker
+            ),
             CLASSIC_TASK_WEIGHT,
             "unreadable: the worst case"
         );
@@ -510,12 +513,16 @@ mod tests {
         let limits = at_kernel_defaults(&DEFAULT_TASKS_PER_WORKER.to_string());
         let share = |n| TaskCost::of(n, SHARE_TASK_WEIGHT);
         let classic = |n| TaskCost::of(n, CLASSIC_TASK_WEIGHT);
-        assert!(limits.check_worker_tasks("s", share(1936), share(64)).is_ok());
+        assert!(limits
+            .check_worker_tasks("s", share(1936), share(64))
+            .is_ok());
         assert!(limits
             .check_worker_tasks("s", share(1937), share(64))
             .is_err());
         // (4096 - 256) / 10 = 384 classic tasks.
-        assert!(limits.check_worker_tasks("c", classic(320), classic(64)).is_ok());
+        assert!(limits
+            .check_worker_tasks("c", classic(320), classic(64))
+            .is_ok());
         let err = limits
             .check_worker_tasks("c", classic(321), classic(64))
             .expect_err("3850 > 3840 descriptors")
@@ -547,7 +554,10 @@ mod tests {
             .check_worker_tasks("c", classic(128), classic(64))
             .expect_err("1152 > 1000 threads")
             .to_string();
-        assert!(err.contains("1152 threads") && err.contains("thread limit (1256"), "{err}");
+        assert!(
+            err.contains("1152 threads") && err.contains("thread limit (1256"),
+            "{err}"
+        );
         assert!(few_threads
             .check_worker_tasks("s", classic(128), share(64))
             .is_ok());

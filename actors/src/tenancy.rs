@@ -879,8 +879,14 @@ mod tests {
         scope.egress = Some(Arc::new(EgressPolicy::default()));
         let internal = config(&[
             ("consumer.override.bootstrap.servers", "127.0.0.1:9092"),
-            ("producer.override.metadata.broker.list", "PLAINTEXT://10.1.2.3:9092"),
-            ("admin.override.bootstrap.servers", "8.8.8.8:9092,[::1]:9093"),
+            (
+                "producer.override.metadata.broker.list",
+                "PLAINTEXT://10.1.2.3:9092",
+            ),
+            (
+                "admin.override.bootstrap.servers",
+                "8.8.8.8:9092,[::1]:9093",
+            ),
             ("consumer.override.metadata.broker.list", "nohost"),
         ]);
         let errors = scope.reach_violations(&def, &internal);
@@ -895,8 +901,16 @@ mod tests {
             ],
             "{errors:?}"
         );
-        for error in errors.iter().filter(|e| e.key() != Some("consumer.override.metadata.broker.list")) {
-            assert!(error.to_string().contains(crate::egress::TENANT_EGRESS_ALLOW), "{error}");
+        for error in errors
+            .iter()
+            .filter(|e| e.key() != Some("consumer.override.metadata.broker.list"))
+        {
+            assert!(
+                error
+                    .to_string()
+                    .contains(crate::egress::TENANT_EGRESS_ALLOW),
+                "{error}"
+            );
         }
         let public = config(&[("consumer.override.bootstrap.servers", "8.8.8.8:9092")]);
         assert!(scope.reach_violations(&def, &public).is_empty());

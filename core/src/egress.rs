@@ -409,7 +409,10 @@ mod tests {
         set_resolver(Arc::new(Rebinding(Default::default())));
         let policy = EgressPolicy::default();
         let host = vec![("rebind.egress.test".to_owned(), 443)];
-        assert!(policy.check("http.url", "u", &host).is_ok(), "public at first");
+        assert!(
+            policy.check("http.url", "u", &host).is_ok(),
+            "public at first"
+        );
         let refusal = policy
             .vet("rebind.egress.test", 443)
             .expect_err("loopback now");
@@ -435,7 +438,10 @@ mod tests {
             EgressPolicy::from_plugin_config(&config),
             Ok(Some(EgressPolicy::default()))
         );
-        assert_eq!(EgressPolicy::from_plugin_config(&ConfigMap::new()), Ok(None));
+        assert_eq!(
+            EgressPolicy::from_plugin_config(&ConfigMap::new()),
+            Ok(None)
+        );
     }
 
     #[test]

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use spillway_core::egress::{EgressPolicy, EgressRefusal};
 use spillway_core::{ConfigMap, PutOutcome, SinkError, SinkRecord, SinkTask, Value};
 use tokio_postgres::types::ToSql;
-use spillway_core::egress::{EgressPolicy, EgressRefusal};
 use tokio_postgres::NoTls;
 
 use crate::postgres::column::ColumnValues;
@@ -489,8 +489,8 @@ fn connect_error(target: &str, error: &deadpool_postgres::PoolError) -> Postgres
 #[async_trait]
 impl SinkTask for PostgresSinkTask {
     async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
-        let egress =
-            EgressPolicy::from_plugin_config(config).map_err(|e| SinkError::fatal(e.to_string()))?;
+        let egress = EgressPolicy::from_plugin_config(config)
+            .map_err(|e| SinkError::fatal(e.to_string()))?;
         let config =
             PostgresSinkConfig::parse(config).map_err(|e| SinkError::fatal(e.to_string()))?;
         let target = describe_target(&config.connection);
