@@ -573,6 +573,37 @@ impl SinkTask for PostgresSinkTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn connection(url: &str) -> tokio_postgres::Config {
+        url.parse().expect("a valid URL")
+    }
+
+    #[test]
+    fn the_pool_is_pinned_to_the_address_the_policy_judged() {
+        let loopback = EgressPolicy::parse("127.0.0.0/8,::1").expect("valid");
+        let pinned = pin_to_vetted(&loopback, connection("postgres://u@localhost:5433/db"))
+            .expect("allowed");
+        let addr = pinned.get_hostaddrs()[0];
+        assert!(addr.is_loopback(), "{addr}");
+        let refused = pin_to_vetted(
+            &EgressPolicy::default(),
+            connection("postgres://u@localhost:5433/db"),
+        )
+        .expect_err("loopback");
+        assert!(refused.0, "a refusal, not a resolution failure");
+        assert!(
+            refused.1.contains("localhost") && refused.1.contains("tenant.egress.allow"),
+            "{}",
+            refused.1
+        );
+        // hostaddr is what tokio-postgres connects to, whatever the host name says.
+        let (refused, reason) = pin_to_vetted(
+            &EgressPolicy::default(),
+            connection("postgres://u@db.example.com/db?hostaddr=10.0.0.7"),
+        )
+        .expect_err("private");
+        assert!(refused && reason.contains("10.0.0.7"), "{reason}");
+    }
     use spillway_core::{Field, Schema, Struct};
 
     fn config(pairs: &[(&str, &str)]) -> PostgresSinkConfig {
