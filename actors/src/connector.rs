@@ -446,10 +446,17 @@ fn source_factory(
     // fails with the same message.
     match plan.protocol {
         GroupProtocol::Share => {
+            // A cluster the tenant named is held to its egress policy at every dial.
+            let egress = plan
+                .scope
+                .kafka_egress(&plan.config.originals, "consumer.override.");
             let config = plan
                 .consumer
                 .share_config(&bootstrap, &group, &client_id)
-                .map(|(config, _warned_at_plan)| config);
+                .map(|(mut config, _warned_at_plan)| {
+                    config.security = config.security.with_egress(egress);
+                    config
+                });
             let shared_cluster = Arc::clone(shared_cluster);
             Box::new(move || {
                 async move {
@@ -461,9 +468,9 @@ fn source_factory(
                             async move { ShareConsumer::connect_cluster(&shared).await }
                         })
                         .await
-                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                        .map_err(crate::source::share_failure)?;
                     let consumer = ShareConsumer::connect_sharing(config, cluster)
-                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                        .map_err(crate::source::share_failure)?;
                     Ok(Box::new(ShareGroupSource::new(consumer, topics)) as Box<dyn RecordSource>)
                 }
                 .boxed_local()

@@ -455,6 +455,19 @@ impl TenantScope {
         errors
     }
 
+    /// The egress policy a Kafka client of the connector dials under: the tenant's, when
+    /// `config` names the cluster under `prefix` (e.g. `consumer.override.bootstrap.servers`),
+    /// so the cluster and every broker it advertises are the tenant's choice; `None` for the
+    /// worker's own cluster, which its admin chose.
+    pub fn kafka_egress(&self, config: &ConfigMap, prefix: &str) -> Option<Arc<EgressPolicy>> {
+        let names_cluster = CLUSTER_ADDRESS_KEYS.iter().any(|key| {
+            config
+                .get(&format!("{prefix}{key}"))
+                .is_some_and(|v| !v.trim().is_empty())
+        });
+        self.egress.clone().filter(|_| names_cluster)
+    }
+
     /// The tenant's name (`default` for the default tenant), e.g. for metric labels.
     pub fn tenant(&self) -> &str {
         self.prefix.as_deref().unwrap_or("default")

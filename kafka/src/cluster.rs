@@ -15,8 +15,9 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, GroupId, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use spillway_core::egress::EgressRefusal;
 use thiserror::Error;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::connection::{Connection, ConnectionError};
@@ -187,6 +188,9 @@ pub struct Cluster {
     /// Shared with the clusters made by [`Cluster::own_connections`].
     meta: Arc<Mutex<Meta>>,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// The first broker the egress policy refused (shared with [`Cluster::own_connections`]):
+    /// the clients on this cluster fail with it rather than retry a dial that cannot pass.
+    egress_refusal: Arc<Mutex<Option<(String, EgressRefusal)>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -199,6 +203,14 @@ impl ClusterError {
     pub fn is_security_error(&self) -> bool {
         match self {
             ClusterError::Connection(e) => e.is_security_error(),
+            _ => false,
+        }
+    }
+
+    /// See [`ConnectionError::is_egress_refusal`].
+    pub fn is_egress_refusal(&self) -> bool {
+        match self {
+            ClusterError::Connection(e) => e.is_egress_refusal(),
             _ => false,
         }
     }
@@ -272,6 +284,7 @@ impl Cluster {
             connect_timeout,
             meta: Arc::default(),
             slots: Mutex::new(HashMap::new()),
+            egress_refusal: Arc::default(),
         });
         cluster.refresh_metadata(&[]).await?;
         Ok(cluster)
@@ -295,6 +308,7 @@ impl Cluster {
             connect_timeout: self.connect_timeout,
             meta: Arc::clone(&self.meta),
             slots: Mutex::new(HashMap::new()),
+            egress_refusal: Arc::clone(&self.egress_refusal),
         })
     }
 
@@ -340,6 +354,11 @@ impl Cluster {
                 Ok(conn)
             }
             Err(e) => {
+                if let ConnectionError::Egress { addr, refusal } = &e {
+                    warn!(%addr, %refusal, "broker refused by the egress policy");
+                    locked(&self.egress_refusal)
+                        .get_or_insert_with(|| (addr.clone(), refusal.clone()));
+                }
                 slot.failures = slot.failures.saturating_add(1);
                 let wait = BACKOFF_MIN
                     .saturating_mul(1u32 << slot.failures.min(5).saturating_sub(1))
@@ -349,6 +368,13 @@ impl Cluster {
                 Err(e.into())
             }
         }
+    }
+
+    /// The first broker the egress policy refused on this cluster, as the error to fail with.
+    pub fn egress_refusal(&self) -> Option<ConnectionError> {
+        locked(&self.egress_refusal)
+            .clone()
+            .map(|(addr, refusal)| ConnectionError::Egress { addr, refusal })
     }
 
     /// The connection to broker `id`.
@@ -391,6 +417,10 @@ impl Cluster {
                 }
                 Err(e) => last = e.to_string(),
             }
+        }
+        // No server answered and one was refused by the egress policy: that is the cause.
+        if let Some(refused) = self.egress_refusal() {
+            return Err(ClusterError::Connection(refused));
         }
         Err(ClusterError::NoBootstrap {
             servers: self.bootstrap.join(","),

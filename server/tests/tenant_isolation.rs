@@ -581,6 +581,111 @@ async fn a_postgres_sinks_host_rebound_to_loopback_after_validation_is_refused_a
     worker.stop().await;
 }
 
+/// Forwards every connection to `127.0.0.2:<port>` to `upstream`, unchanged: a cluster at an
+/// address the worker allows whose Metadata advertises brokers at one it does not.
+async fn forward_from_127_0_0_2(upstream: String) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("127.0.0.2 is a loopback address on Linux");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Finding 8 for Kafka (share mode): a tenant under `All` names a cluster at an address the
+/// worker allows (127.0.0.2), whose Metadata advertises its broker at 127.0.0.1 — the worker's
+/// own machine, not in `tenant.egress.allow`. Validation sees only the bootstrap address; the
+/// native client vets every broker it dials, so the task FAILS (no restart loop) naming the
+/// advertised broker, its address and `tenant.egress.allow`. The admin's connector on the same
+/// cluster, under no egress policy, copies its records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_a_tenants_cluster_advertises_are_held_to_the_egress_policy() {
+    let broker = broker();
+    broker.create_topic("egress-kafka", 1);
+    produce(
+        &broker.bootstrap(),
+        "egress-kafka",
+        numbered_records(8, 16, 1),
+        "none",
+    )
+    .await;
+    let upstream = broker
+        .bootstrap()
+        .split(',')
+        .next()
+        .expect("a broker")
+        .to_owned();
+    let port = forward_from_127_0_0_2(upstream).await;
+    let allowed_bootstrap = format!("127.0.0.2:{port}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut extra = auth();
+    extra.push(("tenant.egress.allow", "127.0.0.2/32"));
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &extra).await;
+    let acme = tenant(
+        &anonymous,
+        json!({"name": "acme", "client.config.override.policy": "All"}),
+    )
+    .await;
+    let config = |file: &str| {
+        json!({"connector.class": "file", "topics": "egress-kafka", "file": file,
+               "consumer.override.group.protocol": "share",
+               "consumer.override.bootstrap.servers": allowed_bootstrap})
+    };
+    let started = Instant::now();
+    let created = acme
+        .post(
+            "/connectors",
+            json!({"name": "k", "config": config("out.txt")}),
+        )
+        .await;
+    assert_eq!(
+        created.status, 201,
+        "the bootstrap address is allowed: {}",
+        created.text
+    );
+    let trace = wait_for_failed_task(&acme, "k", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
+    eprintln!("refused and FAILED after {:?}", started.elapsed());
+    let status = acme.get("/connectors/k/status").await;
+    assert_eq!(
+        status.body["tasks"][0]["state"], "FAILED",
+        "{}",
+        status.text
+    );
+
+    let admin = anonymous.with_token(ADMIN_TOKEN);
+    let out = dir.path().join("admin-out.txt");
+    let created = admin
+        .post(
+            "/connectors",
+            json!({"name": "open", "config": config(out.to_str().expect("utf-8"))}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let start = Instant::now();
+    while lines_in(&out) < 8 {
+        if start.elapsed() > WAIT {
+            let status = admin.get("/connectors/open/status").await;
+            panic!(
+                "the admin's connector copied {} records: {}",
+                lines_in(&out),
+                status.text
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.stop().await;
+}
+
 /// Finding 4 under policy `All`: a tenant trusted with cluster overrides still may not point
 /// its consumer, dead letter queue producer or admin client at the worker's own network
 /// (`consumer.override.bootstrap.servers`, librdkafka's `metadata.broker.list`): the egress
