@@ -19,6 +19,7 @@ use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
 use spillway_kafka::admin::AdminClients;
 use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
 use spillway_kafka::cluster::Cluster;
+use spillway_kafka::security::ClientSecurity;
 use spillway_kafka::share::ShareConsumer;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
@@ -489,8 +490,24 @@ fn source_factory(
             config.overrides = overrides;
             config.commit_offsets = !task_commits_offsets;
             let join_watch = plan.join_watch.clone();
+            // librdkafka dials on its own: a cluster the tenant named has its advertised
+            // brokers judged here, through the native client, before the consumer starts.
+            let egress_check = plan
+                .scope
+                .kafka_egress(&plan.config.originals, "consumer.override.")
+                .map(|egress| {
+                    plan.consumer
+                        .security()
+                        .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+                        .map(|security| security.with_egress(Some(egress)))
+                });
+            let check_bootstrap = bootstrap.clone();
             Box::new(move || {
                 async move {
+                    if let Some(security) = egress_check {
+                        let security = security.map_err(|e| RuntimeError::Source(e.to_string()))?;
+                        vet_cluster(&check_bootstrap, security).await?;
+                    }
                     config.max_poll_records =
                         max_poll_records.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let source = ClassicSource::connect(config)
@@ -508,6 +525,27 @@ fn source_factory(
             })
         }
     }
+}
+
+/// Contacts `bootstrap` under `security` (its egress policy vetting the dial) and judges
+/// every broker the cluster advertises; a refusal is final ([`RuntimeError::Egress`]).
+async fn vet_cluster(bootstrap: &str, security: ClientSecurity) -> Result<(), RuntimeError> {
+    let fail = |e: spillway_kafka::cluster::ClusterError| {
+        if e.is_egress_refusal() {
+            RuntimeError::Egress(e.to_string())
+        } else {
+            RuntimeError::Source(e.to_string())
+        }
+    };
+    let cluster = Cluster::connect_secured(
+        bootstrap,
+        "spillway-egress-check",
+        std::time::Duration::from_secs(10),
+        security,
+    )
+    .await
+    .map_err(fail)?;
+    cluster.vet_advertised_brokers().await.map_err(fail)
 }
 
 impl Actor for ConnectorActor {

@@ -370,6 +370,36 @@ impl Cluster {
         }
     }
 
+    /// Judges every broker the cluster advertises (as of the last Metadata) by the egress
+    /// policy of this cluster's security, without dialling them: for clients that dial on
+    /// their own (librdkafka), checked before they start.
+    pub async fn vet_advertised_brokers(&self) -> Result<(), ClusterError> {
+        let Some(policy) = self.security.egress() else {
+            return Ok(());
+        };
+        let mut addresses: Vec<String> = locked(&self.meta).brokers.values().cloned().collect();
+        addresses.sort();
+        for addr in addresses {
+            let Some((host, port)) = addr
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            else {
+                continue;
+            };
+            let policy = Arc::clone(policy);
+            let verdict = tokio::task::spawn_blocking(move || policy.vet(&host, port))
+                .await
+                .unwrap_or_else(|e| panic!("the egress check panicked: {e}"));
+            if let Err(refusal) = verdict {
+                return Err(ClusterError::Connection(ConnectionError::Egress {
+                    addr,
+                    refusal,
+                }));
+            }
+        }
+        Ok(())
+    }
+
     /// The first broker the egress policy refused on this cluster, as the error to fail with.
     pub fn egress_refusal(&self) -> Option<ConnectionError> {
         locked(&self.egress_refusal)

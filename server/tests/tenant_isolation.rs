@@ -661,6 +661,16 @@ async fn brokers_a_tenants_cluster_advertises_are_held_to_the_egress_policy() {
         "{}",
         status.text
     );
+    // Classic mode (librdkafka, which dials on its own): the advertised brokers are judged
+    // through the native client before the consumer starts.
+    let mut classic = config("classic.txt");
+    classic["consumer.override.group.protocol"] = json!("classic");
+    let created = acme
+        .post("/connectors", json!({"name": "c", "config": classic}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let trace = wait_for_failed_task(&acme, "c", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
 
     let admin = anonymous.with_token(ADMIN_TOKEN);
     let out = dir.path().join("admin-out.txt");
