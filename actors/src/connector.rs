@@ -458,9 +458,11 @@ fn source_factory(
                     config.security = config.security.with_egress(egress);
                     config
                 });
+            let egress_checks = librdkafka_egress_checks(plan, false);
             let shared_cluster = Arc::clone(shared_cluster);
             Box::new(move || {
                 async move {
+                    vet_clusters(egress_checks).await?;
                     let config = config.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let cluster = shared_cluster
                         .get_or_try_init(|| {
@@ -490,24 +492,10 @@ fn source_factory(
             config.overrides = overrides;
             config.commit_offsets = !task_commits_offsets;
             let join_watch = plan.join_watch.clone();
-            // librdkafka dials on its own: a cluster the tenant named has its advertised
-            // brokers judged here, through the native client, before the consumer starts.
-            let egress_check = plan
-                .scope
-                .kafka_egress(&plan.config.originals, "consumer.override.")
-                .map(|egress| {
-                    plan.consumer
-                        .security()
-                        .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
-                        .map(|security| security.with_egress(Some(egress)))
-                });
-            let check_bootstrap = bootstrap.clone();
+            let egress_checks = librdkafka_egress_checks(plan, true);
             Box::new(move || {
                 async move {
-                    if let Some(security) = egress_check {
-                        let security = security.map_err(|e| RuntimeError::Source(e.to_string()))?;
-                        vet_cluster(&check_bootstrap, security).await?;
-                    }
+                    vet_clusters(egress_checks).await?;
                     config.max_poll_records =
                         max_poll_records.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let source = ClassicSource::connect(config)
@@ -527,25 +515,72 @@ fn source_factory(
     }
 }
 
-/// Contacts `bootstrap` under `security` (its egress policy vetting the dial) and judges
-/// every broker the cluster advertises; a refusal is final ([`RuntimeError::Egress`]).
-async fn vet_cluster(bootstrap: &str, security: ClientSecurity) -> Result<(), RuntimeError> {
-    let fail = |e: spillway_kafka::cluster::ClusterError| {
-        if e.is_egress_refusal() {
-            RuntimeError::Egress(e.to_string())
-        } else {
-            RuntimeError::Source(e.to_string())
-        }
-    };
-    let cluster = Cluster::connect_secured(
-        bootstrap,
-        "spillway-egress-check",
-        std::time::Duration::from_secs(10),
-        security,
-    )
-    .await
-    .map_err(fail)?;
-    cluster.vet_advertised_brokers().await.map_err(fail)
+/// A cluster to judge before a task starts: its bootstrap list and the security (with the
+/// tenant's egress policy) its client connects with.
+type EgressCheck = (String, Result<ClientSecurity, String>);
+
+/// The clusters a confined tenant named for this connector's librdkafka clients, which dial
+/// on their own: the consumer's (`classic`: the share consumer vets its every dial itself)
+/// and the dead letter queue producer's (`producer.override.bootstrap.servers`).
+fn librdkafka_egress_checks(plan: &ConnectorPlan, classic: bool) -> Vec<EgressCheck> {
+    let originals = &plan.config.originals;
+    let mut checks = Vec::new();
+    if let Some(egress) = plan
+        .scope
+        .kafka_egress(originals, "consumer.override.")
+        .filter(|_| classic)
+    {
+        let security = plan
+            .consumer
+            .security()
+            .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+            .map(|security| security.with_egress(Some(egress)))
+            .map_err(|e| e.to_string());
+        checks.push((plan.bootstrap.clone(), security));
+    }
+    if let Some(egress) = plan
+        .scope
+        .kafka_egress(originals, "producer.override.")
+        .filter(|_| plan.dead_letters.is_some())
+    {
+        // The dead letter queue producer's settings: the worker's `producer.*`, then the
+        // connector's overrides (as the worker builds it).
+        let mut producer = spillway_core::convert::strip_prefix(&plan.worker, "producer.");
+        producer.retain(|k, _| !k.starts_with("override."));
+        let overrides = spillway_core::convert::strip_prefix(originals, "producer.override.");
+        let bootstrap = crate::tenancy::CLUSTER_ADDRESS_KEYS
+            .iter()
+            .find_map(|key| overrides.get(*key))
+            .cloned()
+            .unwrap_or_default();
+        producer.extend(overrides);
+        let security = spillway_kafka::security::SecuritySettings::from_config(
+            &producer.into_iter().collect(),
+        )
+        .and_then(|s| s.client_security())
+        .map(|security| security.with_egress(Some(egress)))
+        .map_err(|e| e.to_string());
+        checks.push((bootstrap, security));
+    }
+    checks
+}
+
+/// Contacts each cluster under its security (the egress policy vetting the dial) and judges
+/// every broker it advertises; a refusal is final ([`RuntimeError::Egress`]).
+async fn vet_clusters(checks: Vec<EgressCheck>) -> Result<(), RuntimeError> {
+    for (bootstrap, security) in checks {
+        let security = security.map_err(RuntimeError::Source)?;
+        Cluster::vet_egress(&bootstrap, security)
+            .await
+            .map_err(|e| {
+                if e.is_egress_refusal() {
+                    RuntimeError::Egress(e.to_string())
+                } else {
+                    RuntimeError::Source(e.to_string())
+                }
+            })?;
+    }
+    Ok(())
 }
 
 impl Actor for ConnectorActor {

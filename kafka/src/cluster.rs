@@ -357,7 +357,7 @@ impl Cluster {
                 if let ConnectionError::Egress { addr, refusal } = &e {
                     warn!(%addr, %refusal, "broker refused by the egress policy");
                     locked(&self.egress_refusal)
-                        .get_or_insert_with(|| (addr.clone(), refusal.clone()));
+                        .get_or_insert_with(|| (addr.clone(), (**refusal).clone()));
                 }
                 slot.failures = slot.failures.saturating_add(1);
                 let wait = BACKOFF_MIN
@@ -368,6 +368,23 @@ impl Cluster {
                 Err(e.into())
             }
         }
+    }
+
+    /// For a client that dials on its own (librdkafka): contacts `bootstrap` under `security`
+    /// (its egress policy vets the dial) and judges every broker the cluster advertises. No
+    /// policy in `security`: nothing to judge.
+    pub async fn vet_egress(bootstrap: &str, security: ClientSecurity) -> Result<(), ClusterError> {
+        if security.egress().is_none() {
+            return Ok(());
+        }
+        let cluster = Cluster::connect_secured(
+            bootstrap,
+            "spillway-egress-check",
+            Duration::from_secs(10),
+            security,
+        )
+        .await?;
+        cluster.vet_advertised_brokers().await
     }
 
     /// Judges every broker the cluster advertises (as of the last Metadata) by the egress
@@ -393,7 +410,7 @@ impl Cluster {
             if let Err(refusal) = verdict {
                 return Err(ClusterError::Connection(ConnectionError::Egress {
                     addr,
-                    refusal,
+                    refusal: Box::new(refusal),
                 }));
             }
         }
@@ -404,7 +421,10 @@ impl Cluster {
     pub fn egress_refusal(&self) -> Option<ConnectionError> {
         locked(&self.egress_refusal)
             .clone()
-            .map(|(addr, refusal)| ConnectionError::Egress { addr, refusal })
+            .map(|(addr, refusal)| ConnectionError::Egress {
+                addr,
+                refusal: Box::new(refusal),
+            })
     }
 
     /// The connection to broker `id`.

@@ -63,7 +63,7 @@ pub enum ConnectionError {
     #[error("broker {addr} refused by the worker's egress policy: {refusal}")]
     Egress {
         addr: String,
-        refusal: EgressRefusal,
+        refusal: Box<EgressRefusal>,
     },
     #[error("connecting to broker {addr} timed out after {after:?}")]
     ConnectTimeout { addr: String, after: Duration },
@@ -281,7 +281,7 @@ impl Connection {
                 {
                     return Err(ConnectionError::Egress {
                         addr: addr.to_string(),
-                        refusal: refusal.clone(),
+                        refusal: Box::new(refusal.clone()),
                     });
                 }
                 return Err(ConnectionError::Connect {

@@ -671,6 +671,28 @@ async fn brokers_a_tenants_cluster_advertises_are_held_to_the_egress_policy() {
     assert_eq!(created.status, 201, "{}", created.text);
     let trace = wait_for_failed_task(&acme, "c", &["127.0.0.1", "tenant.egress.allow"]).await;
     assert!(trace.contains("loopback"), "{trace}");
+    // The kafka sink's target and the dead letter queue producer (librdkafka) on a cluster the
+    // tenant names: judged the same way before the task runs.
+    let target = json!({"connector.class": "kafka", "topics": "egress-kafka",
+                        "target.bootstrap.servers": allowed_bootstrap,
+                        "consumer.override.group.protocol": "share"});
+    let created = acme
+        .post("/connectors", json!({"name": "t", "config": target}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let trace = wait_for_failed_task(&acme, "t", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("target.bootstrap.servers"), "{trace}");
+    let dead_letters = json!({"connector.class": "file", "topics": "egress-kafka",
+                              "file": "dlq.txt", "consumer.override.group.protocol": "share",
+                              "errors.tolerance": "all",
+                              "errors.deadletterqueue.topic.name": "egress-dlq",
+                              "producer.override.bootstrap.servers": allowed_bootstrap});
+    let created = acme
+        .post("/connectors", json!({"name": "d", "config": dead_letters}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let trace = wait_for_failed_task(&acme, "d", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
 
     let admin = anonymous.with_token(ADMIN_TOKEN);
     let out = dir.path().join("admin-out.txt");
