@@ -886,6 +886,22 @@ mod tests {
     }
 
     #[test]
+    fn kafka_clients_dial_under_the_egress_policy_only_for_a_cluster_the_tenant_named() {
+        let mut scope = TenantScope::default();
+        let named = config(&[("consumer.override.bootstrap.servers", "k:9092")]);
+        assert!(scope.kafka_egress(&named, "consumer.override.").is_none());
+        scope.egress = Some(Arc::new(EgressPolicy::default()));
+        assert!(scope.kafka_egress(&named, "consumer.override.").is_some());
+        // The worker's own cluster (no override) and another client's override: no policy.
+        assert!(scope
+            .kafka_egress(&config(&[]), "consumer.override.")
+            .is_none());
+        assert!(scope.kafka_egress(&named, "producer.override.").is_none());
+        let alias = config(&[("producer.override.metadata.broker.list", "k:9092")]);
+        assert!(scope.kafka_egress(&alias, "producer.override.").is_some());
+    }
+
+    #[test]
     fn cluster_overrides_under_all_are_held_to_the_egress_policy() {
         let def = reaching_def();
         let mut scope = tenant(OverridePolicy::All);

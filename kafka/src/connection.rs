@@ -885,6 +885,37 @@ mod tests {
 
     const T: Duration = Duration::from_secs(5);
 
+    /// Under an egress policy a broker at an internal address is refused before any packet
+    /// is sent (a listener there would see an accept), naming the address and the worker key;
+    /// an allowed one is connected.
+    #[tokio::test]
+    async fn a_dial_under_an_egress_policy_is_vetted_first() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let refused = ClientSecurity::plaintext()
+            .with_egress(Some(Arc::new(EgressPolicy::parse("10.0.0.0/8").unwrap())));
+        let err = Connection::dial(&addr, "c", T, T, &refused)
+            .await
+            .unwrap_err();
+        assert!(err.is_egress_refusal(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&addr) && text.contains("tenant.egress.allow"),
+            "{text}"
+        );
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err(), "nothing may be dialled");
+
+        let allowed = ClientSecurity::plaintext()
+            .with_egress(Some(Arc::new(EgressPolicy::parse("127.0.0.1/32").unwrap())));
+        let dial = tokio::spawn(async move { Connection::dial(&addr, "c", T, T, &allowed).await });
+        let (_broker, _) = tokio::time::timeout(T, listener.accept())
+            .await
+            .expect("an allowed broker is dialled")
+            .unwrap();
+        dial.abort();
+    }
+
     /// Read one request frame from the fake broker's side; returns (api_version, correlation id).
     async fn read_request(broker: &mut DuplexStream) -> (i16, i32) {
         let mut len = [0u8; 4];
