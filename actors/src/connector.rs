@@ -11,7 +11,7 @@ use crate::lock_retry::TargetHealth;
 use actix::prelude::*;
 use futures::FutureExt;
 use spillway_connectors::runtime_keys::{
-    FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
+    EGRESS_ALLOW, FILES_ROOT, SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT, TENANT_PREFIX,
 };
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{GroupProtocol, SinkConnectorConfig};
@@ -19,6 +19,7 @@ use spillway_core::{ConfigMap, RecordPipeline, SinkConnector};
 use spillway_kafka::admin::AdminClients;
 use spillway_kafka::classic::{ClassicConfig, ClassicSource, RebalanceProtocol};
 use spillway_kafka::cluster::Cluster;
+use spillway_kafka::security::ClientSecurity;
 use spillway_kafka::share::ShareConsumer;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
@@ -179,7 +180,8 @@ impl ConnectorActor {
     }
 
     /// The configuration the plugin sees: the user's, plus where it reads from, and for a
-    /// tenant's connector its prefix and directory (replacing any value the user wrote).
+    /// tenant's connector its prefix, directory and egress allow-list (replacing any value the
+    /// user wrote).
     fn plugin_config(&self) -> ConfigMap {
         let mut config = self.plan.config.originals.clone();
         config
@@ -191,6 +193,10 @@ impl ConnectorActor {
             (
                 FILES_ROOT,
                 scope.files_dir.as_ref().map(|d| d.display().to_string()),
+            ),
+            (
+                EGRESS_ALLOW,
+                scope.egress.as_ref().map(|policy| policy.to_string()),
             ),
         ] {
             match value {
@@ -441,13 +447,22 @@ fn source_factory(
     // fails with the same message.
     match plan.protocol {
         GroupProtocol::Share => {
+            // A cluster the tenant named is held to its egress policy at every dial.
+            let egress = plan
+                .scope
+                .kafka_egress(&plan.config.originals, "consumer.override.");
             let config = plan
                 .consumer
                 .share_config(&bootstrap, &group, &client_id)
-                .map(|(config, _warned_at_plan)| config);
+                .map(|(mut config, _warned_at_plan)| {
+                    config.security = config.security.with_egress(egress);
+                    config
+                });
+            let egress_checks = librdkafka_egress_checks(plan, false);
             let shared_cluster = Arc::clone(shared_cluster);
             Box::new(move || {
                 async move {
+                    vet_clusters(egress_checks).await?;
                     let config = config.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let cluster = shared_cluster
                         .get_or_try_init(|| {
@@ -456,9 +471,9 @@ fn source_factory(
                             async move { ShareConsumer::connect_cluster(&shared).await }
                         })
                         .await
-                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                        .map_err(crate::source::share_failure)?;
                     let consumer = ShareConsumer::connect_sharing(config, cluster)
-                        .map_err(|e| RuntimeError::Source(e.to_string()))?;
+                        .map_err(crate::source::share_failure)?;
                     Ok(Box::new(ShareGroupSource::new(consumer, topics)) as Box<dyn RecordSource>)
                 }
                 .boxed_local()
@@ -477,8 +492,10 @@ fn source_factory(
             config.overrides = overrides;
             config.commit_offsets = !task_commits_offsets;
             let join_watch = plan.join_watch.clone();
+            let egress_checks = librdkafka_egress_checks(plan, true);
             Box::new(move || {
                 async move {
+                    vet_clusters(egress_checks).await?;
                     config.max_poll_records =
                         max_poll_records.map_err(|e| RuntimeError::Source(e.to_string()))?;
                     let source = ClassicSource::connect(config)
@@ -496,6 +513,74 @@ fn source_factory(
             })
         }
     }
+}
+
+/// A cluster to judge before a task starts: its bootstrap list and the security (with the
+/// tenant's egress policy) its client connects with.
+type EgressCheck = (String, Result<ClientSecurity, String>);
+
+/// The clusters a confined tenant named for this connector's librdkafka clients, which dial
+/// on their own: the consumer's (`classic`: the share consumer vets its every dial itself)
+/// and the dead letter queue producer's (`producer.override.bootstrap.servers`).
+fn librdkafka_egress_checks(plan: &ConnectorPlan, classic: bool) -> Vec<EgressCheck> {
+    let originals = &plan.config.originals;
+    let mut checks = Vec::new();
+    if let Some(egress) = plan
+        .scope
+        .kafka_egress(originals, "consumer.override.")
+        .filter(|_| classic)
+    {
+        let security = plan
+            .consumer
+            .security()
+            .and_then(|s| s.client_security().map_err(|e| e.into_config_error()))
+            .map(|security| security.with_egress(Some(egress)))
+            .map_err(|e| e.to_string());
+        checks.push((plan.bootstrap.clone(), security));
+    }
+    if let Some(egress) = plan
+        .scope
+        .kafka_egress(originals, "producer.override.")
+        .filter(|_| plan.dead_letters.is_some())
+    {
+        // The dead letter queue producer's settings: the worker's `producer.*`, then the
+        // connector's overrides (as the worker builds it).
+        let mut producer = spillway_core::convert::strip_prefix(&plan.worker, "producer.");
+        producer.retain(|k, _| !k.starts_with("override."));
+        let overrides = spillway_core::convert::strip_prefix(originals, "producer.override.");
+        let bootstrap = crate::tenancy::CLUSTER_ADDRESS_KEYS
+            .iter()
+            .find_map(|key| overrides.get(*key))
+            .cloned()
+            .unwrap_or_default();
+        producer.extend(overrides);
+        let security = spillway_kafka::security::SecuritySettings::from_config(
+            &producer.into_iter().collect(),
+        )
+        .and_then(|s| s.client_security())
+        .map(|security| security.with_egress(Some(egress)))
+        .map_err(|e| e.to_string());
+        checks.push((bootstrap, security));
+    }
+    checks
+}
+
+/// Contacts each cluster under its security (the egress policy vetting the dial) and judges
+/// every broker it advertises; a refusal is final ([`RuntimeError::Egress`]).
+async fn vet_clusters(checks: Vec<EgressCheck>) -> Result<(), RuntimeError> {
+    for (bootstrap, security) in checks {
+        let security = security.map_err(RuntimeError::Source)?;
+        Cluster::vet_egress(&bootstrap, security)
+            .await
+            .map_err(|e| {
+                if e.is_egress_refusal() {
+                    RuntimeError::Egress(e.to_string())
+                } else {
+                    RuntimeError::Source(e.to_string())
+                }
+            })?;
+    }
+    Ok(())
 }
 
 impl Actor for ConnectorActor {

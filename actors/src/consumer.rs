@@ -368,9 +368,11 @@ impl ConsumerActor {
         self.step(ctx);
     }
 
-    /// The source failed (a poll or commit error, or a panic in it).
-    fn fail_now(&mut self, ctx: &mut Context<Self>, error: String) {
-        self.fail(ctx, error);
+    /// The source failed (a poll or commit error, or a panic in it). A broker the egress
+    /// policy refused stays refused: the task stays FAILED, no restart loop.
+    fn fail_now(&mut self, ctx: &mut Context<Self>, error: RuntimeError) {
+        let for_good = matches!(error, RuntimeError::Egress(_));
+        self.fail_as(ctx, error.to_string(), for_good);
     }
 
     /// A stop that is not done by its deadline releases whatever is still in flight, a little
@@ -609,7 +611,7 @@ impl ConsumerActor {
             act.source = Some(source);
             act.busy = false;
             match result {
-                Err(e) => act.fail_now(ctx, e.to_string()),
+                Err(e) => act.fail_now(ctx, e),
                 Ok(polled) => {
                     // A batch that settled during this poll is committed next, and its
                     // commit lets the poll after it go ahead: no need to park then.
@@ -694,7 +696,7 @@ impl ConsumerActor {
             act.source = Some(source);
             act.busy = false;
             match result {
-                Err(e) => act.fail_now(ctx, e.to_string()),
+                Err(e) => act.fail_now(ctx, e),
                 Ok(polled) => {
                     act.dispatch(polled, started);
                     act.step(ctx);
@@ -793,7 +795,7 @@ impl ConsumerActor {
                 Err(e) => {
                     // Releases would fail the same way: close without committing again.
                     act.commits_broken = true;
-                    return act.fail_now(ctx, e.to_string());
+                    return act.fail_now(ctx, e);
                 }
                 Ok(mut committed) => {
                     for failure in &committed.failures {
@@ -987,7 +989,7 @@ impl Actor for ConsumerActor {
                     act.last_poll = Instant::now();
                     act.step(ctx);
                 }
-                Err(e) => act.fail_now(ctx, e.to_string()),
+                Err(e) => act.fail_now(ctx, e),
             }
         }));
     }

@@ -32,6 +32,10 @@ pub enum RuntimeError {
     WorkerStopped,
     #[error("cannot read from Kafka: {0}")]
     Source(String),
+    /// A broker of a cluster the tenant named is refused by the worker's egress policy: a
+    /// restart cannot help.
+    #[error("cannot read from Kafka: {0}")]
+    Egress(String),
     #[error("cannot write the dead letter for {record} to '{topic}': {reason}")]
     DeadLetter {
         record: String,

@@ -19,7 +19,7 @@ pub mod consumer;
 pub mod consumer_settings;
 pub mod converter;
 pub mod dead_letter;
-pub mod egress;
+pub use spillway_core::egress;
 pub mod error;
 pub mod group_ids;
 pub mod limits;

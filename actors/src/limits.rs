@@ -4,7 +4,9 @@
 //! starts, so a stored configuration beyond them (written by an older version) becomes a FAILED
 //! connector instead of taking the worker down.
 
-use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
+use spillway_core::config::{
+    resolve_group_protocol, ConfigDef, ConfigKey, ConfigType, Importance, Validator,
+};
 use spillway_core::{ConfigError, ConfigMap};
 
 /// Worker key: the most tasks one connector may run (`tasks.max` above it is refused).
@@ -12,17 +14,72 @@ pub const TASKS_MAX_PER_CONNECTOR: &str = "tasks.max.per.connector";
 /// Worker key: the most tasks all the worker's connectors may run together.
 pub const TASKS_MAX_PER_WORKER: &str = "tasks.max.per.worker";
 pub const DEFAULT_TASKS_PER_CONNECTOR: u64 = 64;
-/// File descriptors an idle task holds, with a margin: measured 13 for a classic-mode task
-/// (librdkafka: 7 threads, its sockets and wake-up pipes); a share-mode task on the worker's
-/// thread pool holds about 1 per broker it fetches from (`bench/src/bin/idle_tasks.rs`,
-/// docs/tenants.md). The cap holds for the worst case.
-pub const FDS_PER_TASK: u64 = 16;
+/// The default of `tasks.max.per.worker`: the task count the worker is built for (issue 19).
+/// What the process's limits hold is checked besides, task by task at its weight.
+pub const DEFAULT_TASKS_PER_WORKER: u64 = 2000;
 /// Descriptors kept for everything but tasks: the REST server and its clients, the state
 /// store, logs, the dead letter queue producers.
 pub const FDS_RESERVED: u64 = 256;
-/// The default of `tasks.max.per.worker` is what the process's open-file limit holds at
-/// [`FDS_PER_TASK`] each after [`FDS_RESERVED`], within these bounds.
-pub const DEFAULT_TASKS_PER_WORKER_BOUNDS: (u64, u64) = (16, 2000);
+/// Threads kept for everything but tasks: the runtime, the task pool, REST, blocking calls,
+/// the worker's own Kafka clients.
+pub const THREADS_RESERVED: u64 = 256;
+
+/// What one idle task holds of the worker's process limits, measured with
+/// `cargo run -p spillway-bench --bin idle_tasks -- --tasks N [--mode classic]`
+/// (docs/tenants.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskWeight {
+    pub fds: u64,
+    pub threads: u64,
+}
+
+/// A share-mode task: measured 1.02 descriptors and 0.000 threads per task at 2,000 tasks
+/// (members of a connector share a connection per broker; tasks run on the worker's pool).
+/// Weighted 1 descriptor, no thread: 2,000 share tasks fit the kernel's default 4,096
+/// descriptors after [`FDS_RESERVED`].
+pub const SHARE_TASK_WEIGHT: TaskWeight = TaskWeight { fds: 1, threads: 0 };
+/// A classic-mode task (a librdkafka consumer of its own): measured 9.0 descriptors and 5.5
+/// threads per task; weighted 10 and 6, rounded up.
+pub const CLASSIC_TASK_WEIGHT: TaskWeight = TaskWeight {
+    fds: 10,
+    threads: 6,
+};
+
+/// A task's weight: by the group protocol it runs with (`connector` over the `worker`'s
+/// default); classic's, the heavier, when the protocol cannot be read (validation says why).
+pub fn task_weight(connector: &ConfigMap, worker: &ConfigMap) -> TaskWeight {
+    match resolve_group_protocol(connector, worker) {
+        Ok(resolved) if resolved.protocol.is_share() => SHARE_TASK_WEIGHT,
+        _ => CLASSIC_TASK_WEIGHT,
+    }
+}
+
+/// What tasks cost together: how many, and the descriptors and threads they weigh.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskCost {
+    pub tasks: u64,
+    pub fds: u64,
+    pub threads: u64,
+}
+
+impl TaskCost {
+    /// `tasks` tasks of `weight`.
+    pub fn of(tasks: u64, weight: TaskWeight) -> TaskCost {
+        TaskCost {
+            tasks,
+            fds: tasks.saturating_mul(weight.fds),
+            threads: tasks.saturating_mul(weight.threads),
+        }
+    }
+
+    pub fn plus(self, other: TaskCost) -> TaskCost {
+        TaskCost {
+            tasks: self.tasks.saturating_add(other.tasks),
+            fds: self.fds.saturating_add(other.fds),
+            threads: self.threads.saturating_add(other.threads),
+        }
+    }
+}
 
 /// Raises this process's soft open-file limit to its hard limit, as the JVM does for a Kafka
 /// Connect worker (HotSpot's `MaxFDLimit`, on by default on Linux): the soft limit (1024 on
@@ -53,15 +110,30 @@ pub fn raise_open_files_limit() -> Result<(u64, u64), String> {
     Ok((before, raised.rlim_cur))
 }
 
-/// The default `tasks.max.per.worker`: as many tasks as the soft open-file limit holds at a
-/// classic task's cost (the worker raises the soft limit to the hard one first: 240 at the
-/// kernel's 4096, 2000 under systemd's 524,288), so a full worker does not run out of file
-/// descriptors in either mode; 128 when the limit cannot be read.
-pub fn default_tasks_per_worker() -> u64 {
-    let (low, high) = DEFAULT_TASKS_PER_WORKER_BOUNDS;
-    match open_files_limit() {
-        Some(limit) => (limit.saturating_sub(FDS_RESERVED) / FDS_PER_TASK).clamp(low, high),
-        None => 128,
+/// The threads this process may have: the smaller of its `RLIMIT_NPROC` soft limit (which
+/// counts every thread of the user) and the kernel's `threads-max`; `None` when neither can be
+/// read.
+fn threads_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let nproc = limits
+        .lines()
+        .find(|l| l.starts_with("Max processes"))
+        .and_then(|l| {
+            match l
+                .trim_start_matches("Max processes")
+                .split_whitespace()
+                .next()?
+            {
+                "unlimited" => Some(u64::MAX),
+                n => n.parse().ok(),
+            }
+        });
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok());
+    match (nproc, kernel) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -95,13 +167,20 @@ pub const CONFIG_KEY_MAX_BYTES: usize = 255;
 pub struct WorkerLimits {
     pub tasks_per_connector: u64,
     pub tasks_per_worker: u64,
+    /// The process's soft open-file limit when the limits were read (after the worker raised
+    /// it to the hard limit); 1024 when it cannot be read.
+    pub open_files: u64,
+    /// The threads the process may have ([`threads_limit`]); 4096 when it cannot be read.
+    pub threads: u64,
 }
 
 impl Default for WorkerLimits {
     fn default() -> Self {
         WorkerLimits {
             tasks_per_connector: DEFAULT_TASKS_PER_CONNECTOR,
-            tasks_per_worker: default_tasks_per_worker(),
+            tasks_per_worker: DEFAULT_TASKS_PER_WORKER,
+            open_files: open_files_limit().unwrap_or(1024),
+            threads: threads_limit().unwrap_or(4096),
         }
     }
 }
@@ -126,13 +205,12 @@ pub fn limits_config_def() -> ConfigDef {
                 ConfigType::Long,
                 Importance::Medium,
                 "The most tasks (tasks.max summed over every connector not STOPPED) the \
-                 worker runs; a change beyond it is refused (400). Default: what the open-file \
-                 limit (raised to the hard limit at start) holds at 16 descriptors a task \
-                 after 256 for the rest (240 at 4096), from 16 to 2000. A share-mode task \
-                 holds about one descriptor per broker it fetches from and no thread, so a \
-                 worker running share connectors only may set it higher.",
+                 worker runs; a change beyond it is refused (400). Besides, the tasks must fit \
+                 the process's open-file and thread limits at their weights: a share-mode \
+                 task 1 descriptor and no thread, a classic one 10 descriptors and 6 threads \
+                 (measured by bench idle_tasks), after 256 of each for the rest.",
             )
-            .default(default_tasks_per_worker().to_string())
+            .default(DEFAULT_TASKS_PER_WORKER.to_string())
             .validator(Validator::Between(1, 1_000_000)),
         )
 }
@@ -151,6 +229,7 @@ impl WorkerLimits {
         Ok(WorkerLimits {
             tasks_per_connector: parsed.long(TASKS_MAX_PER_CONNECTOR)? as u64,
             tasks_per_worker: parsed.long(TASKS_MAX_PER_WORKER)? as u64,
+            ..WorkerLimits::default()
         })
     }
 
@@ -165,6 +244,13 @@ impl WorkerLimits {
     /// at restore) does not block every other connector.
     pub fn counted_tasks(&self, config: &ConfigMap) -> u64 {
         requested_tasks(config).min(self.tasks_per_connector)
+    }
+
+    /// What `config`'s tasks cost against `tasks.max.per.worker` and the process's limits:
+    /// [`WorkerLimits::counted_tasks`] at the weight of its mode ([`task_weight`]; `worker`
+    /// gives the default group protocol).
+    pub fn cost(&self, config: &ConfigMap, worker: &ConfigMap) -> TaskCost {
+        TaskCost::of(self.counted_tasks(config), task_weight(config, worker))
     }
 
     /// What in `config` is beyond the bounds: the name, key and value sizes, `tasks.max`.
@@ -233,28 +319,63 @@ impl WorkerLimits {
         errors
     }
 
-    /// Refuses `tasks` more tasks for connector `name` when the worker's other connectors
-    /// already have `others`.
+    /// Refuses connector `name`'s tasks (`this`) when, with the worker's other connectors'
+    /// (`others`), they would be more than `tasks.max.per.worker`, or weigh more descriptors or
+    /// threads than the process's limits leave after what is reserved for the rest. The error
+    /// names the limit, the weights and the figures.
     pub fn check_worker_tasks(
         &self,
         name: &str,
-        others: u64,
-        tasks: u64,
+        others: TaskCost,
+        this: TaskCost,
     ) -> Result<(), ConfigError> {
-        let total = others.saturating_add(tasks);
-        if total <= self.tasks_per_worker {
-            return Ok(());
-        }
-        Err(ConfigError::InvalidValue {
+        let total = others.plus(this);
+        let refuse = |reason: String| ConfigError::InvalidValue {
             key: "tasks.max".into(),
-            value: tasks.to_string(),
-            reason: format!(
+            value: this.tasks.to_string(),
+            reason,
+        };
+        let fix = "Lower tasks.max, stop or delete connectors, or ask the worker admin";
+        if total.tasks > self.tasks_per_worker {
+            return Err(refuse(format!(
                 "this worker runs at most {} tasks ({TASKS_MAX_PER_WORKER}); its other \
-                 connectors have {others}, so connector {name} would take it to {total}. Lower \
-                 tasks.max, stop or delete connectors, or ask the worker admin to raise the limit",
-                self.tasks_per_worker
-            ),
-        })
+                 connectors have {}, so connector {name} would take it to {}. {fix} to raise \
+                 the limit",
+                self.tasks_per_worker, others.tasks, total.tasks
+            )));
+        }
+        let weights = format!(
+            "a classic-mode task weighs {} descriptors and {} threads, a share-mode task {} \
+             descriptor and {} threads (measured: bench idle_tasks)",
+            CLASSIC_TASK_WEIGHT.fds,
+            CLASSIC_TASK_WEIGHT.threads,
+            SHARE_TASK_WEIGHT.fds,
+            SHARE_TASK_WEIGHT.threads
+        );
+        let fds = self.open_files.saturating_sub(FDS_RESERVED);
+        if total.fds > fds {
+            return Err(refuse(format!(
+                "the worker's tasks would hold {} file descriptors (connector {name}'s {} tasks \
+                 {}, the other connectors' {} tasks {}), more than the {fds} its open-file \
+                 limit ({}, ulimit -n) leaves after {FDS_RESERVED} for the rest; {weights}. \
+                 {fix} to raise the open-file limit; share mode \
+                 (consumer.override.group.protocol=share) costs far less",
+                total.fds, this.tasks, this.fds, others.tasks, others.fds, self.open_files
+            )));
+        }
+        let threads = self.threads.saturating_sub(THREADS_RESERVED);
+        if total.threads > threads {
+            return Err(refuse(format!(
+                "the worker's tasks would run {} threads (connector {name}'s {} tasks {}, the \
+                 other connectors' {} tasks {}), more than the {threads} its thread limit ({}, \
+                 the smaller of ulimit -u and kernel.threads-max) leaves after \
+                 {THREADS_RESERVED} for the rest; {weights}. {fix} to raise the thread \
+                 limit; share mode (consumer.override.group.protocol=share) runs no thread \
+                 per task",
+                total.threads, this.tasks, this.threads, others.tasks, others.threads, self.threads
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -327,16 +448,11 @@ mod tests {
     }
 
     #[test]
-    fn the_default_worker_cap_follows_the_open_file_limit() {
-        let limit = open_files_limit().expect("linux has /proc/self/limits");
-        let tasks = default_tasks_per_worker();
-        assert!((16..=2000).contains(&tasks), "{tasks}");
-        if limit < 32_000 {
-            assert!(
-                FDS_RESERVED + tasks * FDS_PER_TASK <= limit.max(FDS_RESERVED + 16 * FDS_PER_TASK),
-                "{tasks} tasks fit in {limit} descriptors"
-            );
-        }
+    fn the_limits_read_the_process_limits() {
+        let limits = WorkerLimits::default();
+        assert_eq!(limits.tasks_per_worker, DEFAULT_TASKS_PER_WORKER);
+        assert_eq!(Some(limits.open_files), open_files_limit());
+        assert!(limits.threads > THREADS_RESERVED, "{limits:?}");
     }
 
     #[test]
@@ -357,12 +473,27 @@ mod tests {
         }
     }
 
+    /// A worker at the kernel's default limits: 4,096 descriptors, and threads to spare.
+    fn at_kernel_defaults(tasks_per_worker: &str) -> WorkerLimits {
+        WorkerLimits {
+            open_files: 4096,
+            threads: 100_000,
+            ..WorkerLimits::from_worker_config(&config_map(&[(
+                TASKS_MAX_PER_WORKER,
+                tasks_per_worker,
+            )]))
+            .expect("valid")
+        }
+    }
+
     #[test]
     fn the_worker_cap_counts_every_other_connectors_tasks() {
-        let limits = WorkerLimits::from_worker_config(&config_map(&[(TASKS_MAX_PER_WORKER, "10")]))
-            .expect("valid");
-        assert!(limits.check_worker_tasks("a", 6, 4).is_ok());
-        let err = limits.check_worker_tasks("a", 7, 4).expect_err("11 > 10");
+        let limits = at_kernel_defaults("10");
+        let share = |n| TaskCost::of(n, SHARE_TASK_WEIGHT);
+        assert!(limits.check_worker_tasks("a", share(6), share(4)).is_ok());
+        let err = limits
+            .check_worker_tasks("a", share(7), share(4))
+            .expect_err("11 > 10");
         assert!(err.to_string().contains(TASKS_MAX_PER_WORKER), "{err}");
         assert!(err.to_string().contains("11"), "{err}");
         assert!(
@@ -384,5 +515,96 @@ mod tests {
                 && err.contains("take it to 5"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn tasks_weigh_what_their_mode_costs() {
+        let worker = ConfigMap::new();
+        let share = config_map(&[("consumer.override.group.protocol", "share")]);
+        assert_eq!(task_weight(&share, &worker), SHARE_TASK_WEIGHT);
+        assert_eq!(task_weight(&ConfigMap::new(), &worker), CLASSIC_TASK_WEIGHT);
+        let share_worker = config_map(&[("consumer.group.protocol", "share")]);
+        assert_eq!(
+            task_weight(&ConfigMap::new(), &share_worker),
+            SHARE_TASK_WEIGHT,
+            "the worker's default protocol"
+        );
+        assert_eq!(
+            task_weight(
+                &config_map(&[("consumer.override.group.protocol", "x")]),
+                &worker
+            ),
+            CLASSIC_TASK_WEIGHT,
+            "unreadable: the worst case"
+        );
+        let limits = WorkerLimits::default();
+        let mut sixty_four = share.clone();
+        sixty_four.insert("tasks.max".into(), "64".into());
+        assert_eq!(
+            limits.cost(&sixty_four, &worker),
+            TaskCost {
+                tasks: 64,
+                fds: 64,
+                threads: 0
+            }
+        );
+    }
+
+    /// Issue 19: a worker with 2,000 tasks stays within its limits. At the kernel's default
+    /// 4,096 descriptors, 2,000 share-mode tasks fit; classic tasks stop where the descriptors
+    /// run out (384 of them), and the refusal names the limit, the weights and the figures.
+    #[test]
+    fn two_thousand_share_tasks_fit_and_classic_ones_stop_at_the_descriptor_limit() {
+        let limits = at_kernel_defaults(&DEFAULT_TASKS_PER_WORKER.to_string());
+        let share = |n| TaskCost::of(n, SHARE_TASK_WEIGHT);
+        let classic = |n| TaskCost::of(n, CLASSIC_TASK_WEIGHT);
+        assert!(limits
+            .check_worker_tasks("s", share(1936), share(64))
+            .is_ok());
+        assert!(limits
+            .check_worker_tasks("s", share(1937), share(64))
+            .is_err());
+        // (4096 - 256) / 10 = 384 classic tasks.
+        assert!(limits
+            .check_worker_tasks("c", classic(320), classic(64))
+            .is_ok());
+        let err = limits
+            .check_worker_tasks("c", classic(321), classic(64))
+            .expect_err("3850 > 3840 descriptors")
+            .to_string();
+        for part in [
+            "tasks.max",
+            "3850 file descriptors",
+            "3840",
+            "open-file limit (4096",
+            "10 descriptors and 6 threads",
+            "1 descriptor",
+        ] {
+            assert!(err.contains(part), "{part}: {err}");
+        }
+        // Mixed: classic tasks leave less room for share ones.
+        assert!(limits
+            .check_worker_tasks("s", classic(300), share(840))
+            .is_ok());
+        assert!(limits
+            .check_worker_tasks("s", classic(300), share(841))
+            .is_err());
+        // Threads bind where descriptors are plentiful.
+        let few_threads = WorkerLimits {
+            open_files: 1_048_576,
+            threads: 1256,
+            ..limits
+        };
+        let err = few_threads
+            .check_worker_tasks("c", classic(128), classic(64))
+            .expect_err("1152 > 1000 threads")
+            .to_string();
+        assert!(
+            err.contains("1152 threads") && err.contains("thread limit (1256"),
+            "{err}"
+        );
+        assert!(few_threads
+            .check_worker_tasks("s", classic(128), share(64))
+            .is_ok());
     }
 }

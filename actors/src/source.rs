@@ -21,7 +21,9 @@ use spillway_core::{
     TopicPartition,
 };
 use spillway_kafka::classic::{ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent};
-use spillway_kafka::share::{AckError, AcknowledgeType, LockRenewal, ShareConsumer, ShareRecord};
+use spillway_kafka::share::{
+    AckError, AcknowledgeType, LockRenewal, ShareConsumer, ShareError, ShareRecord,
+};
 use tracing::{debug, warn};
 
 use crate::error::RuntimeError;
@@ -128,6 +130,15 @@ fn ack_type(d: &Disposition) -> AcknowledgeType {
     }
 }
 
+/// A share consumer's error as the task's: an egress refusal is final.
+pub(crate) fn share_failure(e: ShareError) -> RuntimeError {
+    if e.is_egress_refusal() {
+        RuntimeError::Egress(e.to_string())
+    } else {
+        RuntimeError::Source(e.to_string())
+    }
+}
+
 /// A share-group member.
 pub struct ShareGroupSource {
     consumer: ShareConsumer,
@@ -219,11 +230,7 @@ impl RecordSource for ShareGroupSource {
                 .changes
                 .push(AssignmentChange::Opened(self.assignment()));
         }
-        let records = self
-            .consumer
-            .poll(timeout)
-            .await
-            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+        let records = self.consumer.poll(timeout).await.map_err(share_failure)?;
         for r in records {
             if self.seen_count >= SEEN_CAPACITY {
                 self.seen.clear();
@@ -274,7 +281,7 @@ impl RecordSource for ShareGroupSource {
             .consumer
             .commit_sync(timeout)
             .await
-            .map_err(|e| RuntimeError::Source(e.to_string()))?;
+            .map_err(share_failure)?;
         let mut failures = Vec::new();
         let mut failed: HashSet<(String, i32)> = HashSet::new();
         let mut lock_lost: HashSet<(String, i32)> = HashSet::new();

@@ -207,6 +207,10 @@ pub const TUNING_KEYS: &[&str] = &[
     "client.rack",
 ];
 
+/// The client keys that name the cluster a client connects to, in Java's and librdkafka's
+/// spellings.
+pub const CLUSTER_ADDRESS_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
+
 /// What a refused client key is, for the message: the dangerous kinds by name.
 fn what_it_is(client_key: &str) -> Option<&'static str> {
     const CLUSTER: &[&str] = &[
@@ -410,7 +414,58 @@ impl TenantScope {
                 }),
             }
         }
+        errors.extend(self.override_cluster_violations(config));
         errors
+    }
+
+    /// The cluster addresses a policy that allows them (`All`) lets the tenant's client
+    /// overrides name (`consumer.override.bootstrap.servers`, librdkafka's
+    /// `metadata.broker.list`, for the consumer, the dead letter queue producer and admin
+    /// clients) held to the egress policy like any other address a tenant's connector reaches.
+    fn override_cluster_violations(&self, config: &ConfigMap) -> Vec<ConfigError> {
+        let Some(egress) = &self.egress else {
+            return Vec::new();
+        };
+        let mut errors = Vec::new();
+        for (key, value) in config {
+            let Some(client_key) = OVERRIDE_PREFIXES
+                .iter()
+                .find_map(|prefix| key.strip_prefix(prefix))
+            else {
+                continue;
+            };
+            // A policy that refuses the key says so already (OverridePolicy::violations).
+            if !CLUSTER_ADDRESS_KEYS.contains(&client_key)
+                || !self.policy.allows(client_key)
+                || value.trim().is_empty()
+            {
+                continue;
+            }
+            let checked = crate::egress::bootstrap_hosts(value)
+                .map_err(|reason| ConfigError::InvalidValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    reason,
+                })
+                .and_then(|hosts| egress.check(key, value, &hosts));
+            if let Err(e) = checked {
+                errors.push(e);
+            }
+        }
+        errors
+    }
+
+    /// The egress policy a Kafka client of the connector dials under: the tenant's, when
+    /// `config` names the cluster under `prefix` (e.g. `consumer.override.bootstrap.servers`),
+    /// so the cluster and every broker it advertises are the tenant's choice; `None` for the
+    /// worker's own cluster, which its admin chose.
+    pub fn kafka_egress(&self, config: &ConfigMap, prefix: &str) -> Option<Arc<EgressPolicy>> {
+        let names_cluster = CLUSTER_ADDRESS_KEYS.iter().any(|key| {
+            config
+                .get(&format!("{prefix}{key}"))
+                .is_some_and(|v| !v.trim().is_empty())
+        });
+        self.egress.clone().filter(|_| names_cluster)
     }
 
     /// The tenant's name (`default` for the default tenant), e.g. for metric labels.
@@ -828,6 +883,78 @@ mod tests {
         let fine = config(&[("file", "out.txt"), ("url", "8.8.8.8")]);
         scope.policy = OverridePolicy::Restricted;
         assert!(scope.reach_violations(&def, &fine).is_empty());
+    }
+
+    #[test]
+    fn kafka_clients_dial_under_the_egress_policy_only_for_a_cluster_the_tenant_named() {
+        let mut scope = TenantScope::default();
+        let named = config(&[("consumer.override.bootstrap.servers", "k:9092")]);
+        assert!(scope.kafka_egress(&named, "consumer.override.").is_none());
+        scope.egress = Some(Arc::new(EgressPolicy::default()));
+        assert!(scope.kafka_egress(&named, "consumer.override.").is_some());
+        // The worker's own cluster (no override) and another client's override: no policy.
+        assert!(scope
+            .kafka_egress(&config(&[]), "consumer.override.")
+            .is_none());
+        assert!(scope.kafka_egress(&named, "producer.override.").is_none());
+        let alias = config(&[("producer.override.metadata.broker.list", "k:9092")]);
+        assert!(scope.kafka_egress(&alias, "producer.override.").is_some());
+    }
+
+    #[test]
+    fn cluster_overrides_under_all_are_held_to_the_egress_policy() {
+        let def = reaching_def();
+        let mut scope = tenant(OverridePolicy::All);
+        scope.egress = Some(Arc::new(EgressPolicy::default()));
+        let internal = config(&[
+            ("consumer.override.bootstrap.servers", "127.0.0.1:9092"),
+            (
+                "producer.override.metadata.broker.list",
+                "PLAINTEXT://10.1.2.3:9092",
+            ),
+            (
+                "admin.override.bootstrap.servers",
+                "8.8.8.8:9092,[::1]:9093",
+            ),
+            ("consumer.override.metadata.broker.list", "nohost"),
+        ]);
+        let errors = scope.reach_violations(&def, &internal);
+        let keys: Vec<_> = errors.iter().filter_map(|e| e.key()).collect();
+        assert_eq!(
+            keys,
+            [
+                "admin.override.bootstrap.servers",
+                "consumer.override.bootstrap.servers",
+                "consumer.override.metadata.broker.list",
+                "producer.override.metadata.broker.list",
+            ],
+            "{errors:?}"
+        );
+        for error in errors
+            .iter()
+            .filter(|e| e.key() != Some("consumer.override.metadata.broker.list"))
+        {
+            assert!(
+                error
+                    .to_string()
+                    .contains(crate::egress::TENANT_EGRESS_ALLOW),
+                "{error}"
+            );
+        }
+        let public = config(&[("consumer.override.bootstrap.servers", "8.8.8.8:9092")]);
+        assert!(scope.reach_violations(&def, &public).is_empty());
+        // Allowed by the worker's list.
+        scope.egress = Some(Arc::new(EgressPolicy::parse("127.0.0.0/8").expect("valid")));
+        let listed = config(&[("consumer.override.bootstrap.servers", "127.0.0.1:9092")]);
+        assert!(scope.reach_violations(&def, &listed).is_empty());
+        // Under Restricted the key itself is refused (by the policy, once).
+        scope.policy = OverridePolicy::Restricted;
+        scope.egress = Some(Arc::new(EgressPolicy::default()));
+        assert!(scope.reach_violations(&def, &internal).is_empty());
+        assert_eq!(scope.policy.violations(&internal, "tenant acme").len(), 4);
+        // The admin's default tenant is not confined.
+        let default = TenantScope::default_tenant(OverridePolicy::All);
+        assert!(default.reach_violations(&def, &internal).is_empty());
     }
 
     #[test]

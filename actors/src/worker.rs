@@ -26,7 +26,7 @@ use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict, JoinWatch};
-use crate::limits::{requested_tasks, WorkerLimits};
+use crate::limits::{task_weight, TaskCost, WorkerLimits};
 use crate::pool::{task_threads, TaskPool};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::share_group::{Preparation, ShareGroupWish};
@@ -100,7 +100,7 @@ impl Worker {
             }
             None => OverridePolicy::All,
         };
-        // Before the limits: the default task cap follows the open-file limit.
+        // Before the limits: the tasks' descriptors are weighed against the open-file limit.
         match crate::limits::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 info!(
@@ -367,28 +367,35 @@ impl Worker {
         ))
     }
 
-    /// The other connectors' `tasks.max`, summed over those running on this worker; in
-    /// distributed mode a connector counts the tasks assigned here, not all of its tasks.
-    fn tasks_of_others(&self, key: &str) -> u64 {
+    /// What `config`'s tasks cost against the worker's limits (their count, and the
+    /// descriptors and threads they weigh in their mode): [`WorkerLimits::cost`].
+    pub fn task_cost(&self, config: &ConfigMap) -> TaskCost {
+        self.limits.cost(config, &self.config)
+    }
+
+    /// What the other connectors running on this worker cost together; in distributed mode a
+    /// connector counts the tasks assigned here, not all of its tasks.
+    fn tasks_of_others(&self, key: &str) -> TaskCost {
         let assignments = lock_map(&self.assignments).clone();
         self.configs()
             .iter()
             .filter(|(name, _)| name.as_str() != key)
-            .map(|(name, c)| self.counted_here(&assignments, name, c))
-            .fold(0, u64::saturating_add)
+            .map(|(name, c)| self.cost_here(&assignments, name, c))
+            .fold(TaskCost::default(), TaskCost::plus)
     }
 
-    /// The tasks connector `name` runs here: those assigned to this worker when it has an
-    /// assignment, else its `tasks.max` (bounded by `tasks.max.per.connector`).
-    fn counted_here(
+    /// What connector `name`'s tasks cost here: those assigned to this worker when it has an
+    /// assignment, else its `tasks.max` (bounded by `tasks.max.per.connector`), at the weight
+    /// of its mode.
+    fn cost_here(
         &self,
         assignments: &BTreeMap<String, BTreeSet<u32>>,
         name: &str,
         config: &ConfigMap,
-    ) -> u64 {
+    ) -> TaskCost {
         match assignments.get(name) {
-            Some(tasks) => tasks.len() as u64,
-            None => self.limits.counted_tasks(config),
+            Some(tasks) => TaskCost::of(tasks.len() as u64, task_weight(config, &self.config)),
+            None => self.task_cost(config),
         }
     }
 
@@ -617,10 +624,7 @@ impl Worker {
         if let Some(error) = ConfigError::from_list(self.limits.check_connector(config)) {
             return Err(refused(error));
         }
-        let here = match lock_map(&self.assignments).get(key) {
-            Some(tasks) => tasks.len() as u64,
-            None => requested_tasks(config),
-        };
+        let here = self.cost_here(&lock_map(&self.assignments), key, config);
         self.limits
             .check_worker_tasks(&name, self.tasks_of_others(key), here)
             .map_err(refused)

@@ -23,6 +23,7 @@
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -30,13 +31,16 @@ use bytes::Bytes;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance, Reach, Validator};
 use spillway_core::connector::replicate_task_configs;
 use spillway_core::convert::{strip_prefix, RecordConverter};
+use spillway_core::egress::EgressPolicy;
 use spillway_core::{
     Assignment, ConfigError, ConfigMap, ConsumerGroupMetadata, PutOutcome, RecordCoordinates,
     SinkConnector, SinkError, SinkRecord, SinkTask, TopicPartition,
 };
 use spillway_eos::writer::{ExactlyOnceWriter, GroupOffsets, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
+use spillway_kafka::cluster::Cluster;
 use spillway_kafka::producer::{IdempotentProducer, OutRecord, Written};
+use spillway_kafka::security::SecuritySettings;
 
 use crate::kafka_mirror_metrics::{
     now_ms, MirrorMetrics, SOURCE_CLUSTER_ALIAS, TARGET_CLUSTER_ALIAS,
@@ -393,6 +397,34 @@ pub fn target_is_source(config: &ConfigMap) -> bool {
             .any(|b| target.contains(b))
 }
 
+/// A confined tenant's target cluster (`target.bootstrap.servers` naming another cluster than
+/// the source) is held to the worker's egress policy before the producer exists: librdkafka
+/// dials on its own, so the native client contacts the target under the policy and judges
+/// every broker it advertises. After this check, librdkafka's own dials are not judged.
+async fn vet_target(
+    config: &ConfigMap,
+    bootstrap: &str,
+    producer_overrides: &ConfigMap,
+) -> Result<(), SinkError> {
+    let policy = EgressPolicy::from_plugin_config(config)
+        .map_err(|e| SinkError::task_level(e.to_string()))?;
+    let Some(policy) = policy.filter(|_| !target_is_source(config)) else {
+        return Ok(());
+    };
+    let security = SecuritySettings::from_config(producer_overrides)
+        .and_then(|s| s.client_security())
+        .map_err(|e| SinkError::task_level(e.to_string()))?
+        .with_egress(Some(Arc::new(policy)));
+    Cluster::vet_egress(bootstrap, security).await.map_err(|e| {
+        let message = format!("{TARGET_BOOTSTRAP_SERVERS}={bootstrap}: {e}");
+        if e.is_egress_refusal() {
+            SinkError::task_level(message)
+        } else {
+            SinkError::retriable(message)
+        }
+    })
+}
+
 fn target_bootstrap(config: &ConfigMap) -> Result<String, ConfigError> {
     config
         .get(TARGET_BOOTSTRAP_SERVERS)
@@ -457,6 +489,7 @@ impl SinkTask for KafkaSinkTask {
         let parsed = config_def().parse(config).map_err(fatal)?;
         let bootstrap = target_bootstrap(config).map_err(fatal)?;
         let overrides = strip_prefix(config, PRODUCER_OVERRIDE_PREFIX);
+        vet_target(config, &bootstrap, &overrides).await?;
         let producer = if exactly_once(config) {
             let id = transactional_id(config);
             let step_timeout =

@@ -18,3 +18,8 @@ pub const TENANT_PREFIX: &str = "spillway.tenant.prefix";
 /// on, a tenant other than `default`): every path-valued key resolves inside it
 /// ([`crate::paths`]). A value the user wrote is replaced (or removed when not confined).
 pub const FILES_ROOT: &str = "spillway.files.root";
+/// Set by the runtime when the connector's tenant is held to the worker's egress policy
+/// (authentication on, a tenant other than `default`): the allow-list, by which the plugin
+/// vets every address it connects to ([`spillway_core::egress::EgressPolicy::vet`]). A value
+/// the user wrote is replaced (or removed when not confined).
+pub use spillway_core::egress::EGRESS_RUNTIME_KEY as EGRESS_ALLOW;

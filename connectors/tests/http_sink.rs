@@ -19,6 +19,8 @@ enum Answer {
     Status(u16, Option<&'static str>, &'static str),
     /// Answer 200, but only after this long.
     Slow(Duration),
+    /// Answer 307 to this location.
+    Redirect(&'static str),
 }
 
 /// A request as the receiver saw it.
@@ -67,6 +69,9 @@ async fn receive(
     };
     match answer {
         None => StatusCode::OK.into_response(),
+        Some(Answer::Redirect(to)) => {
+            (StatusCode::TEMPORARY_REDIRECT, [("location", to)], "").into_response()
+        }
         Some(Answer::Slow(wait)) => {
             tokio::time::sleep(wait).await;
             StatusCode::OK.into_response()
@@ -450,4 +455,55 @@ async fn tombstones_are_rejected_when_configured_to_fail() {
         ]
     );
     assert_eq!(seen(&shared).len(), 1);
+}
+
+/// The task-level error of the one record's outcome.
+fn task_level_message(outcomes: &[PutOutcome]) -> String {
+    outcomes[0]
+        .task_level()
+        .unwrap_or_else(|| panic!("a task-level refusal, not {:?}", outcomes[0]))
+        .to_string()
+}
+
+/// A confined tenant's sink (the runtime sets `spillway.egress.allow`) resolves the endpoint's
+/// name through the egress policy when it connects and connects to the judged address:
+/// `localhost` is loopback, refused unless the allow-list names it. The task fails (a
+/// task-level outcome) naming the host, the address and `tenant.egress.allow`; nothing is sent.
+#[tokio::test]
+async fn a_confined_sink_judges_the_address_it_connects_to() {
+    let (url, shared) = receiver(Vec::new()).await;
+    let by_name = url.replace("127.0.0.1", "localhost");
+    let mut task = started(&config(&by_name, &[("spillway.egress.allow", "")])).await;
+    let outcomes = task.put(&records(1)).await.expect("outcomes");
+    let message = task_level_message(&outcomes);
+    for part in ["localhost", "loopback", "tenant.egress.allow"] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    assert!(seen(&shared).is_empty(), "nothing reached the endpoint");
+
+    let mut allowed = started(&config(
+        &by_name,
+        &[("spillway.egress.allow", "127.0.0.0/8,::1")],
+    ))
+    .await;
+    let outcomes = allowed.put(&records(1)).await.expect("outcomes");
+    assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
+    assert_eq!(seen(&shared).len(), 1);
+}
+
+/// A redirect from an allowed endpoint to an internal address literal is not followed.
+#[tokio::test]
+async fn a_confined_sink_does_not_follow_a_redirect_into_the_private_network() {
+    let (url, shared) = receiver(vec![Answer::Redirect("http://10.255.0.1:8083/connectors")]).await;
+    let mut task = started(&config(&url, &[("spillway.egress.allow", "127.0.0.1")])).await;
+    let outcomes = task.put(&records(1)).await.expect("outcomes");
+    let message = task_level_message(&outcomes);
+    for part in ["10.255.0.1", "private", "tenant.egress.allow"] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    assert_eq!(
+        seen(&shared).len(),
+        1,
+        "only the allowed endpoint was reached"
+    );
 }

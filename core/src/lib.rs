@@ -11,6 +11,7 @@ pub mod connector;
 pub mod convert;
 pub mod data;
 pub mod dead_letter;
+pub mod egress;
 pub mod error;
 pub mod pipeline;
 pub mod record;

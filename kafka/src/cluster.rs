@@ -15,8 +15,9 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, GroupId, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use spillway_core::egress::EgressRefusal;
 use thiserror::Error;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::connection::{Connection, ConnectionError};
@@ -187,6 +188,9 @@ pub struct Cluster {
     /// Shared with the clusters made by [`Cluster::own_connections`].
     meta: Arc<Mutex<Meta>>,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// The first broker the egress policy refused (shared with [`Cluster::own_connections`]):
+    /// the clients on this cluster fail with it rather than retry a dial that cannot pass.
+    egress_refusal: Arc<Mutex<Option<(String, EgressRefusal)>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -199,6 +203,14 @@ impl ClusterError {
     pub fn is_security_error(&self) -> bool {
         match self {
             ClusterError::Connection(e) => e.is_security_error(),
+            _ => false,
+        }
+    }
+
+    /// See [`ConnectionError::is_egress_refusal`].
+    pub fn is_egress_refusal(&self) -> bool {
+        match self {
+            ClusterError::Connection(e) => e.is_egress_refusal(),
             _ => false,
         }
     }
@@ -272,6 +284,7 @@ impl Cluster {
             connect_timeout,
             meta: Arc::default(),
             slots: Mutex::new(HashMap::new()),
+            egress_refusal: Arc::default(),
         });
         cluster.refresh_metadata(&[]).await?;
         Ok(cluster)
@@ -295,6 +308,7 @@ impl Cluster {
             connect_timeout: self.connect_timeout,
             meta: Arc::clone(&self.meta),
             slots: Mutex::new(HashMap::new()),
+            egress_refusal: Arc::clone(&self.egress_refusal),
         })
     }
 
@@ -340,6 +354,11 @@ impl Cluster {
                 Ok(conn)
             }
             Err(e) => {
+                if let ConnectionError::Egress { addr, refusal } = &e {
+                    warn!(%addr, %refusal, "broker refused by the egress policy");
+                    locked(&self.egress_refusal)
+                        .get_or_insert_with(|| (addr.clone(), (**refusal).clone()));
+                }
                 slot.failures = slot.failures.saturating_add(1);
                 let wait = BACKOFF_MIN
                     .saturating_mul(1u32 << slot.failures.min(5).saturating_sub(1))
@@ -349,6 +368,63 @@ impl Cluster {
                 Err(e.into())
             }
         }
+    }
+
+    /// For a client that dials on its own (librdkafka): contacts `bootstrap` under `security`
+    /// (its egress policy vets the dial) and judges every broker the cluster advertises. No
+    /// policy in `security`: nothing to judge.
+    pub async fn vet_egress(bootstrap: &str, security: ClientSecurity) -> Result<(), ClusterError> {
+        if security.egress().is_none() {
+            return Ok(());
+        }
+        let cluster = Cluster::connect_secured(
+            bootstrap,
+            "spillway-egress-check",
+            Duration::from_secs(10),
+            security,
+        )
+        .await?;
+        cluster.vet_advertised_brokers().await
+    }
+
+    /// Judges every broker the cluster advertises (as of the last Metadata) by the egress
+    /// policy of this cluster's security, without dialling them: for clients that dial on
+    /// their own (librdkafka), checked before they start.
+    pub async fn vet_advertised_brokers(&self) -> Result<(), ClusterError> {
+        let Some(policy) = self.security.egress() else {
+            return Ok(());
+        };
+        let mut addresses: Vec<String> = locked(&self.meta).brokers.values().cloned().collect();
+        addresses.sort();
+        for addr in addresses {
+            let Some((host, port)) = addr
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            else {
+                continue;
+            };
+            let policy = Arc::clone(policy);
+            let verdict = tokio::task::spawn_blocking(move || policy.vet(&host, port))
+                .await
+                .unwrap_or_else(|e| panic!("the egress check panicked: {e}"));
+            if let Err(refusal) = verdict {
+                return Err(ClusterError::Connection(ConnectionError::Egress {
+                    addr,
+                    refusal: Box::new(refusal),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first broker the egress policy refused on this cluster, as the error to fail with.
+    pub fn egress_refusal(&self) -> Option<ConnectionError> {
+        locked(&self.egress_refusal)
+            .clone()
+            .map(|(addr, refusal)| ConnectionError::Egress {
+                addr,
+                refusal: Box::new(refusal),
+            })
     }
 
     /// The connection to broker `id`.
@@ -391,6 +467,10 @@ impl Cluster {
                 }
                 Err(e) => last = e.to_string(),
             }
+        }
+        // No server answered and one was refused by the egress policy: that is the cause.
+        if let Some(refused) = self.egress_refusal() {
+            return Err(ClusterError::Connection(refused));
         }
         Err(ClusterError::NoBootstrap {
             servers: self.bootstrap.join(","),

@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use crate::security::ClientSecurity;
+use spillway_core::egress::{EgressPolicy, EgressRefusal};
 
 /// Largest response frame we accept. Kafka's default `socket.request.max.bytes` is 100 MiB; a
 /// length beyond that is far more likely a desynchronised stream than a real response.
@@ -58,6 +59,12 @@ pub enum ConnectionError {
     /// The broker's listener speaks another protocol than `security.protocol` says.
     #[error("broker {addr}: {message}")]
     SecurityMismatch { addr: String, message: String },
+    /// The egress policy (a confined tenant's, for a cluster it named) refused the broker.
+    #[error("broker {addr} refused by the worker's egress policy: {refusal}")]
+    Egress {
+        addr: String,
+        refusal: Box<EgressRefusal>,
+    },
     #[error("connecting to broker {addr} timed out after {after:?}")]
     ConnectTimeout { addr: String, after: Duration },
     #[error("i/o error on the connection to broker {addr}: {source}")]
@@ -130,6 +137,16 @@ impl ConnectionError {
             | ConnectionError::Authentication { .. }
             | ConnectionError::SecurityMismatch { .. } => true,
             ConnectionError::Poisoned { cause, .. } => cause.is_security_error(),
+            _ => false,
+        }
+    }
+
+    /// Whether the egress policy refused the broker: no retry helps, the worker admin's
+    /// `tenant.egress.allow` or the cluster's advertised listeners must change.
+    pub fn is_egress_refusal(&self) -> bool {
+        match self {
+            ConnectionError::Egress { refusal, .. } => refusal.is_internal(),
+            ConnectionError::Poisoned { cause, .. } => cause.is_egress_refusal(),
             _ => false,
         }
     }
@@ -244,22 +261,41 @@ impl Connection {
         timeout: Duration,
         security: &ClientSecurity,
     ) -> Result<Connection, ConnectionError> {
-        let stream =
-            match tokio::time::timeout(dial_timeout, tokio::net::TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(source)) => {
-                    return Err(ConnectionError::Connect {
-                        addr: addr.to_string(),
-                        source,
-                    })
+        let connect = async {
+            match security.egress() {
+                None => tokio::net::TcpStream::connect(addr).await,
+                // Connect to the addresses the policy judged, never to the name again (a name
+                // rebound between the check and the connect would slip through).
+                Some(policy) => {
+                    let vetted = vet(policy, addr).await?;
+                    tokio::net::TcpStream::connect(&vetted[..]).await
                 }
-                Err(_) => {
-                    return Err(ConnectionError::ConnectTimeout {
+            }
+        };
+        let stream = match tokio::time::timeout(dial_timeout, connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(source)) => {
+                if let Some(refusal) = source
+                    .get_ref()
+                    .and_then(|e| e.downcast_ref::<EgressRefusal>())
+                {
+                    return Err(ConnectionError::Egress {
                         addr: addr.to_string(),
-                        after: dial_timeout,
-                    })
+                        refusal: Box::new(refusal.clone()),
+                    });
                 }
-            };
+                return Err(ConnectionError::Connect {
+                    addr: addr.to_string(),
+                    source,
+                });
+            }
+            Err(_) => {
+                return Err(ConnectionError::ConnectTimeout {
+                    addr: addr.to_string(),
+                    after: dial_timeout,
+                })
+            }
+        };
         // Requests are small and latency matters more than packet count.
         let _ = stream.set_nodelay(true);
         let mut conn = match security.tls() {
@@ -609,6 +645,26 @@ impl Connection {
 }
 
 /// The host part of "host:port" (IPv6 in brackets or not).
+/// The socket addresses `addr` (`host:port`) may be connected at under `policy`, judged now
+/// (resolution may block: off the runtime's threads). A refusal travels as the i/o error's
+/// inner error.
+async fn vet(policy: &Arc<EgressPolicy>, addr: &str) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("'{addr}' is not host:port"),
+            )
+        })?;
+    let policy = Arc::clone(policy);
+    tokio::task::spawn_blocking(move || policy.vet(&host, port))
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(|refusal| std::io::Error::new(std::io::ErrorKind::PermissionDenied, refusal))
+}
+
 fn host_of(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     host.trim_start_matches('[').trim_end_matches(']')
@@ -828,6 +884,37 @@ mod tests {
     use tokio::io::{duplex, DuplexStream};
 
     const T: Duration = Duration::from_secs(5);
+
+    /// Under an egress policy a broker at an internal address is refused before any packet
+    /// is sent (a listener there would see an accept), naming the address and the worker key;
+    /// an allowed one is connected.
+    #[tokio::test]
+    async fn a_dial_under_an_egress_policy_is_vetted_first() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let refused = ClientSecurity::plaintext()
+            .with_egress(Some(Arc::new(EgressPolicy::parse("10.0.0.0/8").unwrap())));
+        let err = Connection::dial(&addr, "c", T, T, &refused)
+            .await
+            .unwrap_err();
+        assert!(err.is_egress_refusal(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&addr) && text.contains("tenant.egress.allow"),
+            "{text}"
+        );
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err(), "nothing may be dialled");
+
+        let allowed = ClientSecurity::plaintext()
+            .with_egress(Some(Arc::new(EgressPolicy::parse("127.0.0.1/32").unwrap())));
+        let dial = tokio::spawn(async move { Connection::dial(&addr, "c", T, T, &allowed).await });
+        let (_broker, _) = tokio::time::timeout(T, listener.accept())
+            .await
+            .expect("an allowed broker is dialled")
+            .unwrap();
+        dial.abort();
+    }
 
     /// Read one request frame from the fake broker's side; returns (api_version, correlation id).
     async fn read_request(broker: &mut DuplexStream) -> (i16, i32) {

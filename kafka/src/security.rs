@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use spillway_core::config::Password;
+use spillway_core::egress::EgressPolicy;
 use spillway_core::ConfigError;
 use thiserror::Error;
 
@@ -485,6 +486,7 @@ impl SecuritySettings {
             tls,
             sasl: self.sasl.clone(),
             oauth,
+            egress: None,
         })
     }
 
@@ -508,6 +510,9 @@ pub struct ClientSecurity {
     tls: Option<TlsConnector>,
     sasl: Option<SaslSettings>,
     oauth: Option<TokenFetcher>,
+    /// A confined tenant's egress policy: every broker dialled (bootstrap and advertised) is
+    /// vetted by it and connected at the vetted address.
+    egress: Option<Arc<EgressPolicy>>,
 }
 
 impl fmt::Debug for ClientSecurity {
@@ -539,6 +544,18 @@ impl ClientSecurity {
 
     pub fn token_fetcher(&self) -> Option<&TokenFetcher> {
         self.oauth.as_ref()
+    }
+
+    /// The same security, every dial vetted by `egress` (a confined tenant's policy for a
+    /// cluster it named) when given.
+    pub fn with_egress(mut self, egress: Option<Arc<EgressPolicy>>) -> ClientSecurity {
+        self.egress = egress;
+        self
+    }
+
+    /// The egress policy every dial is vetted by, if any.
+    pub fn egress(&self) -> Option<&Arc<EgressPolicy>> {
+        self.egress.as_ref()
     }
 
     /// `security.protocol` plus mechanism and principal, for messages.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use spillway_actors::consumer_settings::{ConsumerSettings, DEFAULT_MAX_POLL_RECORDS};
-use spillway_actors::limits::requested_tasks;
+use spillway_actors::limits::TaskCost;
 use spillway_actors::settings::{runtime_config_def, TaskSettings};
 use spillway_actors::share_group::GroupSettingsReport;
 use spillway_actors::{Confinement, OverridePolicy, RuntimeError, State, Worker};
@@ -865,22 +865,23 @@ impl Herder {
             .filter(|(k, r)| {
                 !(k.tenant == tenant && k.name == name) && r.target_state != TargetState::Stopped
             })
-            .map(|(_, r)| self.worker.limits().counted_tasks(&r.config))
-            .fold(0, u64::saturating_add);
+            .map(|(_, r)| self.worker.task_cost(&r.config))
+            .fold(TaskCost::default(), TaskCost::plus);
         // Distributed mode: the store is the cluster's, and so is the capacity — the sum of
-        // every live worker's cap (the assignor gives no worker more than its own).
+        // every live worker's cap (the assignor gives no worker more than its own; each worker
+        // still weighs the tasks it is given against its own descriptors and threads).
         if let Some(caps) = self.cluster.as_ref().and_then(|c| c.role().worker_caps()) {
             return spillway_actors::limits::check_cluster_tasks(
                 name,
-                others,
-                requested_tasks(config),
+                others.tasks,
+                self.worker.task_cost(config).tasks,
                 &caps,
             )
             .map_err(|e| HerderError::BadRequest(e.to_string()));
         }
         self.worker
             .limits()
-            .check_worker_tasks(name, others, requested_tasks(config))
+            .check_worker_tasks(name, others, self.worker.task_cost(config))
             .map_err(|e| HerderError::BadRequest(e.to_string()))
     }
 

@@ -435,7 +435,9 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
         .put(
             "/connector-plugins/file/config/validate",
             json!({"name": "v", "connector.class": "file", "topics": "t", "file": "x",
-                   "consumer.override.bootstrap.servers": "elsewhere:9092"}),
+                   // A public address: under All a cluster may be named, but it is held to
+                   // the worker's egress policy (a name that does not resolve is refused).
+                   "consumer.override.bootstrap.servers": "203.0.113.5:9092"}),
         )
         .await;
     assert_eq!(validated.body["error_count"], 0, "{}", validated.text);

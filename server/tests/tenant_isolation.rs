@@ -446,6 +446,401 @@ async fn tenant_sinks_reach_internal_addresses_only_when_the_worker_allows_them(
     worker.stop().await;
 }
 
+/// Names under `.rebind.test` resolve as a tenant's rebinding DNS server would answer them:
+/// 127.0.0.2 (which the tests' workers allow) until the test rebinds the name, 127.0.0.1
+/// after. Installed once for the test binary; every other name goes to the system.
+struct Rebinding {
+    rebound: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl spillway_core::egress::Resolve for Rebinding {
+    fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<std::net::IpAddr>> {
+        if !host.ends_with(".rebind.test") {
+            return spillway_core::egress::SystemResolver.resolve(host, port);
+        }
+        let rebound = self.rebound.lock().expect("not poisoned").contains(host);
+        Ok(vec![if rebound { "127.0.0.1" } else { "127.0.0.2" }
+            .parse()
+            .expect("an address")])
+    }
+}
+
+fn rebinding() -> std::sync::Arc<Rebinding> {
+    static REBINDING: std::sync::OnceLock<std::sync::Arc<Rebinding>> = std::sync::OnceLock::new();
+    REBINDING
+        .get_or_init(|| {
+            let resolver = std::sync::Arc::new(Rebinding {
+                rebound: Default::default(),
+            });
+            spillway_core::egress::set_resolver(resolver.clone());
+            resolver
+        })
+        .clone()
+}
+
+impl Rebinding {
+    fn rebind(&self, host: &str) {
+        self.rebound
+            .lock()
+            .expect("not poisoned")
+            .insert(host.to_owned());
+    }
+}
+
+/// Waits until task 0 of `connector` is FAILED with a trace holding every one of `parts`.
+async fn wait_for_failed_task(client: &Client, connector: &str, parts: &[&str]) -> String {
+    let status = client
+        .wait_for(&format!("/connectors/{connector}/status"), WAIT, |s| {
+            let task = &s["tasks"][0];
+            let trace = task["trace"].as_str().unwrap_or_default();
+            task["state"] == "FAILED" && parts.iter().all(|p| trace.contains(p))
+        })
+        .await;
+    status["tasks"][0]["trace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// DNS rebinding: a tenant's host name resolved to an address the worker allows when the
+/// connector was validated and created, and to loopback when the sink connected (the HTTP
+/// sink aimed at the worker's own REST API, as in finding 8). The sink connects to the address
+/// the egress policy judges at connection time, so the connection is refused and the task
+/// FAILS naming the host, the address and `tenant.egress.allow`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_sinks_host_rebound_to_loopback_after_validation_is_refused_at_connect() {
+    let rebinding = rebinding();
+    let broker = broker();
+    broker.create_topic("rebind-http", 1);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut extra = auth();
+    extra.push(("tenant.egress.allow", "127.0.0.2/32"));
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &extra).await;
+    let acme = tenant(&anonymous, json!({"name": "acme"})).await;
+    let host = "http.rebind.test";
+    let url = format!("http://{host}:{}/connectors", worker.address().port());
+    let created = acme
+        .post(
+            "/connectors",
+            json!({"name": "h", "config": {"connector.class": "http", "topics": "rebind-http",
+                   "http.url": url, "retry.max.attempts": "1"}}),
+        )
+        .await;
+    assert_eq!(
+        created.status, 201,
+        "allowed at validation: {}",
+        created.text
+    );
+    rebinding.rebind(host);
+    produce(
+        &broker.bootstrap(),
+        "rebind-http",
+        numbered_records(1, 8, 1),
+        "none",
+    )
+    .await;
+    let trace = wait_for_failed_task(&acme, "h", &[host, "127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
+    worker.stop().await;
+}
+
+/// DNS rebinding for the PostgreSQL sink: the name allowed at validation resolves to loopback
+/// when the task starts; the pool is pinned to the judged address, so the task FAILS at start
+/// naming the host, the address and `tenant.egress.allow` instead of connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_sinks_host_rebound_to_loopback_after_validation_is_refused_at_connect() {
+    let rebinding = rebinding();
+    let broker = broker();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut extra = auth();
+    extra.push(("tenant.egress.allow", "127.0.0.2/32"));
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &extra).await;
+    let acme = tenant(&anonymous, json!({"name": "acme"})).await;
+    let host = "pg.rebind.test";
+    let created = acme
+        .post(
+            "/connectors",
+            json!({"name": "pg", "config": {"connector.class": "postgres", "topics": "t",
+                   "connection.url": format!("postgres://postgres@{host}:5432/postgres"),
+                   "consumer.override.group.protocol": "share"}}),
+        )
+        .await;
+    assert_eq!(
+        created.status, 201,
+        "allowed at validation: {}",
+        created.text
+    );
+    // The task starts with the name at 127.0.0.2, where nothing listens.
+    wait_for_failed_task(&acme, "pg", &[host, "cannot connect"]).await;
+    rebinding.rebind(host);
+    // Restarting the task alone (not the connector, whose start checks would refuse the name
+    // before any task runs) makes the task resolve and connect again.
+    let restarted = acme.post_empty("/connectors/pg/tasks/0/restart").await;
+    assert!(restarted.status < 300, "{}", restarted.text);
+    wait_for_failed_task(&acme, "pg", &[host, "127.0.0.1", "tenant.egress.allow"]).await;
+    worker.stop().await;
+}
+
+/// Forwards every connection to `127.0.0.2:<port>` to `upstream`, unchanged: a cluster at an
+/// address the worker allows whose Metadata advertises brokers at one it does not.
+async fn forward_from_127_0_0_2(upstream: String) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("127.0.0.2 is a loopback address on Linux");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Finding 8 for Kafka (share mode): a tenant under `All` names a cluster at an address the
+/// worker allows (127.0.0.2), whose Metadata advertises its broker at 127.0.0.1 — the worker's
+/// own machine, not in `tenant.egress.allow`. Validation sees only the bootstrap address; the
+/// native client vets every broker it dials, so the task FAILS (no restart loop) naming the
+/// advertised broker, its address and `tenant.egress.allow`. The admin's connector on the same
+/// cluster, under no egress policy, copies its records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_a_tenants_cluster_advertises_are_held_to_the_egress_policy() {
+    let broker = broker();
+    broker.create_topic("egress-kafka", 1);
+    produce(
+        &broker.bootstrap(),
+        "egress-kafka",
+        numbered_records(8, 16, 1),
+        "none",
+    )
+    .await;
+    let upstream = broker
+        .bootstrap()
+        .split(',')
+        .next()
+        .expect("a broker")
+        .to_owned();
+    let port = forward_from_127_0_0_2(upstream).await;
+    let allowed_bootstrap = format!("127.0.0.2:{port}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut extra = auth();
+    extra.push(("tenant.egress.allow", "127.0.0.2/32"));
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &extra).await;
+    let acme = tenant(
+        &anonymous,
+        json!({"name": "acme", "client.config.override.policy": "All"}),
+    )
+    .await;
+    let config = |file: &str| {
+        json!({"connector.class": "file", "topics": "egress-kafka", "file": file,
+               "consumer.override.group.protocol": "share",
+               "consumer.override.bootstrap.servers": allowed_bootstrap})
+    };
+    let started = Instant::now();
+    let created = acme
+        .post(
+            "/connectors",
+            json!({"name": "k", "config": config("out.txt")}),
+        )
+        .await;
+    assert_eq!(
+        created.status, 201,
+        "the bootstrap address is allowed: {}",
+        created.text
+    );
+    let trace = wait_for_failed_task(&acme, "k", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
+    eprintln!("refused and FAILED after {:?}", started.elapsed());
+    let status = acme.get("/connectors/k/status").await;
+    assert_eq!(
+        status.body["tasks"][0]["state"], "FAILED",
+        "{}",
+        status.text
+    );
+    // Classic mode (librdkafka, which dials on its own): the advertised brokers are judged
+    // through the native client before the consumer starts.
+    let mut classic = config("classic.txt");
+    classic["consumer.override.group.protocol"] = json!("classic");
+    let created = acme
+        .post("/connectors", json!({"name": "c", "config": classic}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let trace = wait_for_failed_task(&acme, "c", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
+    // The kafka sink's target and the dead letter queue producer (librdkafka) on a cluster the
+    // tenant names: judged the same way before the task runs.
+    let target = json!({"connector.class": "kafka", "topics": "egress-kafka",
+                        "target.bootstrap.servers": allowed_bootstrap,
+                        "consumer.override.group.protocol": "share"});
+    let created = acme
+        .post("/connectors", json!({"name": "t", "config": target}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let trace = wait_for_failed_task(&acme, "t", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("target.bootstrap.servers"), "{trace}");
+    let dead_letters = json!({"connector.class": "file", "topics": "egress-kafka",
+                              "file": "dlq.txt", "consumer.override.group.protocol": "share",
+                              "errors.tolerance": "all",
+                              "errors.deadletterqueue.topic.name": "egress-dlq",
+                              "producer.override.bootstrap.servers": allowed_bootstrap});
+    let created = acme
+        .post("/connectors", json!({"name": "d", "config": dead_letters}))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let trace = wait_for_failed_task(&acme, "d", &["127.0.0.1", "tenant.egress.allow"]).await;
+    assert!(trace.contains("loopback"), "{trace}");
+
+    let admin = anonymous.with_token(ADMIN_TOKEN);
+    let out = dir.path().join("admin-out.txt");
+    let created = admin
+        .post(
+            "/connectors",
+            json!({"name": "open", "config": config(out.to_str().expect("utf-8"))}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let start = Instant::now();
+    while lines_in(&out) < 8 {
+        if start.elapsed() > WAIT {
+            let status = admin.get("/connectors/open/status").await;
+            panic!(
+                "the admin's connector copied {} records: {}",
+                lines_in(&out),
+                status.text
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.stop().await;
+}
+
+/// Finding 4 under policy `All`: a tenant trusted with cluster overrides still may not point
+/// its consumer, dead letter queue producer or admin client at the worker's own network
+/// (`consumer.override.bootstrap.servers`, librdkafka's `metadata.broker.list`): the egress
+/// policy holds them on validate and create, as it does the kafka sink's target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_overrides_of_a_tenant_under_all_are_held_to_the_egress_policy() {
+    let broker = broker();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &auth()).await;
+    let acme = tenant(
+        &anonymous,
+        json!({"name": "acme", "client.config.override.policy": "All"}),
+    )
+    .await;
+    let out = "out.txt";
+    for key in [
+        "consumer.override.bootstrap.servers",
+        "consumer.override.metadata.broker.list",
+        "producer.override.bootstrap.servers",
+        "producer.override.metadata.broker.list",
+        "admin.override.bootstrap.servers",
+    ] {
+        let mut config = json!({"name": "o", "connector.class": "file", "topics": "t",
+                                "file": out});
+        config[key] = json!(broker.bootstrap());
+        let answer = acme
+            .put("/connector-plugins/file/config/validate", config.clone())
+            .await;
+        assert_eq!(answer.body["error_count"], 1, "{key}: {}", answer.text);
+        assert!(
+            answer.text.contains(key) && answer.text.contains("tenant.egress.allow"),
+            "{key}: {}",
+            answer.text
+        );
+        let created = acme
+            .post("/connectors", json!({"name": "o", "config": config}))
+            .await;
+        assert!(created.assert_error(400).contains(key), "{}", created.text);
+    }
+    worker.stop().await;
+}
+
+/// The open-file and thread limits of this process: what the worker weighs tasks against.
+fn process_limits() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("linux");
+    let soft = |name: &str| {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l[name.len()..].split_whitespace().next().map(str::to_owned))
+            .map(|v| v.parse::<u64>().unwrap_or(u64::MAX))
+            .expect("a limit")
+    };
+    let kernel_threads = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    (
+        soft("Max open files"),
+        soft("Max processes").min(kernel_threads),
+    )
+}
+
+/// Issue 19, done when "a worker with 2,000 tasks stays within its limits": 2,000 share-mode
+/// tasks (1 descriptor, no thread each) fit the default limits; classic tasks (a librdkafka
+/// consumer each: 10 descriptors, 6 threads) are taken while the process's limits hold them and
+/// the excess is refused with a 400 naming the limit, the weights and the figures. Paused
+/// connectors: counted and stored, nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_tasks_are_weighed_by_mode_against_the_worker_limits() {
+    let broker = broker();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &auth()).await;
+    let admin = anonymous.with_token(ADMIN_TOKEN);
+    for i in 0..32 {
+        let tasks = if i < 31 { 64 } else { 16 };
+        let created = admin
+            .post("/connectors", file_sink(&format!("s{i}"), "s.txt", tasks))
+            .await;
+        assert_eq!(created.status, 201, "share connector {i}: {}", created.text);
+    }
+    let over = admin
+        .post("/connectors", file_sink("s-over", "s.txt", 1))
+        .await;
+    assert!(over.assert_error(400).contains("tasks.max.per.worker"));
+    worker.stop().await;
+
+    let (worker, anonymous) = start_on(&broker, &dir.path().join("classic"), &auth()).await;
+    let admin = anonymous.with_token(ADMIN_TOKEN);
+    let (open_files, threads) = process_limits();
+    let holds = 2000
+        .min(open_files.saturating_sub(256) / 10)
+        .min(threads.saturating_sub(256) / 6);
+    let mut accepted = 0;
+    let mut refusal = None;
+    for i in 0..32 {
+        let mut classic = file_sink(&format!("c{i}"), "c.txt", 64);
+        classic["config"]["consumer.override.group.protocol"] = json!("classic");
+        let created = admin.post("/connectors", classic).await;
+        if created.status == 201 {
+            accepted += 64;
+        } else {
+            refusal = Some(created.assert_error(400).to_owned());
+            break;
+        }
+    }
+    let refusal = refusal.expect("2,048 tasks are more than tasks.max.per.worker");
+    assert!(
+        accepted <= holds && accepted + 64 > holds,
+        "{accepted} classic tasks taken, the limits hold {holds}: {refusal}"
+    );
+    if holds < 2000 {
+        assert!(
+            refusal.contains("10 descriptors and 6 threads")
+                && (refusal.contains("open-file limit") || refusal.contains("thread limit")),
+            "{refusal}"
+        );
+    }
+    let health = admin.get("/health").await;
+    assert_eq!(health.body["status"], "healthy", "{}", health.text);
+    worker.stop().await;
+}
+
 /// Finding 11: `consumer.override.max.poll.records=abc` passed validate and create, then failed
 /// at start. Validate and create now read every client value as starting would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,9 @@
 //! What an idle task costs the worker: threads, file descriptors and resident memory per task,
 //! measured on this process while a worker runs connectors of `--tasks` tasks in all (at most
 //! 64 a connector, the default `tasks.max.per.connector`) on an empty topic (share mode by
-//! default). The worker's `tasks.max.per.worker` default is chosen from these figures
-//! (docs/tenants.md).
+//! default). The weights by which the worker counts a task against its open-file and thread
+//! limits (`SHARE_TASK_WEIGHT`, `CLASSIC_TASK_WEIGHT` in actors/src/limits.rs) come from these
+//! figures (docs/tenants.md).
 //!
 //! Goal (share mode, 2,000 tasks by default): the tasks share the worker's thread pool (at most
 //! 0.01 thread per task) and the whole process stays within 4,096 file descriptors, the

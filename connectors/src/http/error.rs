@@ -47,6 +47,15 @@ pub enum HttpSinkError {
         wait: Duration,
         max: Duration,
     },
+    /// The worker's egress policy refused the address the endpoint's host has now (checked at
+    /// connection, so a name that resolved to a public address at validation and to an internal
+    /// one later is caught): the task fails and its records are released.
+    #[error("{method} {url} was not sent: {refusal}; the task fails and its records are released")]
+    Egress {
+        method: String,
+        url: String,
+        refusal: String,
+    },
     /// An earlier request of the same batch gave up; this one was not sent.
     #[error("not sent because an earlier request of the batch failed: {0}")]
     NotSent(String),
@@ -73,7 +82,10 @@ impl HttpSinkError {
 
     /// The endpoint refuses the connector's configuration: no record would get through.
     pub fn is_task_level(&self) -> bool {
-        matches!(self, HttpSinkError::RefusedConfiguration { .. })
+        matches!(
+            self,
+            HttpSinkError::RefusedConfiguration { .. } | HttpSinkError::Egress { .. }
+        )
     }
 
     /// The runtime's view: retriable → RELEASE, task-level → the task fails (its records are

@@ -2,6 +2,8 @@
 //! `batch.max.records` values, each sent with an idempotency key and retried with backoff while
 //! the endpoint's answer says a retry may help.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -9,6 +11,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Client, StatusCode};
 use spillway_core::convert::JsonConverter;
+use spillway_core::egress::{EgressPolicy, EgressRefusal};
 use spillway_core::{ConfigMap, PutOutcome, SinkError, SinkRecord, SinkTask};
 
 use crate::http::body::{idempotency_key, value_converter, value_json};
@@ -70,7 +73,16 @@ impl Running {
         };
         let response = match request.send().await {
             Ok(response) => response,
-            Err(e) => return Ok(Err(Retry::Transport(transport_detail(&e)))),
+            Err(e) => {
+                if let Some(refusal) = egress_refusal(&e) {
+                    return Err(HttpSinkError::Egress {
+                        method: self.method(),
+                        url: self.config.url.to_string(),
+                        refusal: refusal.to_string(),
+                    });
+                }
+                return Ok(Err(Retry::Transport(transport_detail(&e))));
+            }
         };
         let status = response.status();
         if status.is_success() {
@@ -144,6 +156,58 @@ impl Running {
     }
 }
 
+/// The egress policy's refusal of an address, when that is why the request failed.
+fn egress_refusal(error: &reqwest::Error) -> Option<&EgressRefusal> {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(refusal) = cause.downcast_ref::<EgressRefusal>() {
+            return refusal.is_internal().then_some(refusal);
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// Resolves the endpoint's host names for the HTTP client through the worker's egress
+/// policy: the client connects to the addresses judged here, at connection time, and never
+/// resolves the name again itself (a name rebound to an internal address is refused).
+struct VettingResolver {
+    policy: Arc<EgressPolicy>,
+}
+
+impl reqwest::dns::Resolve for VettingResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = Arc::clone(&self.policy);
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            // getaddrinfo blocks; the client sets the URL's port on the addresses.
+            let vetted = tokio::task::spawn_blocking(move || policy.vet(&host, 0)).await??;
+            let addrs: reqwest::dns::Addrs = Box::new(vetted.into_iter());
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(addrs)
+        })
+    }
+}
+
+/// Follows redirects (at most 10, as reqwest does) to addresses the policy allows: a redirect
+/// to a host name goes through [`VettingResolver`]; one to an address is judged here.
+fn vetting_redirects(policy: Arc<EgressPolicy>) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= 10 {
+            return attempt.error("more than 10 redirects");
+        }
+        let literal = attempt
+            .url()
+            .host_str()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|h| h.parse::<IpAddr>().ok());
+        let port = attempt.url().port_or_known_default().unwrap_or(0);
+        match literal.map(|ip| policy.vet(&ip.to_string(), port)) {
+            Some(Err(refusal)) => attempt.error(refusal),
+            _ => attempt.follow(),
+        }
+    })
+}
+
 /// A transport error with its causes, e.g. "timed out" or "connection refused".
 fn transport_detail(error: &reqwest::Error) -> String {
     if error.is_timeout() {
@@ -162,10 +226,23 @@ fn transport_detail(error: &reqwest::Error) -> String {
 #[async_trait]
 impl SinkTask for HttpSinkTask {
     async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
+        let egress = EgressPolicy::from_plugin_config(config)
+            .map_err(|e| SinkError::fatal(e.to_string()))?
+            .map(Arc::new);
         let config = HttpSinkConfig::parse(config).map_err(|e| SinkError::fatal(e.to_string()))?;
-        let client = Client::builder()
+        let mut builder = Client::builder()
             .timeout(config.timeout)
-            .user_agent(concat!("spillway-http-sink/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("spillway-http-sink/", env!("CARGO_PKG_VERSION")));
+        if let Some(policy) = egress {
+            // A proxy from the environment would connect on the tenant's behalf, unvetted.
+            builder = builder
+                .no_proxy()
+                .dns_resolver(Arc::new(VettingResolver {
+                    policy: Arc::clone(&policy),
+                }))
+                .redirect(vetting_redirects(policy));
+        }
+        let client = builder
             .build()
             .map_err(|e| SinkError::fatal(format!("cannot build the HTTP client: {e}")))?;
         self.running = Some(Running {

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use spillway_core::egress::{EgressPolicy, EgressRefusal};
 use spillway_core::{ConfigMap, PutOutcome, SinkError, SinkRecord, SinkTask, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
@@ -425,6 +426,49 @@ impl Running {
     }
 }
 
+/// `connection` held to the worker's egress policy: every host name is resolved and judged now
+/// and the connection is pinned to the judged address (`hostaddr`), so the pool's connections,
+/// reconnections included, go where the policy allowed and a name rebound to an internal
+/// address later is never connected to. Addresses the URL gives (`hostaddr=`) are what
+/// tokio-postgres connects to, so those are judged. `Err(refused, reason)`: `refused` when the
+/// policy refused an address (not a resolution failure, which may pass).
+fn pin_to_vetted(
+    policy: &EgressPolicy,
+    mut connection: tokio_postgres::Config,
+) -> Result<tokio_postgres::Config, (bool, String)> {
+    let ports = connection.get_ports().to_vec();
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let refused = |e: EgressRefusal| (e.is_internal(), e.to_string());
+    if !connection.get_hostaddrs().is_empty() {
+        for (i, addr) in connection.get_hostaddrs().iter().enumerate() {
+            policy.vet(&addr.to_string(), port(i)).map_err(refused)?;
+        }
+        return Ok(connection);
+    }
+    let hosts = connection.get_hosts().to_vec();
+    for (i, host) in hosts.iter().enumerate() {
+        match host {
+            tokio_postgres::config::Host::Tcp(name) => {
+                let vetted = policy.vet(name, port(i)).map_err(refused)?;
+                // vet answers at least one address.
+                connection.hostaddr(vetted[0].ip());
+            }
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => {
+                return Err((
+                    true,
+                    format!(
+                        "connection.url connects through the Unix socket {}, a path on the \
+                         worker's machine, which a tenant's sink may not use",
+                        path.display()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(connection)
+}
+
 /// A pool checkout that failed, with the server's SQLSTATE when it refused the login.
 fn connect_error(target: &str, error: &deadpool_postgres::PoolError) -> PostgresSinkError {
     let code = match error {
@@ -445,11 +489,37 @@ fn connect_error(target: &str, error: &deadpool_postgres::PoolError) -> Postgres
 #[async_trait]
 impl SinkTask for PostgresSinkTask {
     async fn start(&mut self, config: &ConfigMap) -> Result<(), SinkError> {
+        let egress = EgressPolicy::from_plugin_config(config)
+            .map_err(|e| SinkError::fatal(e.to_string()))?;
         let config =
             PostgresSinkConfig::parse(config).map_err(|e| SinkError::fatal(e.to_string()))?;
         let target = describe_target(&config.connection);
+        let connection = match egress {
+            None => config.connection.clone(),
+            Some(policy) => {
+                let connection = config.connection.clone();
+                // Resolving blocks.
+                let pinned =
+                    tokio::task::spawn_blocking(move || pin_to_vetted(&policy, connection))
+                        .await
+                        .map_err(|e| SinkError::retriable(format!("resolving {target}: {e}")))?;
+                match pinned {
+                    Ok(connection) => connection,
+                    Err((true, refusal)) => {
+                        return Err(SinkError::task_level(format!(
+                            "not connecting to {target}: {refusal}"
+                        )))
+                    }
+                    Err((false, reason)) => {
+                        return Err(SinkError::retriable(format!(
+                            "not connecting to {target}: {reason}"
+                        )))
+                    }
+                }
+            }
+        };
         let manager = Manager::from_config(
-            config.connection.clone(),
+            connection,
             NoTls,
             ManagerConfig {
                 // A connection broken while idle is noticed at checkout (is_closed) without a
@@ -503,6 +573,37 @@ impl SinkTask for PostgresSinkTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn connection(url: &str) -> tokio_postgres::Config {
+        url.parse().expect("a valid URL")
+    }
+
+    #[test]
+    fn the_pool_is_pinned_to_the_address_the_policy_judged() {
+        let loopback = EgressPolicy::parse("127.0.0.0/8,::1").expect("valid");
+        let pinned = pin_to_vetted(&loopback, connection("postgres://u@localhost:5433/db"))
+            .expect("allowed");
+        let addr = pinned.get_hostaddrs()[0];
+        assert!(addr.is_loopback(), "{addr}");
+        let refused = pin_to_vetted(
+            &EgressPolicy::default(),
+            connection("postgres://u@localhost:5433/db"),
+        )
+        .expect_err("loopback");
+        assert!(refused.0, "a refusal, not a resolution failure");
+        assert!(
+            refused.1.contains("localhost") && refused.1.contains("tenant.egress.allow"),
+            "{}",
+            refused.1
+        );
+        // hostaddr is what tokio-postgres connects to, whatever the host name says.
+        let (refused, reason) = pin_to_vetted(
+            &EgressPolicy::default(),
+            connection("postgres://u@db.example.com/db?hostaddr=10.0.0.7"),
+        )
+        .expect_err("private");
+        assert!(refused && reason.contains("10.0.0.7"), "{reason}");
+    }
     use spillway_core::{Field, Schema, Struct};
 
     fn config(pairs: &[(&str, &str)]) -> PostgresSinkConfig {

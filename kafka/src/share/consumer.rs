@@ -363,6 +363,11 @@ impl ShareConsumer {
 
     /// Records acquired for this member, at most `max_poll_records`; empty after `timeout`.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>, ShareError> {
+        // A broker the egress policy refused is never reached: fail now, naming it, rather
+        // than fetch from the others while heartbeats to it retry forever.
+        if let Some(refused) = self.cluster.egress_refusal() {
+            return Err(ShareError::Connection(refused));
+        }
         if let Some(ShareError::Fatal {
             group,
             code,

@@ -155,6 +155,17 @@ pub enum ShareError {
     Closed,
 }
 
+impl ShareError {
+    /// Whether the worker's egress policy refused a broker: no retry helps.
+    pub fn is_egress_refusal(&self) -> bool {
+        match self {
+            ShareError::Cluster(e) => e.is_egress_refusal(),
+            ShareError::Connection(e) => e.is_egress_refusal(),
+            _ => false,
+        }
+    }
+}
+
 /// Result of one [`ShareSource::commit_sync`]: per (topic, partition), whether its
 /// acknowledgements were applied.
 pub type CommitResult = HashMap<(String, i32), Result<(), AckError>>;
