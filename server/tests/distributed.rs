@@ -9,6 +9,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
@@ -293,11 +294,18 @@ async fn a_cluster_of_workers_shares_connectors_survives_a_sigkill_and_keeps_its
         resumed.text
     );
 
-    // SIGKILL a worker that runs tasks while records keep coming.
+    // SIGKILL a worker that runs tasks while records keep coming: the producer sends a quarter
+    // of the late records, then waits for the kill before it sends the rest, so the kill lands
+    // mid-stream however slowly the machine drains.
+    let killed = Arc::new(tokio::sync::Notify::new());
     let producing = tokio::spawn({
         let bootstrap = bootstrap.clone();
+        let killed = Arc::clone(&killed);
         async move {
             for first in (RECORDS..2 * RECORDS).step_by(BATCH as usize) {
+                if first == RECORDS + RECORDS / 4 {
+                    killed.notified().await;
+                }
                 produce(
                     &bootstrap,
                     "orders",
@@ -325,14 +333,11 @@ async fn a_cluster_of_workers_shares_connectors_survives_a_sigkill_and_keeps_its
         },
     )
     .await;
-    assert!(
-        !producing.is_finished(),
-        "the kill must come while records are still produced"
-    );
     let index = workers.iter().position(|w| w.id == victim).expect("victim");
     let mut dead = workers.remove(index);
     dead.process.kill_9();
     let killed_at = Instant::now();
+    killed.notify_one();
     eprintln!(
         "killed {victim} with {} share and {} classic records written",
         values_in(&share_out).len(),

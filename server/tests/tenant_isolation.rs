@@ -37,6 +37,15 @@ async fn tenant(anonymous: &Client, body: Json) -> Client {
 }
 
 /// A paused file sink: enough to be stored and counted, nothing runs.
+/// Tenant `acme`, trusted with every client override (policy `All`).
+async fn acme_under_all(anonymous: &Client) -> Client {
+    tenant(
+        anonymous,
+        json!({"name": "acme", "client.config.override.policy": "All"}),
+    )
+    .await
+}
+
 fn file_sink(name: &str, file: &str, tasks: u64) -> Json {
     json!({"name": name, "initial_state": "PAUSED", "config": {
         "connector.class": "file", "topics": "t", "file": file, "tasks.max": tasks.to_string(),
@@ -379,11 +388,7 @@ async fn tenant_sinks_reach_internal_addresses_only_when_the_worker_allows_them(
     let broker = broker();
     let dir = tempfile::tempdir().expect("temp dir");
     let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &auth()).await;
-    let acme = tenant(
-        &anonymous,
-        json!({"name": "acme", "client.config.override.policy": "All"}),
-    )
-    .await;
+    let acme = acme_under_all(&anonymous).await;
     let rest = format!("http://{}/connectors", worker.address());
     let targets = [
         ("http", "http.url", rest.clone()),
@@ -434,11 +439,7 @@ async fn tenant_sinks_reach_internal_addresses_only_when_the_worker_allows_them(
     let mut extra = auth();
     extra.push(("tenant.egress.allow", "127.0.0.0/8, ::1, 10.0.0.0/8"));
     let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state2"), &extra).await;
-    let acme = tenant(
-        &anonymous,
-        json!({"name": "acme", "client.config.override.policy": "All"}),
-    )
-    .await;
+    let acme = acme_under_all(&anonymous).await;
     for target in targets.iter().filter(|t| !t.2.contains("169.254")) {
         let answer = validate(&acme, target).await;
         assert_eq!(answer.body["error_count"], 0, "{target:?}: {}", answer.text);
@@ -630,11 +631,7 @@ async fn brokers_a_tenants_cluster_advertises_are_held_to_the_egress_policy() {
     let mut extra = auth();
     extra.push(("tenant.egress.allow", "127.0.0.2/32"));
     let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &extra).await;
-    let acme = tenant(
-        &anonymous,
-        json!({"name": "acme", "client.config.override.policy": "All"}),
-    )
-    .await;
+    let acme = acme_under_all(&anonymous).await;
     let config = |file: &str| {
         json!({"connector.class": "file", "topics": "egress-kafka", "file": file,
                "consumer.override.group.protocol": "share",
@@ -727,11 +724,7 @@ async fn cluster_overrides_of_a_tenant_under_all_are_held_to_the_egress_policy()
     let broker = broker();
     let dir = tempfile::tempdir().expect("temp dir");
     let (worker, anonymous) = start_worker_with(&broker, &dir.path().join("state"), &auth()).await;
-    let acme = tenant(
-        &anonymous,
-        json!({"name": "acme", "client.config.override.policy": "All"}),
-    )
-    .await;
+    let acme = acme_under_all(&anonymous).await;
     let out = "out.txt";
     for key in [
         "consumer.override.bootstrap.servers",
