@@ -2,19 +2,26 @@
 //! KIP-1302 loop) or consumer groups.
 //!
 //! ```text
-//! Worker ─▶ Supervisor ─▶ ConnectorActor ─▶ per task, on a shared pool thread:
-//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ AckerActor
-//!        ▲  ▲                                                                         │
-//!        │  └─── Unsettled (a batch's BatchAck dropped on any path: release its records) ┤
-//!        └──────────────── Settled (credit + verdicts to acknowledge/commit) ─────────┘
+//! Worker ─▶ ConnectorRouter ─▶ ConnectorSupervisor ─▶ per task, on a shared pool thread:
+//!
+//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ DeadLetterActor
+//!   consumer/poll.rs             converter.rs                sink.rs                dead_letter.rs
+//!        │                                                                               │
+//!   ConsumerActor ◀──────────────── Settled (the credit and the verdicts) ──────────────┘
+//!   consumer/acknowledge.rs: ACCEPT/RELEASE/REJECT + commit (share), offset commit (classic)
+//!        ▲
+//!        └── Unsettled (a batch's BatchAck dropped on any path: release its records at once)
 //! ```
+//! The consumer is the first stage and the last because it owns the Kafka client and nothing
+//! else touches it: a share consumer's acknowledgements ride on its next fetch. The router
+//! (`router.rs`) only routes the worker's requests; the supervisor (`supervisor.rs`) starts a
+//! connector's tasks and restarts them when they fail; `task.rs` wires one task's pipeline.
+//!
 //! A batch is done once its acknowledgements (share) or offsets (classic) are committed; at
 //! most `task.inflight.batches` batches per task are between poll and commit. A batch lost on
 //! the way (a panic, a failure, a stop) is released at once, never left to its lock.
 
-pub mod acker;
 pub mod allocator;
-pub mod connector;
 pub mod consumer;
 pub mod consumer_settings;
 pub mod converter;
@@ -29,6 +36,7 @@ pub mod metrics;
 pub mod panic_guard;
 pub mod panics;
 pub mod pool;
+pub mod router;
 pub mod settings;
 pub mod share_group;
 pub mod sink;

@@ -1,6 +1,6 @@
 //! The messages a task's actors exchange. Records travel in batches, one way:
 //! ConsumerActor → [`SourceBatch`] → ConverterActor → [`SinkBatch`] → SinkActor → [`Verdicts`]
-//! → AckerActor → [`Settled`] → ConsumerActor. `Settled` is the credit that lets the consumer
+//! → DeadLetterActor → [`Settled`] → ConsumerActor. `Settled` is the credit that lets the consumer
 //! poll another batch, and it carries the verdicts the consumer (which owns the Kafka client)
 //! acknowledges and commits.
 //!

@@ -10,7 +10,7 @@ use spillway_core::{ConfigError, ConfigMap};
 use tracing::warn;
 
 pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
-/// Most batches of one task between the consumer and the acker (memory bound: this many
+/// Most batches of one task between the consumer's poll and its commit (memory bound: this many
 /// times `max.poll.records`).
 pub const INFLIGHT_BATCHES: &str = "task.inflight.batches";
 /// `task.inflight.batches` when unset, in share mode: KIP-1302's loop (poll, put, acknowledge,

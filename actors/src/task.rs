@@ -8,9 +8,9 @@ use actix::prelude::*;
 use spillway_core::config::ErrorHandling;
 use spillway_core::{ConfigMap, RecordPipeline, SinkTask};
 
-use crate::acker::AckerActor;
 use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
 use crate::converter::ConverterActor;
+use crate::dead_letter::DeadLetterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{CloseGate, Drain, Failing, Reporter};
@@ -118,14 +118,14 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
         } = spec;
         let failing = Failing::default();
         let lock_facts = LockFacts::default();
-        let acker = scope.start(
-            AckerActor::new(ctx.address(), dead_letters, Arc::clone(&counters)),
+        let dead_letters_stage = scope.start(
+            DeadLetterActor::new(ctx.address(), dead_letters, Arc::clone(&counters)),
             &span,
         );
         let sink = scope.start(
             SinkActor::new(
                 sink_task,
-                acker,
+                dead_letters_stage,
                 ctx.address(),
                 SinkContext {
                     connector,

@@ -21,17 +21,17 @@ use spillway_kafka::groups::Membership;
 use spillway_kafka::producer::IdempotentProducer;
 use tracing::{info, warn};
 
-use crate::connector::ConnectorPlan;
 use crate::consumer_settings::ConsumerSettings;
 use crate::dead_letter::ProducerDeadLetters;
 use crate::error::RuntimeError;
 use crate::group_ids::{conflict_reason, GroupIdChecker, GroupIdQuery, GroupIdVerdict, JoinWatch};
 use crate::limits::{task_weight, TaskCost, WorkerLimits};
 use crate::pool::{task_threads, TaskPool};
+use crate::router::{Assign, ConnectorRouter, Kill, List, Resize, RestartOne, Start, Stop};
 use crate::settings::{TaskSettings, BOOTSTRAP_SERVERS};
 use crate::share_group::{Preparation, ShareGroupWish};
 use crate::status::{ConnectorStatus, StatusBoard};
-use crate::supervisor::{Assign, Kill, List, Resize, RestartOne, Start, Stop, Supervisor};
+use crate::supervisor::ConnectorPlan;
 use crate::tenancy::{OverridePolicy, TenantScope, OVERRIDE_POLICY};
 
 /// How long one admin request may take (group configs, topic creation).
@@ -48,7 +48,7 @@ pub struct Worker {
     config: ConfigMap,
     registry: ConnectorRegistry,
     board: StatusBoard,
-    supervisor: Addr<Supervisor>,
+    router: Addr<ConnectorRouter>,
     system: System,
     thread: Option<JoinHandle<()>>,
     /// The configuration each connector runs with, to tell a resize from a reconfiguration.
@@ -126,7 +126,7 @@ impl Worker {
                 crate::panics::watch_current_thread(watched);
                 let system = System::new();
                 system.block_on(async move {
-                    let addr = Supervisor::new(supervisor_board).start();
+                    let addr = ConnectorRouter::new(supervisor_board).start();
                     // Arbiters of this system: they stop with it.
                     let pool = TaskPool::start(threads);
                     let _ = tx.send((addr, System::current(), pool));
@@ -135,7 +135,7 @@ impl Worker {
                 let _ = system.run();
             })
             .map_err(|e| RuntimeError::Task(format!("cannot start the worker thread: {e}")))?;
-        let (supervisor, system, pool) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
+        let (router, system, pool) = rx.recv().map_err(|_| RuntimeError::WorkerStopped)?;
         let group_ids = GroupIdChecker::new()
             .map(Arc::new)
             .map_err(|e| RuntimeError::Task(format!("cannot start the group id checker: {e}")))?;
@@ -143,7 +143,7 @@ impl Worker {
             config,
             registry,
             board,
-            supervisor,
+            router,
             system,
             thread: Some(thread),
             configs: Mutex::new(BTreeMap::new()),
@@ -403,8 +403,7 @@ impl Worker {
     /// it panicked (what that actor ran is lost until the worker restarts).
     pub fn runtime_failure(&self) -> Option<String> {
         let panic = self.panic.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let gone =
-            !self.supervisor.connected() || self.thread.as_ref().is_none_or(|t| t.is_finished());
+        let gone = !self.router.connected() || self.thread.as_ref().is_none_or(|t| t.is_finished());
         match (panic, gone) {
             (Some(panic), true) => Some(format!("the connector runtime has stopped; it {panic}")),
             (Some(panic), false) => Some(format!("an actor of the connector runtime {panic}")),
@@ -448,7 +447,7 @@ impl Worker {
 
     async fn start_plan(&self, plan: ConnectorPlan, config: ConfigMap) -> Result<(), RuntimeError> {
         let name = plan.key.clone();
-        self.supervisor
+        self.router
             .send(Start(plan))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)??;
@@ -459,7 +458,7 @@ impl Worker {
     /// Stops a connector gracefully: in-flight batches finish, acknowledgements are committed,
     /// the group is left.
     pub async fn stop_connector(&self, name: &str) -> Result<(), RuntimeError> {
-        self.supervisor
+        self.router
             .send(Stop(name.to_owned()))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)??;
@@ -519,7 +518,7 @@ impl Worker {
             config.insert(TASKS_MAX.to_owned(), tasks.to_string());
             self.check_bounds(name, &config)?;
         }
-        self.supervisor
+        self.router
             .send(Resize(name.to_owned(), tasks))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)??;
@@ -545,7 +544,7 @@ impl Worker {
         if !self.configs().contains_key(name) {
             return Ok(());
         }
-        self.supervisor
+        self.router
             .send(Assign(name.to_owned(), tasks))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)?
@@ -567,7 +566,7 @@ impl Worker {
     /// Ends one task abruptly, as a crash would (no acknowledgements, no leaving the group);
     /// it is not restarted. For failure drills and tests.
     pub async fn kill_task(&self, name: &str, task: u32) -> Result<(), RuntimeError> {
-        self.supervisor
+        self.router
             .send(Kill(name.to_owned(), task))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)?
@@ -577,7 +576,7 @@ impl Worker {
     /// finish, acknowledgements are committed), then runs again; the other tasks go on.
     /// A task that failed for good, or was killed, is started again.
     pub async fn restart_task(&self, name: &str, task: u32) -> Result<(), RuntimeError> {
-        self.supervisor
+        self.router
             .send(RestartOne(name.to_owned(), task))
             .await
             .map_err(|_| RuntimeError::WorkerStopped)?
@@ -598,7 +597,7 @@ impl Worker {
     /// Stops every connector gracefully, all at once (so a shutdown takes one
     /// `task.shutdown.graceful.timeout.ms` at most, not one per connector), then the worker.
     pub async fn shutdown(mut self) {
-        let names = self.supervisor.send(List).await.unwrap_or_default();
+        let names = self.router.send(List).await.unwrap_or_default();
         let worker = &self;
         let stops = names.iter().map(|name| async move {
             if let Err(e) = worker.stop_connector(name).await {
