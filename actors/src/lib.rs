@@ -4,23 +4,24 @@
 //! ```text
 //! Worker ─▶ ConnectorRouter ─▶ ConnectorSupervisor ─▶ per task, on a shared pool thread:
 //!
-//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ DeadLetterActor
-//!   consumer/poll.rs             converter.rs                sink.rs                dead_letter.rs
-//!        │                                                                               │
-//!   ConsumerActor ◀──────────────── Settled (the credit and the verdicts) ──────────────┘
-//!   consumer/acknowledge.rs: ACCEPT/RELEASE/REJECT + commit (share), offset commit (classic)
-//!        ▲
-//!        └── Unsettled (a batch's BatchAck dropped on any path: release its records at once)
+//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ AckerActor
+//!   (consumer/: poll)            (converter.rs)              (sink.rs)              (acker.rs: dead
+//!        ▲                                                                          letters, ACCEPT/
+//!        │                                                                          RELEASE/REJECT
+//!        └──────────────────── Committed (credits: poll again) ◀─────────────────── + commit)
 //! ```
-//! The consumer is the first stage and the last because it owns the Kafka client and nothing
-//! else touches it: a share consumer's acknowledgements ride on its next fetch. The router
-//! (`router.rs`) only routes the worker's requests; the supervisor (`supervisor.rs`) starts a
-//! connector's tasks and restarts them when they fail; `task.rs` wires one task's pipeline.
+//! Records flow one way, poll → convert → put → acknowledge and commit; only credits go back.
+//! The consumer and the acker take turns on the task's one Kafka client ([`acker::SharedSource`]).
+//! A batch's `BatchAck` dropped on any path tells the acker (`Unsettled`), which releases the
+//! batch's records at once. The router (`router.rs`) only routes the worker's requests; the
+//! supervisor (`supervisor.rs`) starts a connector's tasks and restarts them when they fail;
+//! `task.rs` wires one task's pipeline.
 //!
 //! A batch is done once its acknowledgements (share) or offsets (classic) are committed; at
 //! most `task.inflight.batches` batches per task are between poll and commit. A batch lost on
 //! the way (a panic, a failure, a stop) is released at once, never left to its lock.
 
+pub mod acker;
 pub mod allocator;
 pub mod consumer;
 pub mod consumer_settings;

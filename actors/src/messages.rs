@@ -1,12 +1,11 @@
 //! The messages a task's actors exchange. Records travel in batches, one way:
 //! ConsumerActor → [`SourceBatch`] → ConverterActor → [`SinkBatch`] → SinkActor → [`Verdicts`]
-//! → DeadLetterActor → [`Settled`] → ConsumerActor. `Settled` is the credit that lets the consumer
-//! poll another batch, and it carries the verdicts the consumer (which owns the Kafka client)
-//! acknowledges and commits.
+//! → AckerActor, which acknowledges and commits them; then only a credit goes back:
+//! [`Committed`], which lets the consumer poll another batch.
 //!
 //! Each batch carries its [`BatchAck`] all the way: a stage that drops a batch (a panic, a
-//! failure, a stop) drops the handle, which sends [`Unsettled`] to the consumer, and the
-//! consumer releases the batch's records at once.
+//! failure, a stop) drops the handle, which sends [`Unsettled`] to the acker, and the acker
+//! releases the batch's records at once (it learnt them from [`BatchPolled`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use spillway_core::{
-    Ack, BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
+    BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
     RecordCoordinates, TopicPartition,
 };
 
@@ -92,19 +91,52 @@ pub struct Verdicts {
     pub pause_fetch_until: Option<Instant>,
 }
 
-/// A batch done: its verdicts, to acknowledge and commit, and one credit back.
+/// The consumer polled batch `seq`: what the acker needs to release its records should the
+/// batch be lost, and to measure its commit. Sent before the batch goes down the pipeline.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BatchPolled {
+    pub seq: u64,
+    pub records: crate::acker::BatchRecords,
+    pub last_deliveries: Vec<String>,
+    pub meta: crate::metrics::BatchMeta,
+}
+
+/// The credits of batches `seqs`, committed (or given up on): the consumer may poll again.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct Settled {
-    /// The batch's handle (its number is the batch's sequence number in the task).
-    pub ack: BatchAck,
-    pub acks: Vec<Ack>,
-    pub fail_task: Option<String>,
-    pub fail_for_good: bool,
-    pub trace: BatchTrace,
-    pub start_offsets: BTreeMap<TopicPartition, i64>,
-    pub pause_fetch_until: Option<Instant>,
+pub struct Committed {
+    pub seqs: Vec<u64>,
+    /// The commit failed: the task fails, and closes without committing again.
+    pub result: Result<(), crate::error::RuntimeError>,
+    /// Share mode: the target is failing; no fetch before this instant, unless the connector's
+    /// successful puts no longer number the count given.
+    pub pause: Option<(Instant, u64)>,
+    /// A verdict asked the task to fail (`errors.tolerance=none`) once its batch was
+    /// committed; `true`: for good.
+    pub failure: Option<(String, bool)>,
 }
+
+/// Records released without a verdict on their last allowed delivery (the broker archives
+/// them), for the task's final trace.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Archived {
+    pub records: Vec<String>,
+    pub reason: String,
+}
+
+/// The stop's deadline passed: release every batch still in flight, because `why`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ReleaseInFlight {
+    pub why: &'static str,
+}
+
+/// The task is stopping (draining or failing): no fetch pause is set from now on.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Stopping;
 
 /// Stop polling, finish the batches in flight, commit, leave the group, stop the task.
 /// `together`: the tasks stopping with it (a connector's stop), whose consumers close only once
@@ -148,7 +180,7 @@ impl CloseGate {
 #[rtype(result = "Option<String>")]
 pub struct Finish;
 
-/// A batch was dropped before its verdicts were decided ([`BatchAck`]'s drop): the consumer
+/// A batch was dropped before its verdicts were decided ([`BatchAck`]'s drop): the acker
 /// releases its records and the task fails with `reason`.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]

@@ -1,6 +1,6 @@
 //! SinkActor: owns the connector's `SinkTask` and hands it one batch at a time (Connect's
 //! lifecycle: `start` → `open` → `put`/`flush`… → `close` → `stop`), then turns each record's
-//! fate into a verdict for the dead-letter stage:
+//! fate into a verdict for the acker:
 //!
 //! - `put` succeeded (and the batch was flushed) → ACCEPT; a transform filtered it → ACCEPT.
 //! - retriable error → share mode: put again after a jittered backoff while the records'
@@ -48,9 +48,9 @@ use spillway_core::{
 };
 use tracing::{error, warn, Instrument};
 
+use crate::acker::AckerActor;
 use crate::consumer::ConsumerActor;
 use crate::dead_letter::with_reason;
-use crate::dead_letter::DeadLetterActor;
 use crate::lock_retry::{
     commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure,
     GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
@@ -101,7 +101,7 @@ struct Retries {
 
 pub struct SinkActor {
     task: Option<Box<dyn SinkTask>>,
-    dead_letters_stage: Addr<DeadLetterActor>,
+    acker: Addr<AckerActor>,
     /// Where a failure outside a batch goes (a batch's failure travels in its `BatchAck`).
     consumer: Addr<ConsumerActor>,
     ctx: Rc<SinkContext>,
@@ -137,7 +137,7 @@ struct Decided {
 impl SinkActor {
     pub fn new(
         task: Box<dyn SinkTask>,
-        dead_letters_stage: Addr<DeadLetterActor>,
+        acker: Addr<AckerActor>,
         consumer: Addr<ConsumerActor>,
         ctx: SinkContext,
     ) -> Self {
@@ -150,7 +150,7 @@ impl SinkActor {
         };
         SinkActor {
             task: Some(task),
-            dead_letters_stage,
+            acker,
             consumer,
             ctx: Rc::new(ctx),
             open: Vec::new(),
@@ -258,7 +258,7 @@ impl Handler<SinkBatch> for SinkActor {
                                     AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
                                 }
                             }
-                            act.dead_letters_stage.do_send(Verdicts {
+                            act.acker.do_send(Verdicts {
                                 ack,
                                 verdicts: decided.verdicts,
                                 fail_task: decided.fail_task,

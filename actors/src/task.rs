@@ -8,9 +8,9 @@ use actix::prelude::*;
 use spillway_core::config::ErrorHandling;
 use spillway_core::{ConfigMap, RecordPipeline, SinkTask};
 
+use crate::acker::{AckerActor, AckerSetup, SharedSource};
 use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
 use crate::converter::ConverterActor;
-use crate::dead_letter::DeadLetterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{CloseGate, Drain, Failing, Reporter};
@@ -118,14 +118,12 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
         } = spec;
         let failing = Failing::default();
         let lock_facts = LockFacts::default();
-        let dead_letters_stage = scope.start(
-            DeadLetterActor::new(ctx.address(), dead_letters, Arc::clone(&counters)),
-            &span,
-        );
+        // The acker's address first: the sink stage sends to it, and it to the converter.
+        let (acker, acker_mailbox) = TaskScope::mailbox::<AckerActor>();
         let sink = scope.start(
             SinkActor::new(
                 sink_task,
-                dead_letters_stage,
+                acker.clone(),
                 ctx.address(),
                 SinkContext {
                     connector,
@@ -145,15 +143,35 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
             &span,
         );
         let converter = scope.start(ConverterActor::new(pipeline, sink, failing.clone()), &span);
-        let owner = ConsumerActor::batch_owner(ctx.address());
+        let client = SharedSource::default();
+        scope.run(
+            Context::with_receiver(acker_mailbox),
+            AckerActor::new(AckerSetup {
+                source: client.clone(),
+                consumer: ctx.address(),
+                converter: converter.clone(),
+                dead_letters,
+                counters: Arc::clone(&counters),
+                task,
+                generation,
+                reporter: reporter.clone(),
+                commit_timeout: settings.commit_timeout,
+                delivery_attempt_limit: settings.delivery_attempt_limit,
+                lock_facts: lock_facts.clone(),
+                target_health: target_health.clone(),
+            }),
+            &span,
+        );
+        let owner = AckerActor::batch_owner(acker.clone());
         let actor = ConsumerActor::new(ConsumerSetup {
             factory: source,
+            client,
             converter,
+            acker,
             task,
             generation,
             max_inflight: settings.inflight_batches,
             poll_timeout: settings.poll_timeout,
-            commit_timeout: settings.commit_timeout,
             delivery_attempt_limit: settings.delivery_attempt_limit,
             shutdown_timeout: settings.shutdown_timeout,
             counters,

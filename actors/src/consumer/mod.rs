@@ -1,69 +1,55 @@
-//! ConsumerActor: the first and the last stage of a task's pipeline, because it owns the
-//! task's Kafka consumer and only it touches it (a share consumer's acknowledgements ride on its
-//! next fetch, a classic consumer commits what it polled):
+//! ConsumerActor: the first stage of a task's pipeline. It connects the task's Kafka client and
+//! polls it while the task has credits (fewer than `task.inflight.batches` batches between poll
+//! and commit), its tenant's budgets have room and no fetch pause holds; each poll goes down the
+//! pipeline as one [`SourceBatch`], announced first to the acker ([`BatchPolled`]), which
+//! commits it in the end and gives the credit back ([`Committed`]).
 //!
-//! - [`poll`]: polls while the task has credits (fewer than `task.inflight.batches` batches in
-//!   flight), its tenant's budgets allow and no fetch pause holds, and sends each poll down the
-//!   pipeline as one [`SourceBatch`];
-//! - [`acknowledge`]: the verdicts that come back with each credit ([`Settled`]) are
-//!   acknowledged (share mode) or their offsets committed (classic mode); a batch lost on the way
-//!   ([`Unsettled`]) is released at once;
-//! - [`stop`]: on [`Drain`] or a failure, no new poll; what is in flight is committed or
-//!   released, the consumer leaves the group, [`Finish`] goes down the pipeline and the task's
-//!   final event is reported.
+//! - [`poll`]: polling, the budgets and the fetch pause;
+//! - [`stop`]: on [`Drain`] or a failure no new poll starts; once the acker has committed what
+//!   is in flight (or released it at the stop's deadline) the consumer leaves the group and
+//!   closes, [`Finish`] goes down the pipeline and the task's final event is reported.
 //!
-//! What the actor may do next is its [`Phase`] plus whether its source is free
-//! ([`SourceSlot`]): [`ConsumerActor::step`] reads both.
+//! What the actor may do next is its [`Phase`] plus whether its client is free ([`SourceSlot`]):
+//! [`ConsumerActor::step`] reads both. The client is shared with the acker
+//! ([`SharedSource`]); they take turns on it, one call at a time.
 //!
 //! A batch counts as done only once its acknowledgements (share mode) or offsets (classic mode)
 //! are committed; until then its bytes count against the tenant's in-flight bytes budget, and
 //! while that budget is full no new poll starts.
 //!
 //! Share mode: a batch whose records the sink stage gave up still failing (its target is down)
-//! comes back with a time before which nothing new is fetched (`pause_fetch_until`): the pause
-//! is set on the share consumer before the releases are committed, and no poll starts before
-//! it ends ([`Phase::FetchPaused`]), so no record spends a delivery waiting out its lock
+//! comes back with a time before which nothing new is fetched: the acker sets the pause on the
+//! share consumer before it commits the releases, and the consumer starts no poll before the
+//! pause ends ([`Phase::FetchPaused`]), so no record spends a delivery waiting out its lock
 //! meanwhile ([`crate::lock_retry`]).
-//!
-//! Nothing waits for a lock to expire when the task already knows a batch is lost: each batch
-//! carries a [`BatchAck`], and one dropped unsettled anywhere in the pipeline (a panic, a
-//! failed `put`, a failing task) comes back as [`Unsettled`]; the consumer keeps every batch's
-//! record coordinates until it is committed, releases the records of such a batch at once
-//! (share mode; classic mode reads them again and commits no offset past them), and fails the
-//! task. A stop (graceful or after a failure) that is not done within
-//! `task.shutdown.graceful.timeout.ms` releases whatever is still in flight the same way.
 
-mod acknowledge;
 mod poll;
 mod stop;
 
-use acknowledge::{BatchRecords, InFlight, Settlement};
 use stop::ArchivedOnRelease;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
-use spillway_core::{
-    Ack, BatchAck, BatchOwner, Disposition, RawRecord, RecordCoordinates, Topic, TopicPartition,
-};
-use tracing::{error, info, warn, Instrument, Span};
+use spillway_core::{BatchAck, BatchOwner, RecordCoordinates};
+use tracing::{error, info, warn};
 
+use crate::acker::{last_deliveries, AckerActor, BatchRecords, SharedSource};
 use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
-    Acknowledged, CloseGate, Drain, Failing, Finish, Reporter, Settled, SourceBatch, TaskEvent,
-    TaskFailure, Unsettled,
+    Archived, BatchPolled, CloseGate, Committed, Drain, Failing, Finish, ReleaseInFlight, Reporter,
+    SourceBatch, Stopping, TaskEvent, TaskFailure,
 };
-use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::panic_guard::guard_future;
 use crate::source::{Polled, RecordSource};
 use crate::status::TaskCounters;
-use crate::telemetry::{BatchStage, BatchTrace, TaskIdentity};
+use crate::telemetry::{BatchTrace, TaskIdentity};
 use crate::tenancy::{record_bytes, Debt, InflightBytes, InflightHold, Throttle};
 
 /// Connects the task's source (on the task's own thread, so its background work lives there).
@@ -73,31 +59,30 @@ pub type SourceFactory = Box<
 
 pub struct ConsumerActor {
     factory: Option<SourceFactory>,
+    /// The Kafka client, shared with the acker (which commits through it).
+    client: SharedSource,
     source: SourceSlot,
     phase: Phase,
     converter: Addr<ConverterActor>,
+    acker: Addr<AckerActor>,
     task: u32,
     generation: u64,
     max_inflight: usize,
     poll_timeout: Duration,
-    commit_timeout: Duration,
     delivery_attempt_limit: u16,
     counters: Arc<TaskCounters>,
     reporter: Reporter,
-    /// Per batch in flight, what its commit's metrics need (record timestamps, locks).
-    batch_meta: HashMap<u64, BatchMeta>,
     identity: Arc<TaskIdentity>,
     next_seq: u64,
-    /// Batches between poll and commit, with their records (to release them should the batch
-    /// be lost). Removed once the batch's verdicts are committed.
-    batches: HashMap<u64, InFlight>,
-    /// Where the batches' `BatchAck`s report a drop: this actor.
+    /// Batches between poll and commit (their credits), each with its bytes in the tenant's
+    /// in-flight budget when it has one: given back when the acker reports the batch
+    /// committed, or when the actor is dropped (stop, kill, failure).
+    in_flight: HashMap<u64, Option<InflightHold>>,
+    /// Where the batches' `BatchAck`s report a drop: the acker.
     owner: Arc<dyn BatchOwner>,
-    /// Verdicts returned (or releases decided here) and not yet acknowledged and committed.
-    settled: Vec<Settlement>,
     /// The tasks stopping with this one: its consumer closes once they have all committed.
     close_together: Option<Arc<CloseGate>>,
-    /// What the sink stage's retries need to know of the locks (lock duration, commit time).
+    /// What the sink stage's retries need to know of the locks (lock duration).
     lock_facts: LockFacts,
     /// The connector's successful puts: a success of another task ends a fetch pause early.
     target_health: TargetHealth,
@@ -107,9 +92,12 @@ pub struct ConsumerActor {
     shutdown_timeout: Duration,
     /// The stop's deadline is scheduled (on the first drain or failure).
     stop_scheduled: bool,
-    /// A commit failed while the task was failing: close without committing again.
+    /// A commit failed: close without waiting for the batches in flight.
     commits_broken: bool,
-    progressed: bool,
+    /// A fetch pause ended: the next poll resumes fetching first.
+    resume_fetching: bool,
+    /// Classic mode: how long the consumer may go without a poll ([`RecordSource::keep_alive_after`]).
+    keep_alive_after: Option<Duration>,
     /// The tenant's records/s and bytes/s budget, when it has one.
     throttle: Option<Arc<Throttle>>,
     /// What the polls so far cost and the budget has not paid yet.
@@ -118,9 +106,6 @@ pub struct ConsumerActor {
     throttled: bool,
     /// The tenant's in-flight bytes budget, shared with its other tasks.
     inflight_bytes: Option<Arc<InflightBytes>>,
-    /// Per batch in flight, its bytes in that budget: released when the batch is committed,
-    /// or when the actor is dropped (stop, kill, failure).
-    held: HashMap<u64, InflightHold>,
     /// A re-check is scheduled for when the in-flight bytes budget may have room again.
     awaiting_room: bool,
     /// A poll made while batches were in flight came back empty: the next one waits for a
@@ -162,44 +147,25 @@ impl Phase {
         matches!(self, Phase::Running | Phase::FetchPaused { .. })
     }
 
-    /// Draining or failing: commit what comes back, then close.
+    /// Draining or failing: wait for the acker's commits of what is in flight, then close.
     fn stopping(&self) -> bool {
         matches!(self, Phase::Draining | Phase::Failing { .. })
     }
 }
 
-/// The task's source and whether a call on it is running: the consumer is used from one place,
-/// one call at a time.
+/// Whether the task's source is connected and free: the consumer makes one call on it at a
+/// time (a poll, a keep-alive poll or the close; the acker's commits take turns with them
+/// through the [`SharedSource`]'s lock).
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum SourceSlot {
     /// Its factory is connecting it.
     Connecting,
-    /// Connected and free for the next poll, commit or close.
-    Idle(Box<dyn RecordSource>),
-    /// A poll, commit or close holds it.
+    /// Connected, and no call of the consumer's is running.
+    Idle,
+    /// A poll or the close is running.
     InUse,
     /// Its connection failed, or it is closed.
     Absent,
-}
-
-impl SourceSlot {
-    /// The source, for a call that gives it back with [`SourceSlot::Idle`]; `None` when it is
-    /// not free.
-    fn take(&mut self) -> Option<Box<dyn RecordSource>> {
-        match std::mem::replace(self, SourceSlot::InUse) {
-            SourceSlot::Idle(source) => Some(source),
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-
-    fn idle_mut(&mut self) -> Option<&mut Box<dyn RecordSource>> {
-        match self {
-            SourceSlot::Idle(source) => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Longest a poll waits while batches are in flight. The consumer is busy while it polls, so
@@ -223,12 +189,14 @@ const KEEP_ALIVE_CHECK_MAX: Duration = Duration::from_secs(1);
 /// What a ConsumerActor needs to run.
 pub struct ConsumerSetup {
     pub factory: SourceFactory,
+    /// Where the connected client goes, shared with the acker.
+    pub client: SharedSource,
     pub converter: Addr<ConverterActor>,
+    pub acker: Addr<AckerActor>,
     pub task: u32,
     pub generation: u64,
     pub max_inflight: usize,
     pub poll_timeout: Duration,
-    pub commit_timeout: Duration,
     /// Share mode: the broker's delivery attempt limit, to tell releases it archives.
     pub delivery_attempt_limit: u16,
     /// `task.shutdown.graceful.timeout.ms`.
@@ -239,7 +207,7 @@ pub struct ConsumerSetup {
     pub inflight_bytes: Option<Arc<InflightBytes>>,
     pub identity: Arc<TaskIdentity>,
     pub failing: Failing,
-    /// This actor's address as its batches' owner ([`ConsumerActor::batch_owner`]).
+    /// The acker's address as the batches' owner ([`AckerActor::batch_owner`]).
     pub owner: Arc<dyn BatchOwner>,
     /// Shared with the sink stage: the lock duration and commit time it retries within.
     pub lock_facts: LockFacts,
@@ -252,23 +220,22 @@ impl ConsumerActor {
         s.counters.metrics.task_starting();
         ConsumerActor {
             factory: Some(s.factory),
+            client: s.client,
             source: SourceSlot::Connecting,
             phase: Phase::Running,
             converter: s.converter,
+            acker: s.acker,
             task: s.task,
             generation: s.generation,
             max_inflight: s.max_inflight.max(1),
             poll_timeout: s.poll_timeout,
-            commit_timeout: s.commit_timeout,
             delivery_attempt_limit: s.delivery_attempt_limit,
             counters: s.counters,
             reporter: s.reporter,
-            batch_meta: HashMap::new(),
             identity: s.identity,
             next_seq: 0,
-            batches: HashMap::new(),
+            in_flight: HashMap::new(),
             owner: s.owner,
-            settled: Vec::new(),
             close_together: None,
             lock_facts: s.lock_facts,
             target_health: s.target_health,
@@ -276,12 +243,12 @@ impl ConsumerActor {
             shutdown_timeout: s.shutdown_timeout,
             stop_scheduled: false,
             commits_broken: false,
-            progressed: false,
+            resume_fetching: false,
+            keep_alive_after: None,
             throttle: s.throttle,
             debt: Debt::default(),
             throttled: false,
             inflight_bytes: s.inflight_bytes,
-            held: HashMap::new(),
             awaiting_room: false,
             parked: false,
             last_poll: Instant::now(),
@@ -289,7 +256,7 @@ impl ConsumerActor {
         }
     }
 
-    /// Does the next thing: commit returned credits, else close when stopping, else poll.
+    /// Does the next thing: close when stopping and nothing is in flight, else poll.
     pub(super) fn step(&mut self, ctx: &mut Context<Self>) {
         if matches!(self.phase, Phase::Finishing { .. }) {
             return;
@@ -304,15 +271,13 @@ impl ConsumerActor {
                 }
                 return;
             }
-            SourceSlot::Idle(_) => {}
+            SourceSlot::Idle => {}
         }
-        if !self.settled.is_empty() && !self.commits_broken {
-            self.commit_step(ctx);
-        } else if stopping {
-            if self.batches.is_empty() || self.commits_broken {
+        if stopping {
+            if self.in_flight.is_empty() || self.commits_broken {
                 self.close_step(ctx);
             }
-        } else if self.batches.len() < self.max_inflight
+        } else if self.in_flight.len() < self.max_inflight
             && !self.parked
             && !self.fetch_paused(ctx)
             && !self.inflight_bytes_full(ctx)
@@ -330,21 +295,29 @@ impl Actor for ConsumerActor {
         let Some(factory) = self.factory.take() else {
             return;
         };
-        ctx.spawn(factory().into_actor(self).map(|result, act, ctx| {
+        let client = std::rc::Rc::clone(&self.client);
+        let connect = async move {
+            let source = factory().await?;
+            let facts = (source.lock_extension(), source.keep_alive_after());
+            *client.lock().await = Some(source);
+            Ok::<_, RuntimeError>(facts)
+        };
+        ctx.spawn(connect.into_actor(self).map(|result, act, ctx| {
             act.source = SourceSlot::Absent;
             match result {
-                Ok(source) => {
-                    act.lock_facts.set_extension(source.lock_extension());
+                Ok((extension, keep_alive_after)) => {
+                    act.lock_facts.set_extension(extension);
                     info!(
                         generation = act.generation,
                         "task started: its consumer is connected"
                     );
                     // Only a source that needs keep-alive polls gets a timer for them.
-                    if let Some(after) = source.keep_alive_after() {
+                    if let Some(after) = keep_alive_after {
                         let every = (after / 4).clamp(KEEP_ALIVE_CHECK_MIN, KEEP_ALIVE_CHECK_MAX);
                         ctx.run_interval(every, |act, ctx| act.keep_alive_if_idle(ctx));
                     }
-                    act.source = SourceSlot::Idle(source);
+                    act.keep_alive_after = keep_alive_after;
+                    act.source = SourceSlot::Idle;
                     act.last_poll = Instant::now();
                     act.step(ctx);
                 }
@@ -356,7 +329,54 @@ impl Actor for ConsumerActor {
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         // A stopped task holds nothing in flight any more: give its bytes back now rather
         // than when the actor is dropped.
-        self.held.clear();
+        self.in_flight.clear();
+    }
+}
+
+impl Handler<Committed> for ConsumerActor {
+    type Result = ();
+
+    /// The acker committed (or gave up on) batches: their credits come back.
+    fn handle(&mut self, msg: Committed, ctx: &mut Context<Self>) {
+        for seq in &msg.seqs {
+            self.in_flight.remove(seq);
+        }
+        self.parked = false;
+        if let Err(e) = msg.result {
+            // Releases would fail the same way: close without waiting for them.
+            self.commits_broken = true;
+            return self.fail_now(ctx, e);
+        }
+        if let Some((until, successes_at_pause)) = msg.pause {
+            if self.phase.running() {
+                let wakeup_scheduled = matches!(
+                    self.phase,
+                    Phase::FetchPaused {
+                        wakeup_scheduled: true,
+                        ..
+                    }
+                );
+                self.phase = Phase::FetchPaused {
+                    until,
+                    successes_at_pause,
+                    wakeup_scheduled,
+                };
+            }
+        }
+        match msg.failure {
+            // errors.tolerance=none: this batch is committed; the task fails now.
+            Some((trace, for_good)) => self.fail_as(ctx, trace, for_good),
+            None => self.step(ctx),
+        }
+    }
+}
+
+impl Handler<Archived> for ConsumerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Archived, _ctx: &mut Context<Self>) {
+        self.archived_on_release.records.extend(msg.records);
+        self.archived_on_release.reason.get_or_insert(msg.reason);
     }
 }
 
@@ -374,6 +394,7 @@ impl Handler<Drain> for ConsumerActor {
     fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) {
         if self.phase.running() {
             self.phase = Phase::Draining;
+            self.acker.do_send(Stopping);
         }
         if msg.together.is_some() {
             self.close_together = msg.together;

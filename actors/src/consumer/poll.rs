@@ -4,24 +4,6 @@
 
 use super::*;
 
-/// Records of `records` on their last allowed delivery, as `topic-partition@offset (delivery
-/// n of limit)`; none in classic mode (no delivery counts) or without a limit.
-fn last_deliveries(records: &[RawRecord], limit: u16) -> Vec<String> {
-    if limit == 0 {
-        return Vec::new();
-    }
-    records
-        .iter()
-        .filter_map(|r| {
-            let count = r.delivery_count.filter(|c| *c >= limit)?;
-            Some(format!(
-                "{}-{}@{} (delivery {count} of {limit})",
-                r.topic, r.partition, r.offset
-            ))
-        })
-        .collect()
-}
-
 impl ConsumerActor {
     /// True while the sink stage asked for a pause of fetching (its target is failing); then
     /// a wake-up is scheduled for its end.
@@ -45,9 +27,7 @@ impl ConsumerActor {
                 );
             }
             self.phase = Phase::Running;
-            if let Some(source) = self.source.idle_mut() {
-                source.pause_fetching(None);
-            }
+            self.resume_fetching = true;
             return false;
         }
         if !*wakeup_scheduled {
@@ -109,53 +89,67 @@ impl ConsumerActor {
     }
 
     pub(super) fn poll_step(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut source) = self.source.take() else {
+        if self.source != SourceSlot::Idle {
             return;
-        };
-        let in_flight = !self.batches.is_empty();
+        }
+        self.source = SourceSlot::InUse;
+        let in_flight = !self.in_flight.is_empty();
         let timeout = if in_flight {
             self.poll_timeout.min(POLL_WHILE_IN_FLIGHT)
         } else {
             self.poll_timeout
         };
+        let resume = std::mem::take(&mut self.resume_fetching);
         let started = SystemTime::now();
         self.last_poll = Instant::now();
+        let client = std::rc::Rc::clone(&self.client);
         let fut = async move {
-            let result = guard_future(source.poll(timeout)).await;
-            (source, result)
+            let mut guard = client.lock().await;
+            let Some(source) = guard.as_mut() else {
+                return (
+                    Err(RuntimeError::Source("the consumer is closed".into())),
+                    None,
+                    None,
+                );
+            };
+            if resume {
+                source.pause_fetching(None);
+            }
+            let result = guard_future(source.poll(timeout))
+                .await
+                .unwrap_or_else(|panic| {
+                    Err(RuntimeError::Source(format!("the consumer's poll {panic}")))
+                });
+            (result, source.lock_duration(), source.partition_count())
         };
-        ctx.spawn(fut.into_actor(self).map(move |(source, result), act, ctx| {
-            let result = result.unwrap_or_else(|panic| {
-                Err(RuntimeError::Source(format!("the consumer's poll {panic}")))
-            });
-            act.lock_facts.set_lock_duration(source.lock_duration());
-            if let Some(n) = source.partition_count() {
-                act.counters
-                    .metrics
-                    .partitions
-                    .store(n as u64, Ordering::Relaxed);
-            }
-            act.source = SourceSlot::Idle(source);
-            match result {
-                Err(e) => act.fail_now(ctx, e),
-                Ok(polled) => {
-                    // A batch that settled during this poll is committed next, and its
-                    // commit lets the poll after it go ahead: no need to park then.
-                    if in_flight
-                        && act.settled.is_empty()
-                        && polled.records.is_empty()
-                        && polled.changes.is_empty()
-                    {
-                        act.park(ctx);
-                    }
-                    act.dispatch(polled, started);
-                    act.step(ctx);
+        ctx.spawn(fut.into_actor(self).map(
+            move |(result, lock_duration, partitions), act, ctx| {
+                act.lock_facts.set_lock_duration(lock_duration);
+                if let Some(n) = partitions {
+                    act.counters
+                        .metrics
+                        .partitions
+                        .store(n as u64, Ordering::Relaxed);
                 }
-            }
-        }));
+                act.source = SourceSlot::Idle;
+                match result {
+                    Err(e) => act.fail_now(ctx, e),
+                    Ok(polled) => {
+                        // Nothing came while batches are in flight: wait for a commit (its credit
+                        // unparks) rather than spin.
+                        if in_flight && polled.records.is_empty() && polled.changes.is_empty() {
+                            act.park(ctx);
+                        }
+                        act.dispatch(polled, started);
+                        act.step(ctx);
+                    }
+                }
+            },
+        ));
     }
 
-    /// Sends what a poll brought down the pipeline as one batch (taking a credit).
+    /// Sends what a poll brought down the pipeline as one batch (taking a credit), after
+    /// telling the acker of it.
     pub(super) fn dispatch(&mut self, mut polled: Polled, started: SystemTime) {
         if !polled.records.is_empty() || !polled.changes.is_empty() {
             TaskCounters::add(&self.counters.read, polled.records.len());
@@ -165,22 +159,22 @@ impl ConsumerActor {
                 self.debt.bytes += bytes;
             }
             self.next_seq += 1;
-            let ack = BatchAck::new(self.next_seq, Arc::clone(&self.owner));
-            self.batches.insert(
-                self.next_seq,
-                InFlight {
-                    records: BatchRecords::of(&polled.records),
-                    queued: false,
-                    last_deliveries: last_deliveries(&polled.records, self.delivery_attempt_limit),
-                },
-            );
-            if let Some(budget) = &self.inflight_bytes {
-                self.held.insert(self.next_seq, budget.hold(bytes));
-            }
+            let seq = self.next_seq;
+            let ack = BatchAck::new(seq, Arc::clone(&self.owner));
+            let hold = self
+                .inflight_bytes
+                .as_ref()
+                .map(|budget| budget.hold(bytes));
+            self.in_flight.insert(seq, hold);
             let deadlines = std::mem::take(&mut polled.lock_deadlines);
-            let meta = self.counters.metrics.polled(&polled.records, deadlines);
-            self.batch_meta.insert(self.next_seq, meta);
-            let trace = BatchTrace::new(&self.identity, self.next_seq, &polled.records, started);
+            // Before the batch itself: the acker must know the batch to release it.
+            self.acker.do_send(BatchPolled {
+                seq,
+                records: BatchRecords::of(&polled.records),
+                last_deliveries: last_deliveries(&polled.records, self.delivery_attempt_limit),
+                meta: self.counters.metrics.polled(&polled.records, deadlines),
+            });
+            let trace = BatchTrace::new(&self.identity, seq, &polled.records, started);
             self.converter.do_send(SourceBatch {
                 ack,
                 changes: polled.changes,
@@ -201,24 +195,23 @@ impl ConsumerActor {
             return;
         }
         let due = self
-            .source
-            .idle_mut()
-            .and_then(|source| source.keep_alive_after())
+            .keep_alive_after
             .is_some_and(|after| self.last_poll.elapsed() >= after);
-        if !due {
+        if !due || self.source != SourceSlot::Idle {
             return;
         }
-        let Some(mut source) = self.source.take() else {
-            return;
-        };
+        self.source = SourceSlot::InUse;
         self.last_poll = Instant::now();
         let started = SystemTime::now();
+        let client = std::rc::Rc::clone(&self.client);
         let fut = async move {
-            let result = source.keep_alive().await;
-            (source, result)
+            match client.lock().await.as_mut() {
+                Some(source) => source.keep_alive().await,
+                None => Err(RuntimeError::Source("the consumer is closed".into())),
+            }
         };
-        ctx.spawn(fut.into_actor(self).map(move |(source, result), act, ctx| {
-            act.source = SourceSlot::Idle(source);
+        ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+            act.source = SourceSlot::Idle;
             match result {
                 Err(e) => act.fail_now(ctx, e),
                 Ok(polled) => {
@@ -229,7 +222,7 @@ impl ConsumerActor {
         }));
     }
 
-    /// No poll until a batch settles, or `poll_timeout` at the latest.
+    /// No poll until the acker reports a commit, or `poll_timeout` at the latest.
     pub(super) fn park(&mut self, ctx: &mut Context<Self>) {
         self.parked = true;
         ctx.run_later(self.poll_timeout, |act, ctx| {

@@ -54,6 +54,7 @@ impl ConsumerActor {
             Phase::Running | Phase::FetchPaused { .. } | Phase::Draining => {
                 warn!(task = self.task, trace = %trace, "task failing; releasing its records in flight");
                 self.phase = Phase::Failing { trace, for_good };
+                self.acker.do_send(Stopping);
             }
         }
         self.schedule_stop_deadline(ctx);
@@ -79,25 +80,13 @@ impl ConsumerActor {
             if matches!(act.phase, Phase::Finishing { .. }) {
                 return;
             }
-            let pending: Vec<u64> = act
-                .batches
-                .iter()
-                .filter(|(_, b)| !b.queued)
-                .map(|(seq, _)| *seq)
-                .collect();
-            if pending.is_empty() {
+            if act.in_flight.is_empty() {
                 return;
             }
-            let mut released = 0;
-            for seq in pending {
-                released += act
-                    .release_batch(
-                        seq,
-                        "the task did not stop within task.shutdown.graceful.timeout.ms",
-                    )
-                    .unwrap_or(0);
-            }
-            warn!(task = act.task, released, timeout_ms = act.shutdown_timeout.as_millis() as u64, "the task did not stop within task.shutdown.graceful.timeout.ms; releasing its records in flight");
+            warn!(task = act.task, batches = act.in_flight.len(), timeout_ms = act.shutdown_timeout.as_millis() as u64, "the task did not stop within task.shutdown.graceful.timeout.ms; releasing its records in flight");
+            act.acker.do_send(ReleaseInFlight {
+                why: "the task did not stop within task.shutdown.graceful.timeout.ms",
+            });
             act.failing.set();
             act.step(ctx);
         });
@@ -106,9 +95,8 @@ impl ConsumerActor {
     /// Share mode: records fetched ahead that the stopping task never got are released by
     /// the close; those on their last allowed delivery are archived by the broker, so they are
     /// named (ERROR, the archived count, the task's final trace) like a lost batch's.
-    fn name_unpolled_last_deliveries(&mut self, source: &mut dyn RecordSource) {
+    fn name_unpolled_last_deliveries(&mut self, unpolled: Vec<(RecordCoordinates, u16)>) {
         let limit = self.delivery_attempt_limit;
-        let unpolled = source.take_unpolled();
         if limit == 0 || unpolled.is_empty() {
             return;
         }
@@ -138,34 +126,48 @@ impl ConsumerActor {
     /// Commits what is settled and leaves the group (bounded by the stop's time), then
     /// finishes the task.
     pub(super) fn close_step(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut source) = self.source.take() else {
+        if self.source != SourceSlot::Idle {
             return;
-        };
-        self.name_unpolled_last_deliveries(source.as_mut());
+        }
+        self.source = SourceSlot::InUse;
         let limit = self.shutdown_timeout.max(MIN_STOP_WAIT);
         // Everything settled is committed by now; a failing task does not hold the others.
         let gate = self.close_together.take();
         let wait = limit / 2;
+        let client = std::rc::Rc::clone(&self.client);
         let fut = async move {
+            // Taken out: a commit the acker still tries finds the client closed.
+            let taken = client.lock().await.take();
+            let Some(mut source) = taken else {
+                return (Vec::new(), Ok(Ok(Ok(()))));
+            };
+            let unpolled = source.take_unpolled();
             if let Some(gate) = gate {
                 gate.arrive_and_wait(wait).await;
             }
-            tokio::time::timeout(limit, guard_future(source.close())).await
+            let closed = tokio::time::timeout(limit, guard_future(source.close())).await;
+            (unpolled, closed)
         };
-        ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
-            act.source = SourceSlot::Absent;
-            match result {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => warn!(task = act.task, error = %e, "closing the consumer failed"),
-                Ok(Err(panic)) => warn!(task = act.task, "closing the consumer {panic}"),
-                Err(_) => warn!(
-                    task = act.task,
-                    limit_ms = limit.as_millis() as u64,
-                    "closing the consumer timed out"
-                ),
-            }
-            act.finish(ctx);
-        }));
+        ctx.spawn(
+            fut.into_actor(self)
+                .map(move |(unpolled, result), act, ctx| {
+                    act.name_unpolled_last_deliveries(unpolled);
+                    act.source = SourceSlot::Absent;
+                    match result {
+                        Ok(Ok(Ok(()))) => {}
+                        Ok(Ok(Err(e))) => {
+                            warn!(task = act.task, error = %e, "closing the consumer failed")
+                        }
+                        Ok(Err(panic)) => warn!(task = act.task, "closing the consumer {panic}"),
+                        Err(_) => warn!(
+                            task = act.task,
+                            limit_ms = limit.as_millis() as u64,
+                            "closing the consumer timed out"
+                        ),
+                    }
+                    act.finish(ctx);
+                }),
+        );
     }
 
     /// Closes and stops the sink task down the pipeline, then reports the task's final event
