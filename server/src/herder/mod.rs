@@ -4,7 +4,8 @@
 //!
 //! Every change is written to the store before the worker acts on it and before the caller
 //! gets an answer, so a worker killed at any moment comes back with what it last confirmed.
-//! Changes are serialised by one lock; reads take none.
+//! Changes are serialised by one lock; reads take none. The store is read and written on
+//! blocking threads (sled may wait for the disk), never on the executor serving REST requests.
 //!
 //! Everything the herder hands out has the values of sensitive keys replaced by `[hidden]`
 //! ([`secrets`]): configurations, task configurations, validation answers and messages.
