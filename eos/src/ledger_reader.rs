@@ -177,7 +177,7 @@ impl LedgerReader {
                 }
             }
         };
-        let cache = LedgerCache::open(cache_dir)?;
+        let cache = LedgerCache::open(cache_dir).await?;
         let mut reader = LedgerReader {
             cluster,
             topic: topic.to_owned(),
@@ -209,8 +209,8 @@ impl LedgerReader {
     }
 
     /// Standing entries in the cache (committed, not yet tombstoned), as read so far.
-    pub fn standing(&self) -> usize {
-        self.cache.len()
+    pub async fn standing(&self) -> Result<usize, LedgerError> {
+        Ok(self.cache.len().await?)
     }
 
     /// Aborts the transactions a predecessor with `transactional_id` left open in the ledger
@@ -314,10 +314,10 @@ impl LedgerReader {
         for (partition, keys) in &by_partition {
             self.catch_up(*partition, keys, Some(wait_until)).await?;
         }
-        records
-            .iter()
-            .map(|r| Ok(self.cache.contains(&ledger_key(r))?))
-            .collect()
+        Ok(self
+            .cache
+            .contains(records.iter().map(ledger_key).collect())
+            .await?)
     }
 
     /// Classic mode: the latest committed checkpoint (next offset) of each of `partitions`
@@ -345,10 +345,12 @@ impl LedgerReader {
         for (partition, keys) in &by_partition {
             self.catch_up(*partition, keys, Some(wait_until)).await?;
         }
-        keys.iter()
+        let values = self.cache.get(keys).await?;
+        values
+            .into_iter()
             .zip(partitions)
-            .map(|(key, (topic, partition))| {
-                let Some(value) = self.cache.get(key)? else {
+            .map(|(value, (topic, partition))| {
+                let Some(value) = value else {
                     return Ok(None);
                 };
                 parse_checkpoint_value(&value).map(Some).ok_or_else(|| LedgerError::Read {
@@ -476,7 +478,7 @@ impl LedgerReader {
             // Past the whole batch, also when compaction removed its last records.
             replay.next_offset = replay.next_offset.max(next);
         }
-        self.cache.apply(changes)?;
+        self.cache.apply(changes).await?;
         Ok(data.high_watermark)
     }
 

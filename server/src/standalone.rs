@@ -86,8 +86,12 @@ pub async fn run_until(
         println!("REST API listening on {}://{address}", scheme.as_str());
     }
     let _ = std::io::stdout().flush();
-    for name in herder.connector_names(DEFAULT_TENANT).unwrap_or_default() {
-        if let Ok(status) = herder.status(DEFAULT_TENANT, &name) {
+    for name in herder
+        .connector_names(DEFAULT_TENANT)
+        .await
+        .unwrap_or_default()
+    {
+        if let Ok(status) = herder.status(DEFAULT_TENANT, &name).await {
             info!(connector = %name, state = %status.connector.state, tasks = status.tasks.len(), "running");
         }
     }
@@ -123,6 +127,7 @@ async fn start_connector(herder: &Herder, config: ConfigMap) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let status = herder
         .status(DEFAULT_TENANT, &name)
+        .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if status.connector.state == "FAILED" {
         bail!(

@@ -428,13 +428,9 @@ impl RunningWorker {
                 let mut tick = tokio::time::interval(STATUS_PERSIST_INTERVAL);
                 loop {
                     tick.tick().await;
-                    // sled writes (with fsync) on a blocking thread, not the REST executor.
-                    let writer = Arc::clone(&herder);
-                    match tokio::task::spawn_blocking(move || writer.persist_task_statuses()).await
-                    {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => warn!(error = %e, "cannot record task statuses"),
-                        Err(e) => warn!(error = %e, "recording task statuses stopped"),
+                    // The herder writes them (sled, with fsync) on a blocking thread.
+                    if let Err(e) = herder.persist_task_statuses().await {
+                        warn!(error = %e, "cannot record task statuses");
                     }
                 }
             }

@@ -391,7 +391,7 @@ impl Reconciler {
                 continue;
             };
             let key = ConnectorKey::new(tenant, name);
-            let Ok(status) = self.herder.status(tenant, name) else {
+            let Ok(status) = self.herder.status(tenant, name).await else {
                 continue;
             };
             let now = (

@@ -68,7 +68,7 @@ pub async fn list(
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = caller.tenant.as_str();
-    let names = api.herder.connector_names(tenant)?;
+    let names = api.herder.connector_names(tenant).await?;
     let expand: Vec<&str> = params
         .iter()
         .filter(|(k, _)| k == "expand")
@@ -83,13 +83,13 @@ pub async fn list(
         let mut entry = Map::new();
         // A connector deleted between listing and reading is left out.
         if status {
-            match api.herder.status(tenant, &name) {
+            match api.herder.status(tenant, &name).await {
                 Ok(s) => entry.insert("status".into(), json!(s)),
                 Err(_) => continue,
             };
         }
         if info {
-            match api.herder.info(tenant, &name) {
+            match api.herder.info(tenant, &name).await {
                 Ok(i) => entry.insert("info".into(), json!(i)),
                 Err(_) => continue,
             };
@@ -169,7 +169,7 @@ pub async fn info(
     path: Path<NamePath>,
 ) -> Result<HttpResponse, ApiError> {
     let name = &path.name;
-    Ok(HttpResponse::Ok().json(api.herder.info(&caller.tenant, name)?))
+    Ok(HttpResponse::Ok().json(api.herder.info(&caller.tenant, name).await?))
 }
 
 pub async fn delete(
@@ -188,7 +188,7 @@ pub async fn get_config(
     path: Path<NamePath>,
 ) -> Result<HttpResponse, ApiError> {
     let name = &path.name;
-    Ok(HttpResponse::Ok().json(api.herder.config(&caller.tenant, name)?))
+    Ok(HttpResponse::Ok().json(api.herder.config(&caller.tenant, name).await?))
 }
 
 /// `PUT /connectors/{name}/config`: 201 when created, 200 when updated.
@@ -235,7 +235,7 @@ pub async fn status(
     path: Path<NamePath>,
 ) -> Result<HttpResponse, ApiError> {
     let name = &path.name;
-    Ok(HttpResponse::Ok().json(api.herder.status(&caller.tenant, name)?))
+    Ok(HttpResponse::Ok().json(api.herder.status(&caller.tenant, name).await?))
 }
 
 pub async fn tasks(
@@ -244,7 +244,7 @@ pub async fn tasks(
     path: Path<NamePath>,
 ) -> Result<HttpResponse, ApiError> {
     let name = &path.name;
-    Ok(HttpResponse::Ok().json(api.herder.task_configs(&caller.tenant, name)?))
+    Ok(HttpResponse::Ok().json(api.herder.task_configs(&caller.tenant, name).await?))
 }
 
 pub async fn task_status(
@@ -253,7 +253,11 @@ pub async fn task_status(
     path: Path<TaskPath>,
 ) -> Result<HttpResponse, ApiError> {
     let task = task_id(&path.name, &path.task)?;
-    Ok(HttpResponse::Ok().json(api.herder.task_status(&caller.tenant, &path.name, task)?))
+    Ok(HttpResponse::Ok().json(
+        api.herder
+            .task_status(&caller.tenant, &path.name, task)
+            .await?,
+    ))
 }
 
 /// `POST /connectors/{name}/restart?includeTasks=&onlyFailed=`: 204 for the plain request,
@@ -335,7 +339,7 @@ pub async fn topics(
     path: Path<NamePath>,
 ) -> Result<HttpResponse, ApiError> {
     let name = &path.name;
-    let topics = api.herder.topics(&caller.tenant, name)?;
+    let topics = api.herder.topics(&caller.tenant, name).await?;
     Ok(HttpResponse::Ok().json(json!({ name.as_str(): { "topics": topics } })))
 }
 

@@ -128,7 +128,7 @@ pub async fn get(
     _reader: TenantReader,
     path: Path<TenantPath>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(api.herder.tenant_details(&path.tenant)?))
+    Ok(HttpResponse::Ok().json(api.herder.tenant_details(&path.tenant).await?))
 }
 
 /// `PUT /tenants/{tenant}`: replaces the quotas (those left out become unlimited), and the
@@ -170,7 +170,7 @@ pub async fn patch(
     let json = body::read_json(&request, payload, api.max_body_bytes).await?;
     let top = object(&json, "the body")?;
     known_keys(top, &["quotas", POLICY_KEY])?;
-    let mut quotas = api.herder.tenant_details(&path.tenant)?.tenant.quotas;
+    let mut quotas = api.herder.tenant_details(&path.tenant).await?.tenant.quotas;
     apply_quotas(top, &mut quotas)?;
     let details = api
         .herder
