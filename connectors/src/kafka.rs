@@ -19,6 +19,11 @@
 //!   the consumer's offsets in the transaction ([`target_is_source`]). docs/exactly-once.md
 //!   has the details.
 //!
+//! A mirror flow (`offset.syncs.topic` set) also writes MirrorMaker 2's offset syncs
+//! ([`crate::kafka_offset_syncs`]): on the target, or on the cluster
+//! `offset.syncs.bootstrap.servers` names (MM2's default location, the source) with a producer of
+//! their own, after the copies' transaction commits under exactly-once.
+//!
 //! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
@@ -45,7 +50,10 @@ use spillway_kafka::security::SecuritySettings;
 use crate::kafka_mirror_metrics::{
     now_ms, MirrorMetrics, SOURCE_CLUSTER_ALIAS, TARGET_CLUSTER_ALIAS,
 };
-use crate::kafka_offset_syncs::{OffsetSyncs, OFFSET_LAG_MAX, OFFSET_SYNCS_TOPIC};
+use crate::kafka_offset_syncs::{
+    OffsetSyncs, OFFSET_LAG_MAX, OFFSET_SYNCS_BOOTSTRAP_SERVERS, OFFSET_SYNCS_PRODUCER_PREFIX,
+    OFFSET_SYNCS_TOPIC,
+};
 use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT_PREFIX};
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
@@ -187,11 +195,26 @@ fn config_def() -> ConfigDef {
                 OFFSET_SYNCS_TOPIC,
                 ConfigType::String,
                 Importance::Low,
-                "MirrorMaker 2 flows: the topic on the target cluster that receives offset syncs \
-                 (source offset to target offset, docs/mirror.md); at_least_once only.",
+                "MirrorMaker 2 flows: the topic that receives offset syncs (source offset to \
+                 target offset, docs/mirror.md), on the target cluster unless \
+                 offset.syncs.bootstrap.servers names another.",
             )
             .null_default()
             .display_name("Offset syncs topic"),
+        )
+        .define(
+            ConfigKey::new(
+                OFFSET_SYNCS_BOOTSTRAP_SERVERS,
+                ConfigType::String,
+                Importance::Low,
+                "MirrorMaker 2 flows: the cluster of the offset syncs topic when it is not the \
+                 target (MM2's offset-syncs.topic.location=source: the source cluster), written \
+                 by a producer of its own with the offset.syncs.producer.* keys; under \
+                 exactly_once, after the copies' transaction commits.",
+            )
+            .null_default()
+            .reaches(Reach::KafkaCluster)
+            .display_name("Offset syncs bootstrap servers"),
         )
         .define(
             ConfigKey::new(
@@ -406,17 +429,33 @@ async fn vet_target(
     bootstrap: &str,
     producer_overrides: &ConfigMap,
 ) -> Result<(), SinkError> {
+    vet_cluster(
+        config,
+        TARGET_BOOTSTRAP_SERVERS,
+        bootstrap,
+        producer_overrides,
+    )
+    .await
+}
+
+/// [`vet_target`] for the cluster `key` names (`bootstrap`), reached with `client_keys`.
+async fn vet_cluster(
+    config: &ConfigMap,
+    key: &str,
+    bootstrap: &str,
+    client_keys: &ConfigMap,
+) -> Result<(), SinkError> {
     let policy = EgressPolicy::from_plugin_config(config)
         .map_err(|e| SinkError::task_level(e.to_string()))?;
     let Some(policy) = policy.filter(|_| !target_is_source(config)) else {
         return Ok(());
     };
-    let security = SecuritySettings::from_config(producer_overrides)
+    let security = SecuritySettings::from_config(client_keys)
         .and_then(|s| s.client_security())
         .map_err(|e| SinkError::task_level(e.to_string()))?
         .with_egress(Some(Arc::new(policy)));
     Cluster::vet_egress(bootstrap, security).await.map_err(|e| {
-        let message = format!("{TARGET_BOOTSTRAP_SERVERS}={bootstrap}: {e}");
+        let message = format!("{key}={bootstrap}: {e}");
         if e.is_egress_refusal() {
             SinkError::task_level(message)
         } else {
@@ -434,6 +473,28 @@ fn target_bootstrap(config: &ConfigMap) -> Result<String, ConfigError> {
         .ok_or_else(|| ConfigError::Missing {
             key: TARGET_BOOTSTRAP_SERVERS.into(),
         })
+}
+
+/// The producer of the offset syncs when `offset.syncs.bootstrap.servers` names their cluster
+/// (held to the egress policy as the target is), with the `offset.syncs.producer.*` keys.
+async fn syncs_producer(config: &ConfigMap) -> Result<Option<IdempotentProducer>, SinkError> {
+    let Some(bootstrap) = config
+        .get(OFFSET_SYNCS_BOOTSTRAP_SERVERS)
+        .map(|b| b.trim())
+        .filter(|b| !b.is_empty())
+    else {
+        return Ok(None);
+    };
+    let mut keys = strip_prefix(config, OFFSET_SYNCS_PRODUCER_PREFIX);
+    // The cluster is the policed key's, never one a client key names.
+    keys.remove("bootstrap.servers");
+    vet_cluster(config, OFFSET_SYNCS_BOOTSTRAP_SERVERS, bootstrap, &keys).await?;
+    IdempotentProducer::new(
+        bootstrap,
+        keys.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map(Some)
+    .map_err(|e| SinkError::fatal(format!("{OFFSET_SYNCS_BOOTSTRAP_SERVERS}={bootstrap}: {e}")))
 }
 
 /// The target topic for `topic` under `format`.
@@ -468,8 +529,46 @@ struct Running {
     keep_partition: bool,
     /// A mirror flow's MM2 metrics (`source.cluster.alias` and `target.cluster.alias` set).
     mirror_metrics: Option<MirrorMetrics>,
-    /// A mirror flow's offset syncs (`offset.syncs.topic` set, at least once).
-    offset_syncs: Option<OffsetSyncs>,
+    /// A mirror flow's offset syncs (`offset.syncs.topic` set).
+    offset_syncs: Option<SyncWriter>,
+}
+
+/// A mirror flow's offset syncs: which are due, and where they go.
+struct SyncWriter {
+    due: OffsetSyncs,
+    /// MM2's `offset-syncs.topic.location=source`: the syncs topic is on another cluster
+    /// (`offset.syncs.bootstrap.servers`), written by this producer. `None`: on the target,
+    /// by the sink's own producer (in the copies' transaction under exactly-once).
+    elsewhere: Option<IdempotentProducer>,
+    /// Exactly-once with the syncs elsewhere: syncs naming copies of the open transaction,
+    /// sent once it commits (a transaction cannot span two clusters; MM2 does the same).
+    pending: Vec<OutRecord>,
+    /// The writer's aborted transactions when `pending` was last valid: an abort since then
+    /// took the copies `pending` names with it.
+    pending_aborts: u64,
+}
+
+impl SyncWriter {
+    /// Drops the pending syncs if the transaction they belong to was aborted since.
+    fn forget_aborted(&mut self, aborted_transactions: u64) {
+        if aborted_transactions != self.pending_aborts {
+            self.pending.clear();
+            self.pending_aborts = aborted_transactions;
+        }
+    }
+}
+
+/// Sends offset syncs with `producer`; one that cannot be written is logged (translation then
+/// uses the one before: coarser, never wrong).
+async fn send_syncs(producer: &IdempotentProducer, syncs: &[OutRecord]) {
+    for failed in producer
+        .send_all(syncs)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+    {
+        tracing::warn!(error = %failed, "offset sync not written; checkpoints use the previous one");
+    }
 }
 
 impl KafkaSinkTask {
@@ -562,10 +661,15 @@ impl SinkTask for KafkaSinkTask {
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
             mirror_metrics: MirrorMetrics::from_config(config),
             offset_syncs: match parsed.string(OFFSET_SYNCS_TOPIC).map_err(fatal)? {
-                Some(topic) if !topic.trim().is_empty() => Some(OffsetSyncs::new(
-                    topic.trim().to_owned(),
-                    parsed.long(OFFSET_LAG_MAX).map_err(fatal)?,
-                )),
+                Some(topic) if !topic.trim().is_empty() => Some(SyncWriter {
+                    due: OffsetSyncs::new(
+                        topic.trim().to_owned(),
+                        parsed.long(OFFSET_LAG_MAX).map_err(fatal)?,
+                    ),
+                    elsewhere: syncs_producer(config).await?,
+                    pending: Vec::new(),
+                    pending_aborts: 0,
+                }),
                 _ => None,
             },
         });
@@ -704,16 +808,8 @@ impl SinkTask for KafkaSinkTask {
                     metrics.written(written.map(|(record, _)| record), received_ms);
                 }
                 if let Some(syncs) = &mut state.offset_syncs {
-                    let due = offset_syncs_due(syncs, &sources, &results);
-                    // A lost sync only makes translation coarser (never wrong): say so, go on.
-                    for failed in producer
-                        .send_all(&due)
-                        .await
-                        .into_iter()
-                        .filter_map(Result::err)
-                    {
-                        tracing::warn!(error = %failed, "offset sync not written; checkpoints use the previous one");
-                    }
+                    let due = offset_syncs_due(&mut syncs.due, &sources, &results);
+                    send_syncs(syncs.elsewhere.as_ref().unwrap_or(&*producer), &due).await;
                 }
                 for (i, result) in positions.into_iter().zip(results) {
                     outcomes[i] = Some(match result {
@@ -733,11 +829,16 @@ impl SinkTask for KafkaSinkTask {
                 let mut results = writer.write(&out, &sources).await;
                 // Written into the open transaction; it commits at the next flush.
                 if let Some(syncs) = &mut state.offset_syncs {
-                    // The syncs go in the same transaction: a sync never names a copy that
-                    // was aborted. If they cannot be written the transaction is aborted, so
-                    // the copies are retried with them.
-                    let due = offset_syncs_due(syncs, &sources, &results);
-                    if let Err(e) = writer.write_alongside(&due).await {
+                    let due = offset_syncs_due(&mut syncs.due, &sources, &results);
+                    if syncs.elsewhere.is_some() {
+                        // Another cluster: sent after the commit (`flush`), never naming a
+                        // copy that was aborted.
+                        syncs.forget_aborted(writer.stats().aborted_transactions);
+                        syncs.pending.extend(due);
+                    } else if let Err(e) = writer.write_alongside(&due).await {
+                        // The syncs go in the same transaction: a sync never names a copy
+                        // that was aborted. If they cannot be written the transaction is
+                        // aborted, so the copies are retried with them.
                         results = results.iter().map(|_| Err(e.clone())).collect();
                     }
                 }
@@ -761,14 +862,25 @@ impl SinkTask for KafkaSinkTask {
     }
 
     /// Exactly-once: commits the batch's transaction (with `offsets` in classic mode).
+    /// With the offset syncs on another cluster, then sends the syncs of the committed copies.
     async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, i64>) -> Result<(), SinkError> {
-        match &mut self.state {
-            Some(Running {
-                producer: Producer::ExactlyOnce { writer, .. },
-                ..
-            }) => writer.commit(offsets).await,
-            _ => Ok(()),
+        let Some(Running {
+            producer: Producer::ExactlyOnce { writer, .. },
+            offset_syncs,
+            ..
+        }) = &mut self.state
+        else {
+            return Ok(());
+        };
+        let committed = writer.commit(offsets).await;
+        if let Some(syncs) = offset_syncs {
+            syncs.forget_aborted(writer.stats().aborted_transactions);
+            let pending = std::mem::take(&mut syncs.pending);
+            if let (Ok(()), Some(producer)) = (&committed, &syncs.elsewhere) {
+                send_syncs(producer, &pending).await;
+            }
         }
+        committed
     }
 
     async fn acknowledged(&mut self, committed: &[RecordCoordinates]) {
@@ -931,6 +1043,44 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn the_offset_syncs_cluster_is_a_kafka_cluster_the_runtime_polices() {
+        // Tenants may name another cluster only under the override policy All (actors'
+        // tenancy reads the reach), as with target.bootstrap.servers.
+        for key in [TARGET_BOOTSTRAP_SERVERS, OFFSET_SYNCS_BOOTSTRAP_SERVERS] {
+            let declared = config_def().key(key).cloned().expect("declared");
+            assert!(
+                matches!(declared.reach, Some(Reach::KafkaCluster)),
+                "{key}: {:?}",
+                declared.reach
+            );
+        }
+    }
+
+    #[test]
+    fn syncs_held_for_another_cluster_go_when_their_transaction_aborts() {
+        let mut writer = SyncWriter {
+            due: OffsetSyncs::new("mm2-offset-syncs.B.internal".into(), 10),
+            elsewhere: None,
+            pending: Vec::new(),
+            pending_aborts: 0,
+        };
+        let sync = writer.due.copied("orders", 0, 5, 0).expect("first copy");
+        writer.forget_aborted(0);
+        writer.pending.push(sync.clone());
+        writer.forget_aborted(0);
+        assert_eq!(
+            writer.pending.len(),
+            1,
+            "no abort: still due after the commit"
+        );
+        writer.forget_aborted(1);
+        assert!(writer.pending.is_empty(), "they named aborted copies");
+        writer.pending.push(sync);
+        writer.forget_aborted(1);
+        assert_eq!(writer.pending.len(), 1, "a later transaction's syncs stay");
     }
 
     #[test]

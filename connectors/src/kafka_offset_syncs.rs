@@ -1,5 +1,11 @@
 //! MirrorMaker 2's offset syncs, written by a kafka sink that runs a mirror flow
-//! (`offset.syncs.topic` set, as `spillway mirror` does for classic at-least-once flows).
+//! (`offset.syncs.topic` set, as `spillway mirror` does for classic flows).
+//!
+//! Where they go is MM2's `offset-syncs.topic.location`: on the target (the sink's own producer;
+//! under exactly-once, in the copies' transaction) unless `offset.syncs.bootstrap.servers` names
+//! another cluster (`spillway mirror` names the source, MM2's default), which gets a producer of
+//! its own: a transaction cannot span two clusters, so exactly-once flows send those syncs
+//! after the transaction holding their copies committed, as MM2 does.
 //!
 //! An offset sync says "source record `upstreamOffset` of topic-partition T was written to the
 //! target at `offset`". Checkpoints translate a consumer group's committed source offset with the
@@ -18,6 +24,11 @@ use spillway_kafka::producer::OutRecord;
 
 /// Where a flow writes its offset syncs (MM2's topic name; see docs/mirror.md for the cluster).
 pub const OFFSET_SYNCS_TOPIC: &str = "offset.syncs.topic";
+/// The cluster of the offset syncs topic when it is not the target (MM2's
+/// `offset-syncs.topic.location=source`: the source cluster).
+pub const OFFSET_SYNCS_BOOTSTRAP_SERVERS: &str = "offset.syncs.bootstrap.servers";
+/// Client keys (security) of the producer writing to [`OFFSET_SYNCS_BOOTSTRAP_SERVERS`].
+pub const OFFSET_SYNCS_PRODUCER_PREFIX: &str = "offset.syncs.producer.";
 /// MM2's `offset.lag.max`: at most this many source offsets between two syncs of a partition.
 pub const OFFSET_LAG_MAX: &str = "offset.lag.max";
 

@@ -822,21 +822,42 @@ fn committed_offsets(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_fails_over_to_the_target_without_skipping_a_record() {
-    group_fails_over_without_skipping(false).await;
+/// MM2's `offset-syncs.topic.location`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Syncs {
+    /// Not set: MM2's default, the source.
+    OnTheSource,
+    OnTheTarget,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_fails_over_from_an_exactly_once_flow_without_skipping_a_record() {
+async fn a_group_fails_over_to_the_target_with_offset_syncs_on_the_source_by_default() {
+    group_fails_over_without_skipping(false, Syncs::OnTheSource).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_to_the_target_with_offset_syncs_on_the_target() {
+    group_fails_over_without_skipping(false, Syncs::OnTheTarget).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_from_an_exactly_once_flow_with_syncs_on_the_source() {
+    // A transaction on B cannot hold records for A: the syncs are sent to A once the
+    // transaction holding their copies committed.
+    group_fails_over_without_skipping(true, Syncs::OnTheSource).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_fails_over_from_an_exactly_once_flow_with_syncs_on_the_target() {
     // The offset syncs ride in the copies' transactions: before, exactly-once flows wrote none,
     // so nothing was ever synced for the group.
-    group_fails_over_without_skipping(true).await;
+    group_fails_over_without_skipping(true, Syncs::OnTheTarget).await;
 }
 
 /// A group that consumed part of `orders` on A resumes on B at the translated offsets: no record
-/// skipped, at most `offset.lag.max` re-read, then everything in order.
-async fn group_fails_over_without_skipping(exactly_once: bool) {
+/// skipped, at most `offset.lag.max` re-read, then everything in order. The offset syncs are
+/// on the cluster `syncs` says, and the offsets committed on B are their translation.
+async fn group_fails_over_without_skipping(exactly_once: bool, syncs: Syncs) {
     // The proxies answer ListGroups and DescribeGroups as Kafka does (the mock has neither).
     let groups = || ProxyOptions::new(ProxySecurity::Plaintext).with_one_group_namespace();
     let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], groups()).expect("cluster A");
@@ -855,12 +876,16 @@ async fn group_fails_over_without_skipping(exactly_once: bool) {
         "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
          groups = billing\nemit.checkpoints.interval.seconds = 1\n\
          sync.group.offsets.enabled = true\nsync.group.offsets.interval.seconds = 1\n\
-         offset.lag.max = {lag_max}\n{}",
+         offset.lag.max = {lag_max}\n{}{}",
         clusters(&a, &b),
         if exactly_once {
             "B.exactly.once.source.support = enabled\n"
         } else {
             ""
+        },
+        match syncs {
+            Syncs::OnTheSource => "",
+            Syncs::OnTheTarget => "offset-syncs.topic.location = target\n",
         }
     );
     let (progress, metrics, stop, task) = start(config(&text)).await;
@@ -942,5 +967,51 @@ async fn group_fails_over_without_skipping(exactly_once: bool) {
     assert!(!checkpoints.is_empty(), "checkpoints written on B");
     let key = checkpoints[0].key.as_deref().expect("key");
     assert_eq!(&key[..9], &[0, 7, b'b', b'i', b'l', b'l', b'i', b'n', b'g']);
-    assert!(topics(&target).contains_key("mm2-offset-syncs.A.internal"));
+
+    // MM2's names: the syncs topic is named after the cluster it is not on.
+    let source = a.broker().bootstrap();
+    let ((on, topic), (off, absent)) = match syncs {
+        Syncs::OnTheSource => (
+            (&source, "mm2-offset-syncs.B.internal"),
+            (&target, "mm2-offset-syncs.A.internal"),
+        ),
+        Syncs::OnTheTarget => (
+            (&target, "mm2-offset-syncs.A.internal"),
+            (&source, "mm2-offset-syncs.B.internal"),
+        ),
+    };
+    for cluster in [&source, &target] {
+        let names = topics(cluster);
+        assert!(
+            !names.contains_key(absent) && (cluster == on || !names.contains_key(topic)),
+            "offset syncs topics on {cluster}: {names:?}"
+        );
+    }
+    assert_ne!(on, off);
+    let mut by_partition: BTreeMap<i32, BTreeMap<i64, i64>> = BTreeMap::new();
+    for record in read_all(on, topic) {
+        let ((synced_topic, partition), sync) = spillway_connectors::kafka_offset_syncs::decode(
+            record.key.as_deref().unwrap_or_default(),
+            record.value.as_deref().unwrap_or_default(),
+        )
+        .expect("an offset sync in MM2's layout");
+        assert_eq!(synced_topic, "orders", "syncs name the source topic");
+        by_partition
+            .entry(partition)
+            .or_default()
+            .insert(sync.upstream, sync.downstream);
+    }
+    // The offsets on B are the translation of these syncs: latest sync (u, d) with u <= U,
+    // d when U == u, else d + 1.
+    for (partition, upstream) in upstream {
+        let (&u, &d) = by_partition
+            .get(&partition)
+            .and_then(|s| s.range(..=upstream).next_back())
+            .unwrap_or_else(|| panic!("partition {partition}: no sync at or below {upstream}"));
+        assert_eq!(
+            on_b[&partition],
+            if u == upstream { d } else { d + 1 },
+            "partition {partition}: translated with the syncs on {on}: {by_partition:?}"
+        );
+    }
 }

@@ -92,7 +92,9 @@ pub struct Checkpointer {
     pub flow: FlowSettings,
     pub source: ClusterSettings,
     pub target: ClusterSettings,
-    /// The syncs topic on the target (`mm2-offset-syncs.A.internal`).
+    /// The cluster of the syncs topic: the source (MM2's default location) or the target.
+    pub syncs_cluster: ClusterSettings,
+    /// The syncs topic (`mm2-offset-syncs.B.internal` on A, `mm2-offset-syncs.A.internal` on B).
     pub syncs_topic: String,
     pub store: OffsetSyncStore,
 }
@@ -120,7 +122,7 @@ pub struct CheckpointMade {
 impl Checkpointer {
     /// Reads the syncs written since the last round.
     fn read_syncs(&mut self) -> Result<()> {
-        let reader = cluster_reader(&self.target, "spillway-mirror-offset-syncs")?;
+        let reader = cluster_reader(&self.syncs_cluster, "spillway-mirror-offset-syncs")?;
         // A new client knows no topic yet; watermarks need the partition's leader.
         reader
             .fetch_metadata(Some(&self.syncs_topic), TIMEOUT)

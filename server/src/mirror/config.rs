@@ -282,6 +282,15 @@ pub enum ConsumeMode {
     Share,
 }
 
+/// MM2's `offset-syncs.topic.location`: the cluster a flow's offset syncs topic is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSyncsLocation {
+    /// MM2's default: `mm2-offset-syncs.<target>.internal` on the source cluster.
+    Source,
+    /// `mm2-offset-syncs.<source>.internal` on the target cluster.
+    Target,
+}
+
 /// One replication flow `source->target`, every key resolved (`A->B.x` over `x` over MM2's
 /// default).
 #[derive(Debug, Clone, PartialEq)]
@@ -312,6 +321,7 @@ pub struct FlowSettings {
     pub sync_group_offsets: bool,
     pub sync_group_offsets_interval: Duration,
     pub offset_lag_max: i64,
+    pub offset_syncs_location: OffsetSyncsLocation,
     pub tasks_max: usize,
     pub exactly_once: bool,
     pub mode: ConsumeMode,
@@ -331,6 +341,24 @@ impl FlowSettings {
     /// heartbeat connector for every pair unless heartbeats are off).
     pub fn runs(&self) -> bool {
         self.enabled || self.emit_heartbeats
+    }
+
+    /// The alias of the cluster the offset syncs topic is on.
+    pub fn offset_syncs_cluster(&self) -> &str {
+        match self.offset_syncs_location {
+            OffsetSyncsLocation::Source => &self.source,
+            OffsetSyncsLocation::Target => &self.target,
+        }
+    }
+
+    /// The offset syncs topic, named as MM2 names it: after the cluster on the other side of
+    /// the flow (`mm2-offset-syncs.B.internal` on A, or `mm2-offset-syncs.A.internal` on B).
+    pub fn offset_syncs_topic(&self) -> String {
+        self.policy
+            .offset_syncs_topic(match self.offset_syncs_location {
+                OffsetSyncsLocation::Source => &self.target,
+                OffsetSyncsLocation::Target => &self.source,
+            })
     }
 }
 
@@ -501,12 +529,6 @@ fn check_keys(props: &ConfigMap, aliases: &[String], warnings: &mut Vec<String>)
             why = why.or_else(|| without_effect(key));
         }
         if known {
-            if key.ends_with("offset-syncs.topic.location") && props[key].trim() == "source" {
-                warnings.push(format!(
-                    "{key} = source: Spillway writes offset syncs on the target cluster \
-                     (MM2's target location; docs/mirror.md)"
-                ));
-            }
             continue;
         }
         match why {
@@ -779,13 +801,16 @@ fn flow_settings(
         sync_group_offsets: read.bool("sync.group.offsets.enabled")?,
         sync_group_offsets_interval: read.seconds("sync.group.offsets.interval.seconds")?,
         offset_lag_max: read.long("offset.lag.max")?,
+        offset_syncs_location: match read.raw("offset-syncs.topic.location")?.0.as_str() {
+            "target" => OffsetSyncsLocation::Target,
+            _ => OffsetSyncsLocation::Source,
+        },
         tasks_max: read.long("tasks.max")? as usize,
         exactly_once: eos == "enabled",
         mode,
         consumer,
         producer,
     };
-    read.raw("offset-syncs.topic.location")?;
     Ok(settings)
 }
 
@@ -934,13 +959,29 @@ mod tests {
     }
 
     #[test]
-    fn asking_for_offset_syncs_on_the_source_is_warned() {
+    fn offset_syncs_live_on_the_source_by_default_and_on_the_target_when_asked() {
         let config = parse(&format!(
-            "{TWO}A->B.enabled = true\nA->B.offset-syncs.topic.location = source\n"
+            "{TWO}A->B.enabled = true\nB->A.enabled = true\n\
+             B->A.offset-syncs.topic.location = target\n"
         ))
         .expect("valid");
-        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
-        assert!(config.warnings[0].contains("on the target cluster"));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let ab = config.flow("A->B").expect("A->B");
+        assert_eq!(ab.offset_syncs_location, OffsetSyncsLocation::Source);
+        assert_eq!(ab.offset_syncs_cluster(), "A");
+        assert_eq!(ab.offset_syncs_topic(), "mm2-offset-syncs.B.internal");
+        let ba = config.flow("B->A").expect("B->A");
+        assert_eq!(ba.offset_syncs_location, OffsetSyncsLocation::Target);
+        assert_eq!(ba.offset_syncs_cluster(), "A");
+        assert_eq!(ba.offset_syncs_topic(), "mm2-offset-syncs.B.internal");
+        let err = parse(&format!(
+            "{TWO}A->B.enabled = true\noffset-syncs.topic.location = remote\n"
+        ))
+        .expect_err("not a location");
+        assert!(
+            err.to_string().contains("offset-syncs.topic.location"),
+            "{err}"
+        );
     }
 
     #[test]

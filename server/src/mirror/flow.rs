@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::checkpoints::{Checkpointer, OffsetSyncStore};
-use super::config::{ClusterSettings, ConsumeMode, FlowSettings};
+use super::config::{ClusterSettings, ConsumeMode, FlowSettings, OffsetSyncsLocation};
 use super::heartbeat::Heartbeat;
 use super::topics::{should_replicate, RemoteTopics, TopicLister};
 
@@ -77,6 +77,7 @@ fn rename_format(flow: &FlowSettings, topic: &str) -> String {
 /// The kafka-sink connector config copying `topics` of `flow` with `format`.
 pub fn connector_config(
     flow: &FlowSettings,
+    source: &ClusterSettings,
     target: &ClusterSettings,
     name: &str,
     format: &str,
@@ -93,11 +94,19 @@ pub fn connector_config(
     );
     config.insert("topic.rename.format".into(), format.to_owned());
     if checkpoints_apply(flow) {
-        config.insert(
-            "offset.syncs.topic".into(),
-            flow.policy.offset_syncs_topic(&flow.source),
-        );
+        config.insert("offset.syncs.topic".into(), flow.offset_syncs_topic());
         config.insert("offset.lag.max".into(), flow.offset_lag_max.to_string());
+        if flow.offset_syncs_location == OffsetSyncsLocation::Source {
+            // MM2's default: the syncs topic on the source, written with the source cluster's
+            // producer settings.
+            config.insert(
+                "offset.syncs.bootstrap.servers".into(),
+                source.bootstrap_servers.clone(),
+            );
+            for (k, v) in source.security.iter().chain(&source.producer) {
+                config.insert(format!("offset.syncs.producer.{k}"), v.clone());
+            }
+        }
     }
     // MM2's connector keys naming the flow: the sink records MM2's metrics under them.
     config.insert("source.cluster.alias".into(), flow.source.clone());
@@ -135,7 +144,8 @@ pub fn connector_config(
 }
 
 /// Whether `flow` writes offset syncs and checkpoints: a classic copy (share mode keeps no order
-/// and no offsets). Exactly-once flows write their syncs in the copies' transactions.
+/// and no offsets). Exactly-once flows write their syncs in the copies' transactions (syncs on
+/// the target) or after them (on the source).
 pub fn checkpoints_apply(flow: &FlowSettings) -> bool {
     flow.enabled
         && flow.mode == ConsumeMode::Classic
@@ -153,6 +163,7 @@ fn worker_config(source: &ClusterSettings) -> ConfigMap {
 /// A running flow.
 pub struct FlowRunner {
     pub flow: FlowSettings,
+    source: ClusterSettings,
     target: ClusterSettings,
     worker: Option<Worker>,
     source_topics: TopicLister,
@@ -248,13 +259,18 @@ impl FlowRunner {
                 flow: flow.clone(),
                 source: source.clone(),
                 target: target.clone(),
-                syncs_topic: flow.policy.offset_syncs_topic(&flow.source),
+                syncs_cluster: match flow.offset_syncs_location {
+                    OffsetSyncsLocation::Source => source.clone(),
+                    OffsetSyncsLocation::Target => target.clone(),
+                },
+                syncs_topic: flow.offset_syncs_topic(),
                 store: OffsetSyncStore::default(),
             }))
         });
         Ok(FlowRunner {
             source_topics: TopicLister::new(&source)?,
             flow,
+            source,
             target,
             worker,
             remote,
@@ -329,6 +345,14 @@ impl FlowRunner {
                 }
             }
         }
+        // The syncs topic exists before the connector's first sync (a sync written to no topic
+        // is lost: translation coarser until the next); the checkpoint round tries again.
+        if self.checkpointer.is_some() && !self.checkpoint_topics_ready {
+            match self.ensure_checkpoint_topics().await {
+                Ok(()) => self.checkpoint_topics_ready = true,
+                Err(e) => self.note_error(&e),
+            }
+        }
         self.apply(&ready).await?;
         let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         progress.replicated = ready;
@@ -364,7 +388,8 @@ impl FlowRunner {
             if self.connectors.get(name) == Some(&(format.clone(), topics.clone())) {
                 continue;
             }
-            let config = connector_config(&self.flow, &self.target, name, format, topics);
+            let config =
+                connector_config(&self.flow, &self.source, &self.target, name, format, topics);
             if self.connectors.contains_key(name) {
                 worker
                     .reconfigure_connector(config)
@@ -442,21 +467,29 @@ impl FlowRunner {
         Ok(())
     }
 
-    /// Creates the offset syncs and checkpoints topics on the target (one partition, compacted).
+    /// Creates the offset syncs topic (on the source or the target, `offset-syncs.topic.location`)
+    /// and the checkpoints topic on the target (one partition each, compacted).
     async fn ensure_checkpoint_topics(&self) -> Result<()> {
+        let syncs_admin = match self.flow.offset_syncs_location {
+            OffsetSyncsLocation::Source => &self.remote.source_admin,
+            OffsetSyncsLocation::Target => &self.remote.target_admin,
+        };
         let topics = [
             (
-                self.flow.policy.offset_syncs_topic(&self.flow.source),
+                syncs_admin,
+                self.flow.offset_syncs_cluster(),
+                self.flow.offset_syncs_topic(),
                 self.flow.offset_syncs_topic_replication_factor,
             ),
             (
+                &self.remote.target_admin,
+                self.target.alias.as_str(),
                 self.flow.policy.checkpoints_topic(&self.flow.source),
                 self.flow.checkpoints_topic_replication_factor,
             ),
         ];
-        for (name, replication_factor) in topics {
-            self.remote
-                .target_admin
+        for (admin, cluster, name, replication_factor) in topics {
+            admin
                 .create_topic(&NewTopic {
                     name: name.clone(),
                     partitions: 1,
@@ -464,9 +497,7 @@ impl FlowRunner {
                     configs: vec![("cleanup.policy".into(), "compact".into())],
                 })
                 .await
-                .with_context(|| {
-                    format!("cannot create '{name}' on cluster {}", self.target.alias)
-                })?;
+                .with_context(|| format!("cannot create '{name}' on cluster {cluster}"))?;
         }
         Ok(())
     }
@@ -644,6 +675,7 @@ mod tests {
         assert_eq!(format, "A.${topic}");
         let cfg = connector_config(
             flow,
+            c.cluster("A"),
             c.cluster("B"),
             &connector_name(flow, false),
             &format,
@@ -663,6 +695,45 @@ mod tests {
                 cfg["target.cluster.alias"].as_str()
             ),
             ("A", "B")
+        );
+    }
+
+    #[test]
+    fn offset_syncs_go_to_the_source_with_its_security_unless_the_target_is_asked_for() {
+        let c = config("A.security.protocol = SASL_PLAINTEXT\nA.sasl.mechanism = PLAIN\nA.sasl.username = a\nA.sasl.password = p\nA.producer.linger.ms = 7\n");
+        let flow = c.flow("A->B").expect("flow");
+        let cfg = connector_config(
+            flow,
+            c.cluster("A"),
+            c.cluster("B"),
+            "mirror-A-B",
+            "A.${topic}",
+            &["orders".into()],
+        );
+        assert_eq!(cfg["offset.syncs.topic"], "mm2-offset-syncs.B.internal");
+        assert_eq!(cfg["offset.syncs.bootstrap.servers"], "a:1");
+        assert_eq!(cfg["offset.syncs.producer.sasl.username"], "a");
+        assert_eq!(cfg["offset.syncs.producer.linger.ms"], "7");
+        assert_eq!(
+            cfg["producer.override.sasl.username"], "u",
+            "the copies go to B"
+        );
+
+        let c = config("offset-syncs.topic.location = target\n");
+        let flow = c.flow("A->B").expect("flow");
+        let cfg = connector_config(
+            flow,
+            c.cluster("A"),
+            c.cluster("B"),
+            "mirror-A-B",
+            "A.${topic}",
+            &["orders".into()],
+        );
+        assert_eq!(cfg["offset.syncs.topic"], "mm2-offset-syncs.A.internal");
+        assert!(
+            !cfg.keys().any(|k| k.starts_with("offset.syncs.bootstrap")
+                || k.starts_with("offset.syncs.producer.")),
+            "{cfg:?}"
         );
     }
 

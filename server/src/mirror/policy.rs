@@ -151,10 +151,12 @@ impl ReplicationPolicy {
         self.original_topic(topic) == self.heartbeats_topic()
     }
 
-    /// Where the flow with source `alias` writes offset syncs (on the source by default).
-    pub fn offset_syncs_topic(&self, target_alias: &str) -> String {
+    /// The offset syncs topic named after `other_alias`, the flow's cluster it is not on (the
+    /// target for MM2's default location, the source cluster; see
+    /// `FlowSettings::offset_syncs_topic`).
+    pub fn offset_syncs_topic(&self, other_alias: &str) -> String {
         let sep = self.internal_separator();
-        format!("mm2-offset-syncs{sep}{target_alias}{sep}internal")
+        format!("mm2-offset-syncs{sep}{other_alias}{sep}internal")
     }
 
     /// Where checkpoints of groups of cluster `source_alias` go on the target.
