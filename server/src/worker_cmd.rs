@@ -277,6 +277,8 @@ pub struct RunningWorker {
     server: ServerHandle,
     serving: JoinHandle<std::io::Result<()>>,
     persisting: JoinHandle<()>,
+    /// Ends the status tick after its current write (see [`RunningWorker::stop`]).
+    stop_persisting: tokio::sync::watch::Sender<bool>,
     /// Brings the stored connectors back; `/health` answers 503 until it is done.
     restoring: JoinHandle<()>,
     /// Distributed mode: the reconciler that runs what the group assigns.
@@ -422,12 +424,16 @@ impl RunningWorker {
                 }
             }
         });
+        let (stop_persisting, mut persisting_stopped) = tokio::sync::watch::channel(false);
         let persisting = tokio::spawn({
             let herder = Arc::clone(&herder);
             async move {
                 let mut tick = tokio::time::interval(STATUS_PERSIST_INTERVAL);
                 loop {
-                    tick.tick().await;
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = persisting_stopped.changed() => return,
+                    }
                     // The herder writes them (sled, with fsync) on a blocking thread.
                     if let Err(e) = herder.persist_task_statuses().await {
                         warn!(error = %e, "cannot record task statuses");
@@ -447,6 +453,7 @@ impl RunningWorker {
             server: handle,
             serving,
             persisting,
+            stop_persisting,
             restoring,
             reconciler,
         })
@@ -515,7 +522,10 @@ impl RunningWorker {
             Some(reconciler) => reconciler.stop().await,
             None => None,
         };
-        self.persisting.abort();
+        // The tick ends after the write it may be making: aborted, its blocking write would
+        // go on and could land after the UNASSIGNED statuses written below.
+        let _ = self.stop_persisting.send(true);
+        let _ = self.persisting.await;
         self.herder.shutdown().await;
         if let Some(member) = member {
             if let Some(link) = self.herder.cluster() {

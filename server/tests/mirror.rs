@@ -26,6 +26,8 @@ use spillway_tests::{
 };
 use tokio::sync::oneshot;
 
+mod support;
+
 /// One copied record: partition, offset, key, value, headers, timestamp.
 #[derive(Debug, Clone, PartialEq)]
 struct Copy {
@@ -1014,4 +1016,165 @@ async fn group_fails_over_without_skipping(exactly_once: bool, syncs: Syncs) {
             "partition {partition}: translated with the syncs on {on}: {by_partition:?}"
         );
     }
+}
+
+/// MM2's connectors created on a REST worker (in Connect's way: the worker on the target
+/// cluster) with MM2's key names: the source connector copies the topic to its remote name once,
+/// the heartbeat connector writes heartbeats, status and plugins answer as Connect's, a config
+/// missing a key is refused naming it, the offsets API says where a flow's positions are, and
+/// delete stops the copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mm2_connectors_created_through_rest_copy_and_beat_under_mm2_key_names() {
+    // The proxies answer ListGroups and DescribeGroups as Kafka does (the mock has neither).
+    let groups = || plaintext().with_one_group_namespace();
+    let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], groups()).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(1, &[], groups()).expect("cluster B");
+    let sent = records("orders", 200, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", sent.clone())
+        .await;
+    let state = tempfile::tempdir().expect("state dir");
+    let (worker, client) = support::start_worker(b.broker(), state.path()).await;
+    let mm2 = |class: &str, name: &str| {
+        serde_json::json!({
+            "name": name,
+            "config": {
+                "connector.class": format!("org.apache.kafka.connect.mirror.{class}"),
+                "source.cluster.alias": "A",
+                "target.cluster.alias": "B",
+                "source.cluster.bootstrap.servers": a.bootstrap(),
+                "target.cluster.bootstrap.servers": b.bootstrap(),
+                "topics": "orders",
+                "replication.factor": "1",
+                "heartbeats.topic.replication.factor": "1",
+                "offset-syncs.topic.replication.factor": "1",
+                "checkpoints.topic.replication.factor": "1",
+                "refresh.topics.interval.seconds": "1",
+                "emit.heartbeats.interval.seconds": "1",
+                "tasks.max": "1",
+            }
+        })
+    };
+
+    let mut incomplete = mm2("MirrorSourceConnector", "incomplete");
+    incomplete["config"]
+        .as_object_mut()
+        .expect("object")
+        .remove("source.cluster.bootstrap.servers");
+    let refused = client.post("/connectors", incomplete).await;
+    let message = refused.assert_error(400);
+    assert!(
+        message.contains("source.cluster.bootstrap.servers"),
+        "{message}"
+    );
+
+    let created = client
+        .post("/connectors", mm2("MirrorSourceConnector", "a-to-b"))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let target = b.broker().bootstrap();
+    wait_for("A.orders copied", Duration::from_secs(90), || {
+        read_all(&target, "A.orders").len() >= sent.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_copied_once_in_order("orders", &sent, &read_all(&target, "A.orders"));
+    let status = client.get("/connectors/a-to-b/status").await;
+    assert_eq!(
+        status.body["connector"]["state"], "RUNNING",
+        "{}",
+        status.text
+    );
+    assert_eq!(
+        status.body["tasks"][0]["state"], "RUNNING",
+        "{}",
+        status.text
+    );
+    assert_eq!(status.body["type"], "source", "{}", status.text);
+    let offsets = client.get("/connectors/a-to-b/offsets").await;
+    assert!(
+        offsets.assert_error(400).contains("kafka-consumer-groups"),
+        "{}",
+        offsets.text
+    );
+    // Offset syncs: MM2's default location, the source cluster.
+    let source = a.broker().bootstrap();
+    wait_for("offset syncs on A", Duration::from_secs(30), || {
+        !read_all(&source, "mm2-offset-syncs.B.internal").is_empty()
+    })
+    .await;
+
+    let beating = client
+        .post(
+            "/connectors",
+            mm2("MirrorHeartbeatConnector", "a-to-b-heartbeats"),
+        )
+        .await;
+    assert_eq!(beating.status, 201, "{}", beating.text);
+    wait_for("heartbeats on B", Duration::from_secs(30), || {
+        read_all(&target, "heartbeats")
+            .iter()
+            .filter_map(|c| Heartbeat::decode(c.key.as_deref()?, c.value.as_deref()?).ok())
+            .any(|h| h.source_cluster_alias == "A" && h.target_cluster_alias == "B")
+    })
+    .await;
+
+    // The checkpoint connector alone translates a group's offsets on A (through the source
+    // connector's offset syncs) and commits them on B.
+    // Through A's proxy, which learns groups from the requests it forwards.
+    commit(&a.bootstrap(), "app-1", "orders", &[(0, 60), (1, 40)]);
+    let mut checkpoints = mm2("MirrorCheckpointConnector", "a-to-b-checkpoints");
+    for (k, v) in [
+        ("groups", "app-.*"),
+        ("emit.checkpoints.interval.seconds", "1"),
+        ("sync.group.offsets.enabled", "true"),
+        ("sync.group.offsets.interval.seconds", "1"),
+    ] {
+        checkpoints["config"][k] = v.into();
+    }
+    let checkpointing = client.post("/connectors", checkpoints).await;
+    assert_eq!(checkpointing.status, 201, "{}", checkpointing.text);
+    wait_for(
+        "app-1's offsets translated onto B",
+        Duration::from_secs(60),
+        || {
+            let on_b = committed_offsets(&target, "app-1", "A.orders", 2);
+            on_b.len() == 2 && on_b.values().all(|o| *o > 0)
+        },
+    )
+    .await;
+    let translated = committed_offsets(&target, "app-1", "A.orders", 2);
+    // Never past what the group consumed on A (MM2's translation is conservative).
+    assert!(
+        translated[&0] <= 60 && translated[&1] <= 40,
+        "{translated:?}"
+    );
+
+    let plugins = client.get("/connector-plugins").await;
+    let mirror_plugins: Vec<(String, String)> = plugins
+        .body
+        .as_array()
+        .expect("plugins")
+        .iter()
+        .filter(|p| p["class"].as_str().is_some_and(|c| c.contains(".mirror.")))
+        .map(|p| {
+            (
+                p["class"].as_str().unwrap_or_default().to_owned(),
+                p["type"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(mirror_plugins.len(), 3, "{}", plugins.text);
+    assert!(mirror_plugins.iter().all(|(_, kind)| kind == "source"));
+
+    // Deleted: the copy stops; what A gets next stays on A.
+    assert_eq!(client.delete("/connectors/a-to-b").await.status, 204);
+    let more = records("orders", 20, 2);
+    TestProducer::new(&a.broker().bootstrap(), "none")
+        .send("orders", more)
+        .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(read_all(&target, "A.orders").len(), sent.len());
+    drop(client);
+    worker.stop().await;
 }

@@ -138,6 +138,18 @@ impl Herder {
         if record.target_state == TargetState::Stopped {
             return Ok(Vec::new());
         }
+        if crate::mirror::connectors::MirrorConnector::of_config(&record.config).is_some() {
+            // One task runs the connector's part of its flow, with the connector's keys.
+            let mut config = record.config.clone();
+            config.insert(TASK_ID.to_owned(), "0".to_owned());
+            return Ok(vec![TaskInfo {
+                id: TaskId {
+                    connector: name.to_owned(),
+                    task: 0,
+                },
+                config: self.masked(&config),
+            }]);
+        }
         let refused = |source: ConfigError| RuntimeError::Config {
             connector: name.to_owned(),
             source,
@@ -171,6 +183,19 @@ impl Herder {
     /// or the pattern for `topics.regex`.
     pub async fn topics(&self, tenant: &str, name: &str) -> Result<Vec<String>, HerderError> {
         let record = self.record(tenant, name).await?;
+        if crate::mirror::connectors::MirrorConnector::of_config(&record.config).is_some() {
+            // The source topics its flow copies, as the patterns of its `topics` key.
+            let topics = record
+                .config
+                .get("topics")
+                .map(String::as_str)
+                .unwrap_or(crate::mirror::config::defaults::TOPICS);
+            return Ok(topics
+                .split(',')
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .collect());
+        }
         let parsed =
             SinkConnectorConfig::parse(&record.config).map_err(|source| RuntimeError::Config {
                 connector: name.to_owned(),

@@ -11,6 +11,7 @@ use spillway_storage::{ConnectorKey, ConnectorRecord, TargetState};
 use tracing::{info, warn};
 
 use super::{key, lock, runtime_key, ConnectorInfo, ConnectorStateInfo, Herder, HerderError};
+use crate::mirror::connectors::MirrorConnector;
 use crate::secrets;
 
 /// Which restarts a restart request asked for (KIP-745).
@@ -71,6 +72,18 @@ impl Herder {
     pub(crate) async fn launch(&self, key: &ConnectorKey, config: ConfigMap) {
         let runtime = runtime_key(&key.tenant, &key.name);
         lock(&self.failures).remove(&runtime);
+        if MirrorConnector::of_config(&config).is_some() {
+            if let Err(e) = self
+                .mirrors
+                .start(&runtime, &config, self.registry.clone())
+                .await
+            {
+                let message = self.redact(&config, &format!("{e:#}"));
+                warn!(tenant = %key.tenant, connector = %key.name, error = %message, "the mirror connector cannot start");
+                lock(&self.failures).insert(runtime, message);
+            }
+            return;
+        }
         let scope = self.tenants.scope(&key.tenant);
         if let Err(e) = self
             .worker
@@ -102,6 +115,9 @@ impl Herder {
     pub(crate) async fn shut(&self, key: &ConnectorKey) -> Result<(), HerderError> {
         let runtime = runtime_key(&key.tenant, &key.name);
         lock(&self.failures).remove(&runtime);
+        if self.mirrors.stop(&runtime).await {
+            return Ok(());
+        }
         match self.worker.stop_connector(&runtime).await {
             // A stopped runtime runs nothing: the connector is stopped already.
             Ok(()) | Err(RuntimeError::UnknownConnector(_)) | Err(RuntimeError::WorkerStopped) => {
@@ -362,6 +378,15 @@ impl Herder {
                 self.task_owner(tenant, name, task).unwrap_or_else(|| "none yet".into())
             )));
         }
+        if MirrorConnector::of_config(&record.config).is_some() {
+            // A mirror connector's flow is one unit: its task restarts with it.
+            drop(_guard);
+            self.task_status(tenant, name, task).await?;
+            if record.target_state == TargetState::Running {
+                self.restart_all(tenant, name).await?;
+            }
+            return Ok(());
+        }
         if record.target_state != TargetState::Running
             || lock(&self.failures).contains_key(&runtime)
         {
@@ -413,5 +438,6 @@ impl Herder {
                 warn!(connector = %status.name, error = %e, "stopping the connector failed");
             }
         }
+        self.mirrors.stop_all().await;
     }
 }

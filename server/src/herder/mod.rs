@@ -123,6 +123,8 @@ pub struct Herder {
     default_tasks: Option<u64>,
     /// Distributed mode: the group decides what runs here, and changes wake its reconciler.
     cluster: Option<Arc<ClusterLink>>,
+    /// MirrorMaker 2's connectors running here (their flows run beside the worker's runtime).
+    mirrors: crate::mirror::connectors::MirrorConnectors,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -184,6 +186,7 @@ impl Herder {
             tenants,
             default_tasks,
             cluster: None,
+            mirrors: Default::default(),
         })
     }
 
@@ -202,7 +205,9 @@ impl Herder {
     }
 
     pub fn plugins(&self) -> Vec<PluginInfo> {
-        self.registry
+        use crate::mirror::connectors::MirrorConnector;
+        let mut plugins: Vec<PluginInfo> = self
+            .registry
             .classes()
             .into_iter()
             .filter_map(|class| {
@@ -213,7 +218,20 @@ impl Herder {
                     kind: "sink",
                 })
             })
-            .collect()
+            .collect();
+        // MM2's connectors are source connectors in Connect's terms (they write the target).
+        for connector in [
+            MirrorConnector::Source,
+            MirrorConnector::Checkpoint,
+            MirrorConnector::Heartbeat,
+        ] {
+            plugins.push(PluginInfo {
+                class: connector.class(),
+                kind: "source",
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            });
+        }
+        plugins
     }
 
     /// The plugin's own keys (`GET /connector-plugins/{plugin}/config`).
@@ -235,6 +253,7 @@ impl Herder {
 
     pub fn knows_plugin(&self, plugin: &str) -> bool {
         self.registry.create(plugin).is_ok()
+            || crate::mirror::connectors::MirrorConnector::of_class(plugin).is_some()
     }
 
     /// Runs a change of the store on a blocking thread: sled writes it to disk before it

@@ -69,6 +69,7 @@ impl Herder {
     /// record is acknowledged on its own — so share mode answers with an empty list and says so.
     pub async fn offsets(&self, tenant: &str, name: &str) -> Result<Offsets, HerderError> {
         let record = self.record(tenant, name).await?;
+        refuse_mirror_offsets(name, &record.config)?;
         let (parsed, share, group, bootstrap) = self.group_of(tenant, name, &record)?;
         if share {
             let admin = self
@@ -154,6 +155,7 @@ impl Herder {
     ) -> Result<&'static str, HerderError> {
         let _guard = self.control.lock().await;
         let record = self.record(tenant, name).await?;
+        refuse_mirror_offsets(name, &record.config)?;
         if record.target_state != TargetState::Stopped {
             return Err(HerderError::BadRequest(format!(
                 "Connector {name} is {}: its offsets can be changed only while it is STOPPED \
@@ -482,4 +484,19 @@ fn committed_offsets(
             _ => None,
         })
         .collect())
+}
+
+/// MirrorMaker 2's connectors keep their positions in their flow's own consumer group on the
+/// source cluster (`mirror-<source>-<target>`), not in a group of the connector's: this API
+/// has nothing of theirs to show or change.
+fn refuse_mirror_offsets(name: &str, config: &spillway_core::ConfigMap) -> Result<(), HerderError> {
+    match crate::mirror::connectors::MirrorConnector::of_config(config) {
+        Some(connector) => Err(HerderError::BadRequest(format!(
+            "connector {name} is a {}: its positions are the consumer group of its flow on the \
+             source cluster, read and changed with Kafka's tools (kafka-consumer-groups.sh), not \
+             through the offsets API",
+            connector.class()
+        ))),
+        None => Ok(()),
+    }
 }

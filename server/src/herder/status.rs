@@ -62,19 +62,30 @@ impl Herder {
             worker_id: self.worker_id.clone(),
             trace,
         };
-        let (connector, tasks) = match record.target_state {
-            TargetState::Stopped => (state("STOPPED".into(), None), Vec::new()),
-            TargetState::Paused => (
+        let mirror = (record.target_state == TargetState::Running)
+            .then(|| self.mirrors.status(&runtime))
+            .flatten();
+        let (connector, tasks) = match (record.target_state, mirror) {
+            // A mirror connector's flow part runs as one unit here: one task.
+            (_, Some(mirror)) => {
+                let trace = mirror.trace.map(|t| self.redact(&record.config, &t));
+                (
+                    state(mirror.state.into(), trace.clone()),
+                    vec![task(0, mirror.state.into(), trace)],
+                )
+            }
+            (TargetState::Stopped, None) => (state("STOPPED".into(), None), Vec::new()),
+            (TargetState::Paused, None) => (
                 state("PAUSED".into(), None),
                 self.task_ids(tenant, name, &record)
                     .into_iter()
                     .map(|id| task(id, "PAUSED".into(), None))
                     .collect(),
             ),
-            TargetState::Running if self.cluster.is_some() => {
+            (TargetState::Running, None) if self.cluster.is_some() => {
                 self.cluster_running_status(tenant, name, &record)
             }
-            TargetState::Running => {
+            (TargetState::Running, None) => {
                 let failure = lock(&self.failures).get(&runtime).cloned();
                 match (failure, self.worker.status(&runtime)) {
                     (Some(trace), _) => (state("FAILED".into(), Some(trace)), Vec::new()),
@@ -102,11 +113,17 @@ impl Herder {
                 }
             }
         };
+        let kind =
+            if crate::mirror::connectors::MirrorConnector::of_config(&record.config).is_some() {
+                "source"
+            } else {
+                "sink"
+            };
         Ok(ConnectorStateInfo {
             name: name.to_owned(),
             connector,
             tasks,
-            kind: "sink",
+            kind,
         })
     }
 

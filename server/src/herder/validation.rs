@@ -11,7 +11,41 @@ use spillway_core::config::{
 use spillway_core::{ConfigError, ConfigMap};
 
 use super::{Herder, HerderError, DEFAULT_TENANT};
+use crate::mirror::connectors::{plan, MirrorConnector};
 use crate::secrets;
+
+/// The keys a MirrorMaker 2 connector's `validate` answer lists (the others are checked as the
+/// flow reads them).
+fn mirror_report(connector: MirrorConnector, config: &ConfigMap) -> ValidationReport {
+    let key = |name: &str, doc: &str| {
+        ConfigKey::new(name, ConfigType::String, Importance::High, doc).null_default()
+    };
+    let def = ConfigDef::new()
+        .define(key(CONNECTOR_CLASS, "MM2's connector class"))
+        .define(key("name", "The connector's name"))
+        .define(key(
+            "source.cluster.alias",
+            "The cluster records are copied from",
+        ))
+        .define(
+            ConfigKey::new(
+                "target.cluster.alias",
+                ConfigType::String,
+                Importance::High,
+                "The cluster records are copied to",
+            )
+            .default("target"),
+        )
+        .define(key(
+            "source.cluster.bootstrap.servers",
+            "The source cluster's bootstrap servers",
+        ))
+        .define(key(
+            "target.cluster.bootstrap.servers",
+            "The target cluster's bootstrap servers",
+        ));
+    ValidationReport::new(connector.class(), def.validate(config))
+}
 
 impl Herder {
     pub(super) fn group_of_config(
@@ -83,6 +117,10 @@ impl Herder {
     /// worker's start checks, a group id another type of group holds — asked of the cluster
     /// when it answers, and of the other stored connectors), so what it accepts also starts.
     pub async fn validate(&self, tenant: &str, config: &ConfigMap) -> ValidationReport {
+        if MirrorConnector::of_config(config).is_some() {
+            // No consumer group of the worker's: the flow's own groups are named by MM2's rules.
+            return self.validate_with(tenant, config, Vec::new());
+        }
         let scope = self.tenants.scope(tenant);
         let mut errors = self.group_id_clashes(tenant, config).await;
         if errors.is_empty() {
@@ -99,6 +137,28 @@ impl Herder {
         extra: Vec<ConfigError>,
     ) -> ValidationReport {
         let class = config.get(CONNECTOR_CLASS).cloned().unwrap_or_default();
+        if let Some(connector) = MirrorConnector::of_config(config) {
+            let mut report = mirror_report(connector, config);
+            let mut messages = match plan(connector, config) {
+                Ok(_) => Vec::new(),
+                Err(errors) => errors,
+            };
+            if tenant != DEFAULT_TENANT {
+                // A flow reaches its clusters by the addresses it is given, outside a tenant's
+                // egress policy and cluster confinement: the worker's operator runs it.
+                messages.push((
+                    CONNECTOR_CLASS.to_owned(),
+                    format!(
+                        "{} runs only for the worker's own connectors, not for tenant {tenant}: a                          MirrorMaker 2 flow reaches the clusters it names outside a tenant's                          egress policy; ask the worker's operator to run it",
+                        connector.class()
+                    ),
+                ));
+            }
+            for (key, message) in messages {
+                self.add_report_error(&mut report, config, &key, message);
+            }
+            return self.shown(report, config);
+        }
         let (mut report, plugin_error) = match self.registry.create(&class) {
             Ok(plugin) => (plugin.validate(config), None),
             Err(e) => (validate_sink_connector(config, &ConfigDef::new()), Some(e)),
@@ -121,23 +181,36 @@ impl Herder {
         errors.extend(extra);
         for error in errors {
             let key = error.key().unwrap_or(CONNECTOR_CLASS).to_owned();
-            let message = error.to_string();
-            if !report.add_error(&key, message.clone()) {
-                // A key no definition covers gets an entry of its own to carry the error.
-                let mut extra = ConfigDef::new()
-                    .define(
-                        ConfigKey::new(key.clone(), ConfigType::String, Importance::Medium, "")
-                            .null_default(),
-                    )
-                    .validate(config);
-                for entry in &mut extra {
-                    entry.value.errors.push(message.clone());
-                }
-                let mut configs = report.configs;
-                configs.extend(extra);
-                report = ValidationReport::new(report.name, configs);
-            }
+            self.add_report_error(&mut report, config, &key, error.to_string());
         }
+        self.shown(report, config)
+    }
+
+    /// Adds `message` to `key`'s entry of `report`, making one when no definition covers it.
+    fn add_report_error(
+        &self,
+        report: &mut ValidationReport,
+        config: &ConfigMap,
+        key: &str,
+        message: String,
+    ) {
+        if report.add_error(key, message.clone()) {
+            return;
+        }
+        // A key no definition covers gets an entry of its own to carry the error.
+        let mut extra = ConfigDef::new()
+            .define(ConfigKey::new(key, ConfigType::String, Importance::Medium, "").null_default())
+            .validate(config);
+        for entry in &mut extra {
+            entry.value.errors.push(message.clone());
+        }
+        let mut configs = std::mem::take(&mut report.configs);
+        configs.extend(extra);
+        *report = ValidationReport::new(std::mem::take(&mut report.name), configs);
+    }
+
+    /// `report` as the REST answer shows it: secrets masked, in values and in messages.
+    fn shown(&self, mut report: ValidationReport, config: &ConfigMap) -> ValidationReport {
         let shown = self.masked(config);
         let declared = self.secret_keys(config);
         for entry in &mut report.configs {

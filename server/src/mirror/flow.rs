@@ -153,6 +153,34 @@ pub fn checkpoints_apply(flow: &FlowSettings) -> bool {
         && (flow.emit_checkpoints || flow.sync_group_offsets)
 }
 
+/// Which of MM2's three connectors a runner plays for its flow: all of them in dedicated mode
+/// (`spillway mirror`, [`FlowParts::dedicated`]); one when created on a REST worker as
+/// MirrorSourceConnector, MirrorCheckpointConnector or MirrorHeartbeatConnector
+/// ([`super::connectors`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowParts {
+    /// Copy the topics (MirrorSourceConnector), with topic creation and config sync.
+    pub copy: bool,
+    /// The copy writes offset syncs.
+    pub offset_syncs: bool,
+    /// Checkpoints and group offset sync (MirrorCheckpointConnector).
+    pub checkpoints: bool,
+    /// Heartbeats (MirrorHeartbeatConnector).
+    pub heartbeats: bool,
+}
+
+impl FlowParts {
+    /// Everything the flow's keys turn on, as MM2's dedicated mode runs it.
+    pub fn dedicated(flow: &FlowSettings) -> FlowParts {
+        FlowParts {
+            copy: flow.enabled,
+            offset_syncs: checkpoints_apply(flow),
+            checkpoints: checkpoints_apply(flow),
+            heartbeats: flow.emit_heartbeats,
+        }
+    }
+}
+
 /// The worker config of a flow: the source cluster and its security.
 fn worker_config(source: &ClusterSettings) -> ConfigMap {
     let mut config = source.security.clone();
@@ -163,6 +191,7 @@ fn worker_config(source: &ClusterSettings) -> ConfigMap {
 /// A running flow.
 pub struct FlowRunner {
     pub flow: FlowSettings,
+    parts: FlowParts,
     source: ClusterSettings,
     target: ClusterSettings,
     worker: Option<Worker>,
@@ -193,8 +222,22 @@ impl FlowRunner {
             .collect()
     }
 
+    /// Starts every part of `flow` its keys turn on ([`FlowParts::dedicated`]).
     pub async fn start(
         flow: FlowSettings,
+        source: ClusterSettings,
+        target: ClusterSettings,
+        registry: ConnectorRegistry,
+        meter: &opentelemetry::metrics::Meter,
+    ) -> Result<FlowRunner> {
+        let parts = FlowParts::dedicated(&flow);
+        Self::start_parts(flow, parts, source, target, registry, meter).await
+    }
+
+    /// Starts the `parts` of `flow`.
+    pub async fn start_parts(
+        flow: FlowSettings,
+        parts: FlowParts,
         source: ClusterSettings,
         target: ClusterSettings,
         registry: ConnectorRegistry,
@@ -226,7 +269,7 @@ impl FlowRunner {
             replication_factor: flow.replication_factor,
             sync_configs: flow.sync_topic_configs,
         };
-        let worker = if flow.enabled {
+        let worker = if parts.copy {
             Some(
                 Worker::start_with_meter(worker_config(&source), registry, meter)
                     .with_context(|| format!("cannot start the worker of flow {name}"))?,
@@ -234,7 +277,7 @@ impl FlowRunner {
         } else {
             None
         };
-        let heartbeat_producer = if flow.emit_heartbeats || checkpoints_apply(&flow) {
+        let heartbeat_producer = if parts.heartbeats || parts.checkpoints {
             let keys: Vec<(String, String)> = target
                 .security
                 .iter()
@@ -254,7 +297,7 @@ impl FlowRunner {
         if flow.enabled && flow.mode == ConsumeMode::Share && flow.emit_checkpoints {
             info!(flow = %name, "share mode: no checkpoints (a share group has no offsets to translate; docs/mirror.md)");
         }
-        let checkpointer = checkpoints_apply(&flow).then(|| {
+        let checkpointer = parts.checkpoints.then(|| {
             Arc::new(Mutex::new(Checkpointer {
                 flow: flow.clone(),
                 source: source.clone(),
@@ -270,6 +313,7 @@ impl FlowRunner {
         Ok(FlowRunner {
             source_topics: TopicLister::new(&source)?,
             flow,
+            parts,
             source,
             target,
             worker,
@@ -347,7 +391,8 @@ impl FlowRunner {
         }
         // The syncs topic exists before the connector's first sync (a sync written to no topic
         // is lost: translation coarser until the next); the checkpoint round tries again.
-        if self.checkpointer.is_some() && !self.checkpoint_topics_ready {
+        if (self.checkpointer.is_some() || self.parts.offset_syncs) && !self.checkpoint_topics_ready
+        {
             match self.ensure_checkpoint_topics().await {
                 Ok(()) => self.checkpoint_topics_ready = true,
                 Err(e) => self.note_error(&e),
@@ -515,7 +560,18 @@ impl FlowRunner {
         else {
             return Ok(());
         };
-        let topics = self.replicated_topics();
+        let topics = if self.worker.is_some() {
+            self.replicated_topics()
+        } else {
+            // A checkpoint connector alone (REST): the source topics its filter takes, as
+            // MirrorCheckpointConnector finds them.
+            self.source_topics
+                .list(REQUEST_TIMEOUT)
+                .await?
+                .into_keys()
+                .filter(|t| should_replicate(&self.flow, t))
+                .collect()
+        };
         if topics.is_empty() {
             return Ok(());
         }
@@ -556,7 +612,7 @@ impl FlowRunner {
         let Some(producer) = &self.heartbeat_producer else {
             return Ok(());
         };
-        if !self.flow.emit_heartbeats {
+        if !self.parts.heartbeats {
             return Ok(());
         }
         let now = SystemTime::now()
@@ -589,7 +645,7 @@ impl FlowRunner {
     /// Runs until `stop` turns true, then stops the worker gracefully.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let name = self.flow.name();
-        if self.flow.emit_heartbeats {
+        if self.parts.heartbeats {
             if let Err(e) = self.ensure_heartbeats_topic().await {
                 self.note_error(&e);
             }
@@ -623,7 +679,7 @@ impl FlowRunner {
                         self.note_error(&e);
                     }
                 }
-                _ = heartbeat.tick(), if self.flow.emit_heartbeats => {
+                _ = heartbeat.tick(), if self.parts.heartbeats => {
                     if let Err(e) = self.beat().await {
                         self.note_error(&e);
                     }

@@ -7,6 +7,7 @@
 pub mod checkpoints;
 mod cluster_client;
 pub mod config;
+pub mod connectors;
 pub mod flow;
 pub mod heartbeat;
 pub mod policy;
