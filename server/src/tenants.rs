@@ -9,6 +9,12 @@
 //!
 //! The `default` tenant always exists (unlimited, the worker's override policy, no token);
 //! the admin may give it quotas, which are then stored like any tenant's.
+//!
+//! Every request that authenticates reads the tenants in memory, so a change never holds
+//! their locks while it writes the store (sled syncs to disk; in distributed mode the write is
+//! a round trip to the config topic): it writes on a blocking thread first, then updates
+//! memory. Changes take turns, so memory follows the store in the order the changes were
+//! written, and a change the store refuses leaves memory as it was.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -19,6 +25,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use spillway_actors::{Confinement, InflightBytes, OverridePolicy, TenantScope, Throttle};
 use spillway_storage::{StateStore, StorageError, Tenant};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 /// The tenant of every connector while authentication is off.
 pub const DEFAULT_TENANT: &str = "default";
@@ -190,6 +197,11 @@ pub enum TenantError {
     Invalid(String),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The blocking thread that writes the change stopped before it finished (a panic in the
+    /// store, or the worker shutting down); whether the store holds the change is unknown
+    /// until the tenant is read again.
+    #[error("the change of tenant {tenant} did not finish: {reason}")]
+    Unfinished { tenant: String, reason: String },
 }
 
 /// The tenants of a worker: cached from the store, written through to it.
@@ -197,11 +209,92 @@ pub struct Tenants {
     store: Arc<dyn StateStore>,
     /// The override policy of the `default` tenant (the worker's).
     default_policy: OverridePolicy,
+    /// What the store holds, as every request that authenticates reads it.
+    known: Arc<Known>,
+    /// One change at a time, held from its checks until memory follows the store: two changes
+    /// cannot be written in one order and applied in the other.
+    turn: Arc<AsyncMutex<()>>,
+    /// Where tenants' files go and where their sinks may connect (authentication on).
+    confinement: Confinement,
+}
+
+/// The tenants in memory.
+struct Known {
     entries: RwLock<BTreeMap<String, Entry>>,
     /// Token digest → tenant.
     tokens: RwLock<HashMap<String, String>>,
-    /// Where tenants' files go and where their sinks may connect (authentication on).
-    confinement: Confinement,
+}
+
+/// A change of one tenant: written to the store, then applied to memory.
+enum Change {
+    /// Adds the tenant, or gives it new settings.
+    Put {
+        name: String,
+        entry: Entry,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+impl Change {
+    fn name(&self) -> &str {
+        match self {
+            Change::Put { name, .. } | Change::Delete { name } => name,
+        }
+    }
+
+    fn write(&self, store: &dyn StateStore) -> Result<(), StorageError> {
+        match self {
+            Change::Put { name, entry } => store.put_tenant(&entry.to_record(name)),
+            Change::Delete { name } => store.delete_tenant(name).map(|_| ()),
+        }
+    }
+}
+
+impl Known {
+    fn apply(&self, change: Change) {
+        let mut entries = write(&self.entries);
+        match change {
+            Change::Put { name, entry } => {
+                let old = entries.get(&name).and_then(|e| e.token_digest.clone());
+                let new = entry.token_digest.clone();
+                adopt(&mut entries, &name, entry);
+                let mut tokens = write(&self.tokens);
+                if let Some(old) = old {
+                    tokens.remove(&old);
+                }
+                if let Some(new) = new {
+                    tokens.insert(new, name);
+                }
+            }
+            Change::Delete { name } => {
+                if let Some(digest) = entries.remove(&name).and_then(|e| e.token_digest) {
+                    write(&self.tokens).remove(&digest);
+                }
+            }
+        }
+    }
+}
+
+/// Gives tenant `name` the settings of `fresh`. A known tenant keeps its throttle and in-flight
+/// budget, which its running tasks share, with the new limits.
+fn adopt(entries: &mut BTreeMap<String, Entry>, name: &str, fresh: Entry) {
+    match entries.get_mut(name) {
+        Some(entry) => {
+            entry.throttle.set_rates(
+                fresh.quotas.records_per_second,
+                fresh.quotas.bytes_per_second,
+            );
+            entry.inflight.set_limit(fresh.quotas.inflight_bytes);
+            entry.quotas = fresh.quotas;
+            entry.policy = fresh.policy;
+            entry.token_digest = fresh.token_digest;
+        }
+        None => {
+            entries.insert(name.to_owned(), fresh);
+        }
+    }
 }
 
 /// A tenant name: 1 to 64 letters, digits, `_` or `-`, so that `<tenant>.` prefixes and
@@ -285,8 +378,11 @@ impl Tenants {
         Ok(Tenants {
             store,
             default_policy,
-            entries: RwLock::new(entries),
-            tokens: RwLock::new(tokens),
+            known: Arc::new(Known {
+                entries: RwLock::new(entries),
+                tokens: RwLock::new(tokens),
+            }),
+            turn: Arc::new(AsyncMutex::new(())),
             confinement,
         })
     }
@@ -297,11 +393,11 @@ impl Tenants {
     /// tenant keeps what this worker knew of it.
     ///
     /// `read_at` is the config-topic offset the records were read at, `latest` the offset read
-    /// to now. Checked under the lock that this worker's own tenant changes hold while they
-    /// write: records older than a change this worker just made are not applied (they would
-    /// undo it); the next read brings both.
+    /// to now. Checked under the lock this worker's own changes take to update memory, which
+    /// they do once their write has returned (and been read back): records older than a change
+    /// this worker just made are not applied (they would undo it); the next read brings both.
     pub fn sync(&self, records: &[Tenant], read_at: i64, latest: impl Fn() -> i64) {
-        let mut entries = write(&self.entries);
+        let mut entries = write(&self.known.entries);
         if latest() > read_at {
             return;
         }
@@ -312,26 +408,10 @@ impl Tenants {
             if record.name == DEFAULT_TENANT {
                 continue;
             }
-            let fresh = match Entry::from_record(record) {
-                Ok(entry) => entry,
+            match Entry::from_record(record) {
+                Ok(fresh) => adopt(&mut entries, &record.name, fresh),
                 Err(e) => {
                     tracing::warn!(tenant = %record.name, error = %e, "the tenant record in the config topic cannot be read; keeping what this worker knew");
-                    continue;
-                }
-            };
-            match entries.get_mut(&record.name) {
-                Some(entry) => {
-                    entry.throttle.set_rates(
-                        fresh.quotas.records_per_second,
-                        fresh.quotas.bytes_per_second,
-                    );
-                    entry.inflight.set_limit(fresh.quotas.inflight_bytes);
-                    entry.quotas = fresh.quotas;
-                    entry.policy = fresh.policy;
-                    entry.token_digest = fresh.token_digest;
-                }
-                None => {
-                    entries.insert(record.name.clone(), fresh);
                 }
             }
         }
@@ -341,34 +421,34 @@ impl Tenants {
                 tokens.insert(d.clone(), name.clone());
             }
         }
-        *write(&self.tokens) = tokens;
+        *write(&self.known.tokens) = tokens;
     }
 
     pub fn exists(&self, name: &str) -> bool {
-        read(&self.entries).contains_key(name)
+        read(&self.known.entries).contains_key(name)
     }
 
     /// The tenant a bearer token belongs to.
     pub fn by_token(&self, token: &str) -> Option<String> {
-        read(&self.tokens).get(&digest(token)).cloned()
+        read(&self.known.tokens).get(&digest(token)).cloned()
     }
 
     pub fn list(&self) -> Vec<TenantInfo> {
-        read(&self.entries)
+        read(&self.known.entries)
             .iter()
             .map(|(name, e)| info(name, e))
             .collect()
     }
 
     pub fn get(&self, name: &str) -> Result<TenantInfo, TenantError> {
-        read(&self.entries)
+        read(&self.known.entries)
             .get(name)
             .map(|e| info(name, e))
             .ok_or_else(|| TenantError::Unknown(name.to_owned()))
     }
 
     pub fn quotas(&self, name: &str) -> Quotas {
-        read(&self.entries)
+        read(&self.known.entries)
             .get(name)
             .map(|e| e.quotas)
             .unwrap_or_default()
@@ -376,7 +456,7 @@ impl Tenants {
 
     /// How the runtime runs a connector of `tenant`.
     pub fn scope(&self, tenant: &str) -> TenantScope {
-        let entries = read(&self.entries);
+        let entries = read(&self.known.entries);
         let entry = entries.get(tenant);
         let prefix = (tenant != DEFAULT_TENANT).then(|| tenant.to_owned());
         let (files_dir, egress) = self.confinement.for_tenant(prefix.as_deref());
@@ -392,21 +472,21 @@ impl Tenants {
 
     /// The bytes the tenant's running tasks hold between poll and commit now.
     pub fn inflight_bytes(&self, tenant: &str) -> u64 {
-        read(&self.entries)
+        read(&self.known.entries)
             .get(tenant)
             .map_or(0, |e| e.inflight.used())
     }
 
     /// Creates a tenant; returns it with its token (shown only here).
-    pub fn create(
+    pub async fn create(
         &self,
         name: &str,
         quotas: Quotas,
         policy: Option<OverridePolicy>,
     ) -> Result<(TenantInfo, String), TenantError> {
         check_tenant_name(name)?;
-        let mut entries = write(&self.entries);
-        if entries.contains_key(name) {
+        let turn = self.take_turn().await;
+        if self.exists(name) {
             return Err(TenantError::Exists(name.to_owned()));
         }
         let token = new_token();
@@ -420,86 +500,121 @@ impl Tenants {
             )),
             inflight: Arc::new(InflightBytes::new(quotas.inflight_bytes)),
         };
-        self.store.put_tenant(&entry.to_record(name))?;
-        write(&self.tokens).insert(digest(&token), name.to_owned());
         let shown = info(name, &entry);
-        entries.insert(name.to_owned(), entry);
+        self.commit(
+            turn,
+            Change::Put {
+                name: name.to_owned(),
+                entry,
+            },
+        )
+        .await?;
         Ok((shown, token))
     }
 
     /// Replaces a tenant's quotas and policy (`None` keeps the policy); running tasks follow
     /// the new rates from their next poll.
-    pub fn update(
+    pub async fn update(
         &self,
         name: &str,
         quotas: Quotas,
         policy: Option<OverridePolicy>,
     ) -> Result<TenantInfo, TenantError> {
-        let mut entries = write(&self.entries);
-        let entry = entries
-            .get_mut(name)
-            .ok_or_else(|| TenantError::Unknown(name.to_owned()))?;
         if name == DEFAULT_TENANT && policy.is_some_and(|p| p != self.default_policy) {
             return Err(TenantError::Invalid(format!(
                 "the default tenant's client config override policy is the worker's {}; change it in the worker properties",
                 spillway_actors::tenancy::OVERRIDE_POLICY
             )));
         }
-        let mut updated = entry.clone();
+        let turn = self.take_turn().await;
+        let mut updated = self.entry(name)?;
         updated.quotas = quotas;
         if let Some(p) = policy {
             updated.policy = p;
         }
-        self.store.put_tenant(&updated.to_record(name))?;
-        updated
-            .throttle
-            .set_rates(quotas.records_per_second, quotas.bytes_per_second);
-        updated.inflight.set_limit(quotas.inflight_bytes);
-        *entry = updated;
-        Ok(info(name, entry))
+        let shown = info(name, &updated);
+        self.commit(
+            turn,
+            Change::Put {
+                name: name.to_owned(),
+                entry: updated,
+            },
+        )
+        .await?;
+        Ok(shown)
     }
 
     /// Gives a tenant a new token (the old one stops working) and returns it.
-    pub fn rotate_token(&self, name: &str) -> Result<String, TenantError> {
+    pub async fn rotate_token(&self, name: &str) -> Result<String, TenantError> {
         if name == DEFAULT_TENANT {
             return Err(TenantError::Invalid(
                 "the default tenant has no token: callers with the admin token act on it".into(),
             ));
         }
-        let mut entries = write(&self.entries);
-        let entry = entries
-            .get_mut(name)
-            .ok_or_else(|| TenantError::Unknown(name.to_owned()))?;
+        let turn = self.take_turn().await;
+        let mut updated = self.entry(name)?;
         let token = new_token();
-        let mut updated = entry.clone();
         updated.token_digest = Some(digest(&token));
-        self.store.put_tenant(&updated.to_record(name))?;
-        let mut tokens = write(&self.tokens);
-        if let Some(old) = &entry.token_digest {
-            tokens.remove(old);
-        }
-        tokens.insert(digest(&token), name.to_owned());
-        *entry = updated;
+        self.commit(
+            turn,
+            Change::Put {
+                name: name.to_owned(),
+                entry: updated,
+            },
+        )
+        .await?;
         Ok(token)
     }
 
     /// Forgets a tenant (its connectors must be gone already).
-    pub fn delete(&self, name: &str) -> Result<(), TenantError> {
+    pub async fn delete(&self, name: &str) -> Result<(), TenantError> {
         if name == DEFAULT_TENANT {
             return Err(TenantError::Invalid(
                 "the default tenant cannot be deleted".into(),
             ));
         }
-        let mut entries = write(&self.entries);
-        let Some(entry) = entries.get(name) else {
-            return Err(TenantError::Unknown(name.to_owned()));
-        };
-        self.store.delete_tenant(name)?;
-        if let Some(d) = &entry.token_digest {
-            write(&self.tokens).remove(d);
-        }
-        entries.remove(name);
-        Ok(())
+        let turn = self.take_turn().await;
+        self.entry(name)?;
+        self.commit(
+            turn,
+            Change::Delete {
+                name: name.to_owned(),
+            },
+        )
+        .await
+    }
+
+    /// Waits for the changes before this one to be written and applied.
+    async fn take_turn(&self) -> OwnedMutexGuard<()> {
+        Arc::clone(&self.turn).lock_owned().await
+    }
+
+    /// A copy of tenant `name` as memory holds it, to change and commit.
+    fn entry(&self, name: &str) -> Result<Entry, TenantError> {
+        read(&self.known.entries)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| TenantError::Unknown(name.to_owned()))
+    }
+
+    /// Writes `change` to the store, then applies it to memory, both on a blocking thread that
+    /// holds `turn` until it is done: a caller that stops waiting (a REST client that hangs
+    /// up) can neither leave memory behind the store nor let the next change in between. A
+    /// write the store refuses changes nothing.
+    async fn commit(&self, turn: OwnedMutexGuard<()>, change: Change) -> Result<(), TenantError> {
+        let tenant = change.name().to_owned();
+        let (store, known) = (Arc::clone(&self.store), Arc::clone(&self.known));
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            change.write(store.as_ref())?;
+            known.apply(change);
+            Ok(())
+        })
+        .await
+        .map_err(|e| TenantError::Unfinished {
+            tenant,
+            reason: e.to_string(),
+        })?
     }
 }
 
@@ -534,21 +649,25 @@ mod tests {
     /// Distributed mode: another worker's tenants follow the writer's records — creation, a new
     /// quota, a rotated token, deletion — and records read before this worker's own change
     /// do not undo it.
-    #[test]
-    fn a_worker_follows_the_tenants_another_wrote_and_ignores_records_older_than_its_own_change() {
+    #[tokio::test]
+    async fn a_worker_follows_the_tenants_another_wrote_and_ignores_records_older_than_its_own_change(
+    ) {
         let (writer_dir, reader_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let writer_store = store(writer_dir.path());
         let (writer, reader) = (tenants(&writer_store), tenants(&store(reader_dir.path())));
         let records = || writer_store.tenants().expect("records");
-        let (_, token) = writer.create("acme", Quotas::default(), None).unwrap();
+        let (_, token) = writer
+            .create("acme", Quotas::default(), None)
+            .await
+            .unwrap();
         reader.sync(&records(), 1, || 1);
         assert_eq!(reader.by_token(&token).as_deref(), Some("acme"));
         let quotas = Quotas {
             connectors: Some(3),
             ..Quotas::default()
         };
-        writer.update("acme", quotas, None).unwrap();
-        let rotated = writer.rotate_token("acme").unwrap();
+        writer.update("acme", quotas, None).await.unwrap();
+        let rotated = writer.rotate_token("acme").await.unwrap();
         reader.sync(&records(), 2, || 2);
         assert_eq!(reader.quotas("acme").connectors, Some(3));
         assert_eq!(
@@ -560,14 +679,14 @@ mod tests {
         // Read before a change made at offset 4: not applied.
         reader.sync(&[], 3, || 4);
         assert!(reader.exists("acme"));
-        writer.delete("acme").unwrap();
+        writer.delete("acme").await.unwrap();
         reader.sync(&records(), 5, || 5);
         assert!(!reader.exists("acme") && reader.by_token(&rotated).is_none());
         assert!(reader.exists(DEFAULT_TENANT));
     }
 
-    #[test]
-    fn a_created_tenant_survives_a_restart_and_only_its_token_finds_it() {
+    #[tokio::test]
+    async fn a_created_tenant_survives_a_restart_and_only_its_token_finds_it() {
         let dir = tempfile::tempdir().expect("dir");
         let store = store(dir.path());
         let quotas = Quotas {
@@ -578,10 +697,10 @@ mod tests {
         };
         let token = {
             let t = tenants(&store);
-            let (info, token) = t.create("acme", quotas, None).expect("create");
+            let (info, token) = t.create("acme", quotas, None).await.expect("create");
             assert_eq!(info.policy, "Restricted");
             assert!(matches!(
-                t.create("acme", quotas, None),
+                t.create("acme", quotas, None).await,
                 Err(TenantError::Exists(_))
             ));
             token
@@ -597,7 +716,9 @@ mod tests {
         assert_eq!(budget.limit(), Some(1 << 20));
         let held = budget.hold(300);
         assert_eq!(t.inflight_bytes("acme"), 300);
-        t.update("acme", Quotas::default(), None).expect("update");
+        t.update("acme", Quotas::default(), None)
+            .await
+            .expect("update");
         assert_eq!(budget.limit(), None, "running tasks follow the new quota");
         drop(held);
         assert_eq!(t.inflight_bytes("acme"), 0);
@@ -607,10 +728,10 @@ mod tests {
         let text = format!("{stored:?}");
         assert!(!text.contains(&token), "the token itself is never stored");
 
-        let rotated = t.rotate_token("acme").expect("rotate");
+        let rotated = t.rotate_token("acme").await.expect("rotate");
         assert_eq!(t.by_token(&token), None, "the old token stops working");
         assert_eq!(t.by_token(&rotated).as_deref(), Some("acme"));
-        t.delete("acme").expect("delete");
+        t.delete("acme").await.expect("delete");
         assert_eq!(t.by_token(&rotated), None);
         assert!(!t.exists("acme"));
         assert!(!tenants(&store).exists("acme"), "the deletion is stored");
@@ -645,14 +766,15 @@ mod tests {
         assert!(message.contains("quota.tasks='lots'"), "{message}");
     }
 
-    #[test]
-    fn bad_names_quotas_and_default_tenant_changes_are_refused_clearly() {
+    #[tokio::test]
+    async fn bad_names_quotas_and_default_tenant_changes_are_refused_clearly() {
         let dir = tempfile::tempdir().expect("dir");
         let store = store(dir.path());
         let t = tenants(&store);
         for bad in ["", "a.b", "a/b", "ä", &"x".repeat(65)] {
             let err = t
                 .create(bad, Quotas::default(), None)
+                .await
                 .expect_err("bad name");
             assert!(err.to_string().contains("invalid tenant name"), "{err}");
         }
@@ -666,13 +788,14 @@ mod tests {
         assert!(err.contains("inflight.bytes"), "{err}");
         let err = Quotas::default().set("cpu", Some(1)).expect_err("unknown");
         assert!(err.contains("'cpu'"), "{err}");
-        assert!(t.delete(DEFAULT_TENANT).is_err());
+        assert!(t.delete(DEFAULT_TENANT).await.is_err());
         assert!(t
             .update(
                 DEFAULT_TENANT,
                 Quotas::default(),
                 Some(OverridePolicy::None)
             )
+            .await
             .is_err());
         let updated = t
             .update(
@@ -683,6 +806,7 @@ mod tests {
                 },
                 None,
             )
+            .await
             .expect("default quotas");
         assert_eq!(updated.quotas.tasks, Some(3));
         assert_eq!(updated.policy, "All");

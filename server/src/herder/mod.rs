@@ -331,7 +331,7 @@ impl Herder {
 }
 
 #[cfg(test)]
-mod test_store;
+pub(crate) mod test_store;
 
 #[cfg(test)]
 mod tests {
@@ -340,8 +340,15 @@ mod tests {
     use spillway_core::config::config_map;
     use spillway_storage::TargetState;
 
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use spillway_actors::{Confinement, OverridePolicy};
+    use spillway_storage::StateStore;
+
     use super::test_store::{herder_on, ticks_during, CountingStore};
-    use super::DEFAULT_TENANT;
+    use super::{HerderError, DEFAULT_TENANT};
+    use crate::tenants::{Quotas, Tenants};
 
     fn file_config(file: &str) -> spillway_core::ConfigMap {
         config_map(&[
@@ -434,5 +441,131 @@ mod tests {
             during as u128 * 40 >= took.as_millis(),
             "the executor was held up by the store reads of the REST answers: {during} ticks in {took:?}"
         );
+    }
+
+    /// The tenant admin calls write the store on a blocking thread too: creating a tenant,
+    /// changing its quotas, rotating its token and deleting it on a slow store hold up only
+    /// the admin's request, not the executor the other requests (and their authentication)
+    /// run on.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_tenant_write_does_not_hold_up_the_executor() {
+        let write_delay = Duration::from_millis(300);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = CountingStore::open(dir.path(), write_delay, Duration::ZERO);
+        let herder = herder_on(&store);
+        let (changed, during, took) = ticks_during(async {
+            herder
+                .create_tenant("acme", Quotas::default(), None)
+                .await?;
+            let quotas = Quotas {
+                connectors: Some(2),
+                ..Quotas::default()
+            };
+            herder.update_tenant("acme", quotas, None).await?;
+            let token = herder.rotate_token("acme").await?;
+            herder.delete_tenant("acme", false).await?;
+            Ok::<_, HerderError>(token)
+        })
+        .await;
+        let token = changed.expect("created, changed, rotated and deleted");
+        assert!(!herder.tenants().exists("acme"));
+        assert_eq!(herder.tenants().by_token(&token), None);
+        assert!(took >= write_delay * 4, "the writes took {took:?}");
+        // 10 ms ticks: took/10 if the executor were free all along; blocked, 0 to 4.
+        assert!(
+            during as u128 * 40 >= took.as_millis(),
+            "the executor was held up by the tenant writes: {during} ticks in {took:?}"
+        );
+    }
+
+    /// Tenant changes take turns from reading the tenant until memory follows the store,
+    /// whoever calls (here the tenants directly, without the herder's change lock): a quota
+    /// change and two token rotations at once all take effect, none undoing another, and the
+    /// one token that works is the one the store holds. A change the store refuses changes
+    /// nothing in memory and says why.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tenant_changes_take_turns_and_one_the_store_refuses_changes_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = CountingStore::open(dir.path(), Duration::from_millis(100), Duration::ZERO);
+        let herder = Arc::new(herder_on(&store));
+        let (_, first) = herder
+            .create_tenant("acme", Quotas::default(), None)
+            .await
+            .expect("created");
+        let updating = tokio::spawn({
+            let herder = Arc::clone(&herder);
+            let quotas = Quotas {
+                connectors: Some(2),
+                ..Quotas::default()
+            };
+            async move { herder.tenants().update("acme", quotas, None).await }
+        });
+        let rotations: Vec<_> = (0..2)
+            .map(|_| {
+                let herder = Arc::clone(&herder);
+                tokio::spawn(async move { herder.tenants().rotate_token("acme").await })
+            })
+            .collect();
+        updating.await.expect("joined").expect("updated");
+        let mut tokens = Vec::new();
+        for rotation in rotations {
+            tokens.push(rotation.await.expect("joined").expect("rotated"));
+        }
+        let working: Vec<&String> = tokens
+            .iter()
+            .filter(|t| herder.tenants().by_token(t).is_some())
+            .collect();
+        assert_eq!(working.len(), 1, "one token works: {working:?}");
+        assert_eq!(herder.tenants().by_token(&first), None);
+        assert_eq!(herder.tenants().quotas("acme").connectors, Some(2));
+        let stored = || {
+            Tenants::load(
+                Arc::clone(&store) as Arc<dyn StateStore>,
+                OverridePolicy::All,
+                Confinement::default(),
+            )
+            .expect("the stored tenants")
+        };
+        assert_eq!(
+            stored().by_token(working[0]).as_deref(),
+            Some("acme"),
+            "memory holds the token the store holds"
+        );
+        assert_eq!(
+            stored().quotas("acme").connectors,
+            Some(2),
+            "no rotation undid the quota change"
+        );
+
+        store.refuse_tenant_writes.store(true, Ordering::SeqCst);
+        let before = herder.tenants().get("acme").expect("acme").quotas;
+        let quotas = Quotas {
+            connectors: Some(1),
+            ..Quotas::default()
+        };
+        let refusals = [
+            herder
+                .create_tenant("beta", Quotas::default(), None)
+                .await
+                .map(|_| ()),
+            herder.update_tenant("acme", quotas, None).await.map(|_| ()),
+            herder.rotate_token("acme").await.map(|_| ()),
+            herder.delete_tenant("acme", false).await,
+        ];
+        for refused in refusals {
+            let err = refused.expect_err("the store refuses");
+            assert!(
+                err.to_string().contains("refuses tenant writes"),
+                "the error says why: {err}"
+            );
+        }
+        let tenants = herder.tenants();
+        assert!(
+            !tenants.exists("beta"),
+            "a refused creation leaves no tenant"
+        );
+        assert_eq!(tenants.get("acme").expect("acme kept").quotas, before);
+        assert_eq!(tenants.by_token(working[0]).as_deref(), Some("acme"));
+        assert_eq!(stored().quotas("acme"), before);
     }
 }

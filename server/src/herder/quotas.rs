@@ -222,7 +222,7 @@ impl Herder {
         if quotas.tasks.is_none() {
             quotas.tasks = self.default_tasks;
         }
-        let created = self.tenants.create(name, quotas, policy)?;
+        let created = self.tenants.create(name, quotas, policy).await?;
         info!(tenant = %name, "tenant created");
         Ok(created)
     }
@@ -236,7 +236,7 @@ impl Herder {
         policy: Option<OverridePolicy>,
     ) -> Result<TenantDetails, HerderError> {
         let _guard = self.control.lock().await;
-        self.tenants.update(name, quotas, policy)?;
+        self.tenants.update(name, quotas, policy).await?;
         info!(tenant = %name, ?quotas, "tenant quotas changed");
         drop(_guard);
         self.tenant_details(name).await
@@ -245,7 +245,7 @@ impl Herder {
     /// Gives a tenant a new token; the old one stops working at once.
     pub async fn rotate_token(&self, name: &str) -> Result<String, HerderError> {
         let _guard = self.control.lock().await;
-        let token = self.tenants.rotate_token(name)?;
+        let token = self.tenants.rotate_token(name).await?;
         info!(tenant = %name, "tenant token rotated");
         Ok(token)
     }
@@ -272,7 +272,7 @@ impl Herder {
         for connector in owned {
             self.delete_locked(name, &connector).await?;
         }
-        self.tenants.delete(name)?;
+        self.tenants.delete(name).await?;
         info!(tenant = %name, "tenant deleted");
         Ok(())
     }

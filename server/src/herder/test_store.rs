@@ -1,6 +1,7 @@
-//! A state store for the herder's unit tests: counts its reads, and can be slow.
+//! A state store for the herder's and the REST API's unit tests: counts its reads, can be
+//! slow, and can refuse tenant writes.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,14 +15,17 @@ use spillway_storage::{
 
 use super::Herder;
 
-/// The worker's store, counting the reads of connector records; its connector writes take
-/// `write_delay` (a disk that is slow to sync), its reads of connector records `read_delay`
-/// (a cold page cache on a busy disk).
-pub(super) struct CountingStore {
+/// The worker's store, counting the reads of connector records; its connector and tenant
+/// writes take `write_delay` (a disk that is slow to sync), its reads of connector records
+/// `read_delay` (a cold page cache on a busy disk).
+pub(crate) struct CountingStore {
     pub inner: SledStore,
     pub connector_reads: AtomicUsize,
     pub write_delay: Duration,
     pub read_delay: Duration,
+    /// While set, tenant writes fail (after their delay), as a full disk or an unreachable
+    /// config topic would.
+    pub refuse_tenant_writes: AtomicBool,
 }
 
 impl CountingStore {
@@ -32,7 +36,19 @@ impl CountingStore {
             connector_reads: AtomicUsize::new(0),
             write_delay,
             read_delay,
+            refuse_tenant_writes: AtomicBool::new(false),
         })
+    }
+
+    /// Waits `write_delay`, then fails if tenant writes are refused.
+    fn tenant_write(&self) -> Result<(), StorageError> {
+        std::thread::sleep(self.write_delay);
+        if self.refuse_tenant_writes.load(Ordering::SeqCst) {
+            return Err(StorageError::Kafka(
+                "the test store refuses tenant writes".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -40,7 +56,7 @@ impl CountingStore {
 /// work gave, the ticks counted meanwhile and how long it took. On a current-thread runtime
 /// (a worker under load has every executor thread busy) work that blocks the thread leaves
 /// the ticker at 0 or 1.
-pub(super) async fn ticks_during<T>(
+pub(crate) async fn ticks_during<T>(
     work: impl std::future::Future<Output = T>,
 ) -> (T, usize, Duration) {
     let ticks = Arc::new(AtomicUsize::new(0));
@@ -63,9 +79,11 @@ pub(super) async fn ticks_during<T>(
 
 impl StateStore for CountingStore {
     fn put_tenant(&self, tenant: &Tenant) -> Result<(), StorageError> {
+        self.tenant_write()?;
         self.inner.put_tenant(tenant)
     }
     fn delete_tenant(&self, name: &str) -> Result<bool, StorageError> {
+        self.tenant_write()?;
         self.inner.delete_tenant(name)
     }
     fn tenants(&self) -> Result<Vec<Tenant>, StorageError> {
@@ -115,7 +133,7 @@ impl StateStore for CountingStore {
 }
 
 /// A herder on `store` whose worker reaches no broker.
-pub(super) fn herder_on(store: &Arc<CountingStore>) -> Herder {
+pub(crate) fn herder_on(store: &Arc<CountingStore>) -> Herder {
     let worker = Worker::start(
         config_map(&[("bootstrap.servers", "127.0.0.1:1")]),
         ConnectorRegistry::builtin(),

@@ -79,7 +79,9 @@ impl ResponseError for ApiError {
                     TenantError::Storage(StorageError::InvalidName { .. }) => {
                         StatusCode::BAD_REQUEST
                     }
-                    TenantError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                    TenantError::Storage(_) | TenantError::Unfinished { .. } => {
+                        StatusCode::INTERNAL_SERVER_ERROR
+                    }
                 },
                 HerderError::Storage(_) | HerderError::Runtime(_) | HerderError::Offsets { .. } => {
                     StatusCode::INTERNAL_SERVER_ERROR

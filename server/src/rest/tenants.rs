@@ -218,3 +218,107 @@ pub async fn rotate_token(
     let token = api.herder.rotate_token(&path.tenant).await?;
     Ok(HttpResponse::Ok().json(json!({ "name": path.tenant, "token": token })))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use serde_json::{json, Value as Json};
+
+    use crate::herder::test_store::{herder_on, CountingStore};
+    use crate::metrics::Telemetry;
+    use crate::rest::auth::AuthSettings;
+    use crate::rest::{serve, Api};
+    use crate::tenants::Quotas;
+
+    const ADMIN: &str = "admin-token-for-the-slow-store-test";
+
+    /// One answer: status and JSON body.
+    async fn call(request: reqwest::RequestBuilder, token: &str) -> (u16, Json) {
+        let answer = request.bearer_auth(token).send().await.expect("answered");
+        let status = answer.status().as_u16();
+        (status, answer.json().await.expect("a JSON body"))
+    }
+
+    /// While the admin's tenant change waits for a slow store (a disk slow to sync, a config
+    /// topic slow to answer), another tenant's requests authenticate and are answered at once:
+    /// the change holds neither a REST worker thread nor the tenants' lock while it writes.
+    /// A change the store refuses is answered in Connect's error shape and changes nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tenant_request_is_answered_while_a_slow_tenant_write_runs() {
+        let write_delay = Duration::from_millis(1000);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = CountingStore::open(dir.path(), write_delay, Duration::ZERO);
+        let herder = Arc::new(herder_on(&store));
+        let (_, beta) = herder
+            .create_tenant("beta", Quotas::default(), None)
+            .await
+            .expect("beta created");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let server = serve(
+            vec![(listener, None)],
+            Api {
+                herder: Arc::clone(&herder),
+                ready: Arc::new(AtomicBool::new(true)),
+                kafka_cluster_id: None,
+                max_body_bytes: 1 << 20,
+                auth: AuthSettings::with_admin_token(ADMIN),
+                telemetry: Arc::new(Telemetry::build(false).expect("telemetry")),
+                forward_client: reqwest::Client::new(),
+            },
+        )
+        .expect("serving");
+        let handle = server.handle();
+        let serving = tokio::spawn(server);
+        let client = reqwest::Client::new();
+
+        let creating = tokio::spawn({
+            let (client, url) = (client.clone(), format!("{base}/tenants"));
+            async move {
+                let started = Instant::now();
+                let answer = call(client.post(url).json(&json!({"name": "acme"})), ADMIN).await;
+                (answer, started.elapsed())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let (status, own) = call(client.get(format!("{base}/tenants/beta")), &beta).await;
+        assert_eq!(status, 200, "{own}");
+        let (status, listed) =
+            call(client.get(format!("{base}/tenants/beta/connectors")), ADMIN).await;
+        assert_eq!(status, 200, "{listed}");
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(400),
+            "two requests took {took:?} while a tenant write waited for the store"
+        );
+        assert!(
+            !creating.is_finished(),
+            "the requests were answered while the creation was still being written"
+        );
+        let ((status, created), creation_took) = creating.await.expect("joined");
+        assert_eq!(status, 201, "{created}");
+        assert!(creation_took >= write_delay, "{creation_took:?}");
+
+        store.refuse_tenant_writes.store(true, Ordering::SeqCst);
+        let (status, refused) = call(
+            client
+                .put(format!("{base}/tenants/acme"))
+                .json(&json!({"quotas": {"connectors": 1}})),
+            ADMIN,
+        )
+        .await;
+        assert_eq!(status, 500, "{refused}");
+        assert_eq!(refused["error_code"], 500, "{refused}");
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(message.contains("refuses tenant writes"), "{refused}");
+        let (_, acme) = call(client.get(format!("{base}/tenants/acme")), ADMIN).await;
+        assert_eq!(acme["quotas"]["connectors"], Json::Null, "{acme}");
+
+        handle.stop(true).await;
+        serving.await.expect("joined").expect("the server stopped");
+    }
+}
