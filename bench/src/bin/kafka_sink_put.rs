@@ -16,6 +16,7 @@
 //! harness's own share, to subtract. The broker is another process, so it is not counted; the
 //! producer's librdkafka threads are (as they are in the C reference's figure).
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -24,7 +25,9 @@ use clap::Parser;
 use spillway_connectors::kafka::KafkaSinkTask;
 use spillway_core::data::Value;
 use spillway_core::record::TimestampType;
-use spillway_core::{ConfigMap, PutOutcome, SinkRecord, SinkTask, Topic};
+use spillway_core::{
+    Assignment, ConfigMap, PutOutcome, SinkRecord, SinkTask, Topic, TopicPartition,
+};
 use spillway_tests::DevBroker;
 
 #[derive(Parser)]
@@ -44,6 +47,10 @@ struct Args {
     /// Build the records but put none (the harness's own cost).
     #[arg(long)]
     generate_only: bool,
+    /// Exactly once (classic mode, the target another cluster than the source, as a mirror
+    /// flow's): each put is one transaction, committed by `flush` as the runtime does.
+    #[arg(long)]
+    exactly_once: bool,
 }
 
 /// One batch of source records `first..first + n`, as the bytearray converter hands them over.
@@ -77,16 +84,23 @@ async fn main() -> Result<()> {
         &[
             ("A.orders", args.partitions),
             ("mm2-offset-syncs.B.internal", 1),
+            ("__spillway_eos_ledger.mirror-A-B", args.partitions),
         ],
     )
     .context("dev broker")?;
     let telemetry = spillway::metrics::Telemetry::build(false)?;
     telemetry.install_global();
     let bootstrap = broker.bootstrap();
+    let guarantee = if args.exactly_once {
+        "exactly_once"
+    } else {
+        "at_least_once"
+    };
     let config: ConfigMap = [
         ("name", "mirror-A-B"),
         ("connector.class", "kafka"),
-        ("source.bootstrap.servers", bootstrap.as_str()),
+        // Another cluster than the target, as in a mirror flow (only compared, never reached).
+        ("source.bootstrap.servers", "cluster-a:9092"),
         ("target.bootstrap.servers", bootstrap.as_str()),
         ("topic.rename.format", "A.${topic}"),
         ("target.partition", "keep"),
@@ -98,7 +112,7 @@ async fn main() -> Result<()> {
             "value.converter",
             "org.apache.kafka.connect.converters.ByteArrayConverter",
         ),
-        ("delivery.guarantee", "at_least_once"),
+        ("delivery.guarantee", guarantee),
         ("source.cluster.alias", "A"),
         ("target.cluster.alias", "B"),
         ("offset.syncs.topic", "mm2-offset-syncs.B.internal"),
@@ -112,6 +126,14 @@ async fn main() -> Result<()> {
     let mut task = KafkaSinkTask::default();
     task.start(&config).await.context("start")?;
     let topic = Topic::from("orders");
+    if args.exactly_once {
+        let partitions = (0..args.partitions)
+            .map(|p| TopicPartition::new("orders", p))
+            .collect();
+        task.open(&Assignment::Partitions(partitions))
+            .await
+            .context("open")?;
+    }
     let value = Bytes::from(vec![b'.'; args.value_size]);
     let started = Instant::now();
     let mut first = 0;
@@ -125,6 +147,13 @@ async fn main() -> Result<()> {
             continue;
         }
         let outcomes = task.put(&records).await.context("put")?;
+        if args.exactly_once {
+            let mut offsets = BTreeMap::new();
+            for r in &records {
+                offsets.insert(TopicPartition::new("orders", r.partition), r.offset + 1);
+            }
+            task.flush(&offsets).await.context("commit")?;
+        }
         failed += outcomes
             .iter()
             .filter(|o| !matches!(o, PutOutcome::Ok))
