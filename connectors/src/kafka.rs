@@ -39,7 +39,7 @@ use spillway_core::convert::{strip_prefix, RecordConverter};
 use spillway_core::egress::EgressPolicy;
 use spillway_core::{
     Assignment, ConfigError, ConfigMap, ConsumerGroupMetadata, PutOutcome, RecordCoordinates,
-    SinkConnector, SinkError, SinkRecord, SinkTask, TopicPartition,
+    SinkConnector, SinkError, SinkRecord, SinkTask, Topic, TopicPartition,
 };
 use spillway_eos::writer::{ExactlyOnceWriter, GroupOffsets, LedgerSettings, WriterSettings};
 use spillway_kafka::classic::GroupMetadata;
@@ -320,26 +320,84 @@ fn offset_syncs_due<E>(
         .collect()
 }
 
-/// Headers of `record` with its source coordinates set (replacing older ones of those names).
+/// Per source topic, what every record of it shares: its target topic and the bytes of its
+/// source topic and partition headers, made once instead of once per record.
+#[derive(Default)]
+struct PerTopic {
+    topics: BTreeMap<Topic, TopicNames>,
+}
+
+struct TopicNames {
+    target: String,
+    header: Bytes,
+    /// The partition header's bytes, by partition.
+    partitions: BTreeMap<i32, Bytes>,
+}
+
+impl PerTopic {
+    fn names(&mut self, format: &str, topic: &Topic) -> &mut TopicNames {
+        if !self.topics.contains_key(topic.as_str()) {
+            self.topics.insert(
+                topic.clone(),
+                TopicNames {
+                    target: rename(format, topic),
+                    header: Bytes::copy_from_slice(topic.as_bytes()),
+                    partitions: BTreeMap::new(),
+                },
+            );
+        }
+        self.topics.get_mut(topic.as_str()).expect("inserted above")
+    }
+}
+
+impl TopicNames {
+    fn partition_header(&mut self, partition: i32) -> Bytes {
+        self.partitions
+            .entry(partition)
+            .or_insert_with(|| Bytes::from(partition.to_string()))
+            .clone()
+    }
+}
+
+/// `n` in decimal, as one exact allocation.
+fn decimal(n: i64) -> Bytes {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        let mut out = Vec::with_capacity(digits.len() - at + 1);
+        out.push(b'-');
+        out.extend_from_slice(&digits[at..]);
+        return Bytes::from(out);
+    }
+    Bytes::copy_from_slice(&digits[at..])
+}
+
+/// Headers of `record` with its source coordinates set (replacing older ones of those names);
+/// `names` holds the source topic's shared bytes.
 fn with_source_headers(
     mut headers: Vec<(String, Option<Bytes>)>,
     source: &RecordCoordinates,
+    names: &mut TopicNames,
 ) -> Vec<(String, Option<Bytes>)> {
     headers.retain(|(k, _)| {
         k != SOURCE_TOPIC_HEADER && k != SOURCE_PARTITION_HEADER && k != SOURCE_OFFSET_HEADER
     });
-    headers.push((
-        SOURCE_TOPIC_HEADER.into(),
-        Some(Bytes::copy_from_slice(source.topic.as_bytes())),
-    ));
+    headers.reserve_exact(3);
+    headers.push((SOURCE_TOPIC_HEADER.into(), Some(names.header.clone())));
     headers.push((
         SOURCE_PARTITION_HEADER.into(),
-        Some(Bytes::from(source.partition.to_string())),
+        Some(names.partition_header(source.partition)),
     ));
-    headers.push((
-        SOURCE_OFFSET_HEADER.into(),
-        Some(Bytes::from(source.offset.to_string())),
-    ));
+    headers.push((SOURCE_OFFSET_HEADER.into(), Some(decimal(source.offset))));
     headers
 }
 
@@ -526,6 +584,8 @@ struct Running {
     producer: Producer,
     converter: RecordConverter,
     format: String,
+    /// Target topic names and source header bytes, per source topic.
+    per_topic: PerTopic,
     keep_partition: bool,
     /// A mirror flow's MM2 metrics (`source.cluster.alias` and `target.cluster.alias` set).
     mirror_metrics: Option<MirrorMetrics>,
@@ -658,6 +718,7 @@ impl SinkTask for KafkaSinkTask {
                 .map_err(fatal)?
                 .unwrap_or("${topic}")
                 .to_owned(),
+            per_topic: PerTopic::default(),
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
             mirror_metrics: MirrorMetrics::from_config(config),
             offset_syncs: match parsed.string(OFFSET_SYNCS_TOPIC).map_err(fatal)? {
@@ -786,12 +847,18 @@ impl SinkTask for KafkaSinkTask {
             match state.converter.to_raw_record(record) {
                 Ok(mut raw) => {
                     crate::trace_context::replace(&mut raw.headers, &trace_context);
+                    let target = state
+                        .per_topic
+                        .names(&state.format, &record.topic)
+                        .target
+                        .clone();
+                    let names = state.per_topic.names(&state.format, &record.original.topic);
                     out.push(OutRecord {
-                        topic: rename(&state.format, &record.topic),
+                        topic: target,
                         partition: state.keep_partition.then_some(record.partition),
                         key: raw.key,
                         value: raw.value,
-                        headers: with_source_headers(raw.headers, &record.original),
+                        headers: with_source_headers(raw.headers, &record.original, names),
                         timestamp: raw.timestamp,
                     });
                     sources.push((record.original.clone(), record.lock_deadline));
@@ -1024,7 +1091,12 @@ mod tests {
                 Some(Bytes::from_static(b"1")),
             ),
         ];
-        let out = with_source_headers(headers, &RecordCoordinates::new("orders", 4, 99));
+        let mut names = PerTopic::default();
+        let out = with_source_headers(
+            headers,
+            &RecordCoordinates::new("orders", 4, 99),
+            names.names("${topic}", &Topic::from("orders")),
+        );
         assert_eq!(
             out,
             vec![
@@ -1043,6 +1115,13 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn offsets_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 1234567890123, i64::MAX, -1, i64::MIN] {
+            assert_eq!(&decimal(n)[..], n.to_string().as_bytes(), "{n}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use spillway_core::Topic;
 use spillway_kafka::producer::OutRecord;
 
 /// Where a flow writes its offset syncs (MM2's topic name; see docs/mirror.md for the cluster).
@@ -92,7 +93,8 @@ struct PartitionState {
 pub struct OffsetSyncs {
     topic: String,
     lag_max: i64,
-    partitions: BTreeMap<(String, i32), PartitionState>,
+    /// Per source topic (looked up by `&str`: no name copied per record), per partition.
+    partitions: BTreeMap<Topic, BTreeMap<i32, PartitionState>>,
 }
 
 impl OffsetSyncs {
@@ -117,8 +119,11 @@ impl OffsetSyncs {
             upstream,
             downstream,
         };
-        let key = (topic.to_owned(), partition);
-        let due = match self.partitions.get(&key) {
+        if !self.partitions.contains_key(topic) {
+            self.partitions.insert(Topic::from(topic), BTreeMap::new());
+        }
+        let states = self.partitions.get_mut(topic).expect("inserted above");
+        let due = match states.get(&partition) {
             None => true,
             Some(state) => {
                 upstream - state.synced.upstream >= self.lag_max
@@ -126,7 +131,7 @@ impl OffsetSyncs {
                     || downstream != state.last.downstream + 1
             }
         };
-        let state = self.partitions.entry(key).or_insert(PartitionState {
+        let state = states.entry(partition).or_insert(PartitionState {
             synced: now,
             last: now,
         });
@@ -147,7 +152,9 @@ impl OffsetSyncs {
 
     /// Forget `topic`/`partition` (it was revoked): its next copy starts with a sync.
     pub fn forget(&mut self, topic: &str, partition: i32) {
-        self.partitions.remove(&(topic.to_owned(), partition));
+        if let Some(states) = self.partitions.get_mut(topic) {
+            states.remove(&partition);
+        }
     }
 }
 
