@@ -886,7 +886,7 @@ fn shared_topic(name: &str, last: &mut Option<Topic>) -> Topic {
     }
 }
 
-fn owned<M: Message>(m: &M, last_topic: &mut Option<Topic>) -> ClassicRecord {
+pub(crate) fn owned<M: Message>(m: &M, last_topic: &mut Option<Topic>) -> ClassicRecord {
     let headers = m
         .headers()
         .map(|hs| {

@@ -10,6 +10,8 @@ pub mod admin;
 pub mod backoff;
 pub mod classic;
 pub mod cluster;
+#[doc(hidden)]
+pub mod cost;
 pub mod connection;
 pub mod groups;
 pub mod kafka_log;

@@ -11,7 +11,7 @@
 
 pub mod ack;
 pub mod consumer;
-mod fetch;
+pub(crate) mod fetch;
 pub mod membership;
 mod session;
 
