@@ -20,7 +20,9 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::Timestamp;
 
 use crate::classic::{owned, OffsetTracker};
+use crate::copies::{Copies, COPY_CHUNK};
 use crate::share::ack::{encode_batches, Ledger, Owner};
+use crate::share::consumer::acknowledge_each;
 use crate::share::fetch::{absorb_partition, lock_ledger};
 use crate::share::AcknowledgeType;
 
@@ -42,7 +44,8 @@ fn record_batch(n: usize) -> Bytes {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset,
-            sequence: -1,
+            // Consecutive: one batch (the encoder starts a batch where sequences jump).
+            sequence: offset as i32,
             timestamp: 1_000 + offset,
             key: None,
             value: Some(Bytes::from(value(offset))),
@@ -94,12 +97,13 @@ pub fn share_cycles(records: usize, batch: usize) -> usize {
         .unwrap_or_else(|e| panic!("absorbing: {e}"));
         // The fetch task's check before it fetches again.
         assert_eq!(lock_ledger(&ledger).unsettled_held(1), out.len());
-        // The source's settle: one verdict per record.
-        for r in &out {
-            lock_ledger(&ledger)
-                .acknowledge(&r.topic, r.partition, r.offset, AcknowledgeType::Accept)
-                .unwrap_or_else(|e| panic!("acknowledging: {e}"));
-        }
+        // The source's settle: one verdict per record, under one lock.
+        acknowledge_each(
+            &ledger,
+            out.iter()
+                .map(|r| (&*r.topic, r.partition, r.offset, AcknowledgeType::Accept)),
+            |_, result| result.unwrap_or_else(|e| panic!("acknowledging: {e}")),
+        );
         assert!(lock_ledger(&ledger).awaits_confirmation(1));
         let sent = lock_ledger(&ledger).take_pending(1, 1);
         for (_, _, acks) in &sent {
@@ -146,9 +150,10 @@ pub fn classic_cycles(records: usize, batch: usize) -> usize {
     while handed < records {
         let messages = librdkafka_messages(base, batch);
         let mut last_topic = None;
+        let mut copies = Copies::new(COPY_CHUNK);
         let polled: Vec<_> = messages
             .iter()
-            .map(|m| owned(m, &mut last_topic))
+            .map(|m| owned(m, &mut last_topic, &mut copies))
             .collect();
         {
             let mut t = lock();
@@ -156,10 +161,12 @@ pub fn classic_cycles(records: usize, batch: usize) -> usize {
                 t.delivered(&r.topic, r.partition, r.offset);
             }
         }
-        // The source's settle: every record done.
-        for r in &polled {
-            lock().done(&r.topic, r.partition, r.offset);
-        }
+        // The source's settle: every record done, under one lock.
+        lock().done_all(
+            polled
+                .iter()
+                .map(|r| (r.topic.as_str(), r.partition, r.offset)),
+        );
         let commit = lock().to_commit();
         assert_eq!(commit.len(), 1);
         lock().committed(&commit);

@@ -10,9 +10,10 @@ pub mod admin;
 pub mod backoff;
 pub mod classic;
 pub mod cluster;
+pub mod connection;
+mod copies;
 #[doc(hidden)]
 pub mod cost;
-pub mod connection;
 pub mod groups;
 pub mod kafka_log;
 pub mod producer;
