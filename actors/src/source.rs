@@ -254,14 +254,20 @@ impl RecordSource for ShareGroupSource {
 
     fn settle(&mut self, acks: &[Ack]) -> Result<(), RuntimeError> {
         self.settled.reserve(acks.len());
-        for ack in acks {
+        // One ledger lock for the batch.
+        let each = acks.iter().map(|ack| {
             let c = &ack.record;
-            match self.consumer.acknowledge_offset(
-                &c.topic,
+            (
+                c.topic.as_str(),
                 c.partition,
                 c.offset,
                 ack_type(&ack.disposition),
-            ) {
+            )
+        });
+        self.consumer.acknowledge_each(each, |i, result| {
+            let ack = &acks[i];
+            let c = &ack.record;
+            match result {
                 Ok(()) => self
                     .settled
                     .push((c.clone(), ack.disposition == Disposition::Accept)),
@@ -272,7 +278,7 @@ impl RecordSource for ShareGroupSource {
                     self.refused.push(c.clone());
                 }
             }
-        }
+        });
         Ok(())
     }
 
@@ -571,16 +577,25 @@ impl RecordSource for ConsumerGroupSource {
         let mut rewind: BTreeMap<(String, i32), i64> = BTreeMap::new();
         for ack in acks {
             let c = &ack.record;
-            match ack.disposition {
-                Disposition::Release => {
-                    let e = rewind
-                        .entry((c.topic.to_string(), c.partition))
-                        .or_insert(c.offset);
-                    *e = (*e).min(c.offset);
-                }
-                _ => self.source.mark_done(&c.topic, c.partition, c.offset),
+            if ack.disposition == Disposition::Release {
+                let e = rewind
+                    .entry((c.topic.to_string(), c.partition))
+                    .or_insert(c.offset);
+                *e = (*e).min(c.offset);
             }
         }
+        // The rest are processed: one tracker lock for the batch.
+        self.source.mark_done_all(
+            acks.iter()
+                .filter(|ack| ack.disposition != Disposition::Release)
+                .map(|ack| {
+                    (
+                        ack.record.topic.as_str(),
+                        ack.record.partition,
+                        ack.record.offset,
+                    )
+                }),
+        );
         for ((topic, partition), offset) in rewind {
             // A partition revoked meanwhile is read again by its new owner from the last commit.
             if !self

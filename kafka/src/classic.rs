@@ -18,7 +18,7 @@
 //!
 //! rdkafka's `BaseConsumer` blocks in `poll` and `commit`; both run on tokio's blocking pool.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use spillway_core::Topic;
 use tracing::{debug, warn};
 
+use crate::copies::{Copies, COPY_CHUNK};
 use crate::security::{rdkafka_config, SecurityContext};
 
 /// Errors of the classic consumer-group source.
@@ -156,8 +157,13 @@ pub struct ClassicPoll {
 /// Per partition: which delivered offsets are still in flight.
 #[derive(Debug, Clone, PartialEq)]
 struct PartitionProgress {
-    /// Delivered and not yet done.
-    pending: BTreeSet<i64>,
+    /// Delivered offsets from the first one not done, ascending, each with whether it is
+    /// done: records come and are done mostly in offset order, so this is appended to at the
+    /// back and drained at the front (issue 18: no ordered-set node per offset). A done
+    /// record behind one still in flight stays until that one is done.
+    delivered: VecDeque<(i64, bool)>,
+    /// How many of `delivered` are not done.
+    pending: usize,
     /// One past the highest offset delivered.
     next: i64,
     /// The last offset committed (the next record to read), -1 before any commit.
@@ -167,7 +173,8 @@ struct PartitionProgress {
 impl Default for PartitionProgress {
     fn default() -> Self {
         PartitionProgress {
-            pending: BTreeSet::new(),
+            delivered: VecDeque::new(),
+            pending: 0,
             next: 0,
             committed: -1,
         }
@@ -177,7 +184,52 @@ impl Default for PartitionProgress {
 impl PartitionProgress {
     /// The offset to commit: the first record still in flight, or one past the last delivered.
     fn watermark(&self) -> i64 {
-        self.pending.first().copied().unwrap_or(self.next)
+        self.delivered.front().map_or(self.next, |e| e.0)
+    }
+
+    fn find(&self, offset: i64) -> Result<usize, usize> {
+        // Delivered at the back, done at the front, mostly.
+        match (self.delivered.front(), self.delivered.back()) {
+            (None, _) | (_, None) => Err(0),
+            (_, Some(&(last, _))) if last < offset => Err(self.delivered.len()),
+            (Some(&(first, _)), _) if first == offset => Ok(0),
+            _ => self.delivered.binary_search_by_key(&offset, |e| e.0),
+        }
+    }
+
+    /// `offset` is in flight (again).
+    fn insert(&mut self, offset: i64) {
+        match self.find(offset) {
+            Ok(i) => {
+                if std::mem::replace(&mut self.delivered[i].1, false) {
+                    self.pending += 1;
+                }
+            }
+            Err(i) => {
+                self.delivered.insert(i, (offset, false));
+                self.pending += 1;
+            }
+        }
+    }
+
+    /// `offset` is done; the ones done at the front are forgotten.
+    fn remove(&mut self, offset: i64) {
+        let Ok(i) = self.find(offset) else { return };
+        if std::mem::replace(&mut self.delivered[i].1, true) {
+            return;
+        }
+        self.pending -= 1;
+        while self.delivered.front().is_some_and(|e| e.1) {
+            self.delivered.pop_front();
+        }
+    }
+
+    /// Forgets every offset at or after `offset`.
+    fn truncate(&mut self, offset: i64) {
+        let keep = self.delivered.partition_point(|e| e.0 < offset);
+        let dropped = self.delivered.range(keep..).filter(|e| !e.1).count();
+        self.delivered.truncate(keep);
+        self.pending -= dropped;
     }
 }
 
@@ -216,7 +268,7 @@ impl OffsetTracker {
 
     pub fn delivered(&mut self, topic: &str, partition: i32, offset: i64) {
         let p = self.entry(topic, partition);
-        p.pending.insert(offset);
+        p.insert(offset);
         p.next = p.next.max(offset + 1);
     }
 
@@ -224,14 +276,21 @@ impl OffsetTracker {
     /// owned is ignored (its new owner reads it again).
     pub fn done(&mut self, topic: &str, partition: i32, offset: i64) {
         if let Some(p) = self.get_mut(topic, partition) {
-            p.pending.remove(&offset);
+            p.remove(offset);
+        }
+    }
+
+    /// [`done`](Self::done) for many records.
+    pub fn done_all<'a>(&mut self, records: impl IntoIterator<Item = (&'a str, i32, i64)>) {
+        for (topic, partition, offset) in records {
+            self.done(topic, partition, offset);
         }
     }
 
     /// Forget everything at or after `offset`: it will be read again.
     pub fn rewind(&mut self, topic: &str, partition: i32, offset: i64) {
         if let Some(p) = self.get_mut(topic, partition) {
-            p.pending.retain(|o| *o < offset);
+            p.truncate(offset);
             p.next = p.next.min(offset);
         }
     }
@@ -286,7 +345,7 @@ impl OffsetTracker {
 
     /// Records delivered and not yet done, over all partitions.
     pub fn in_flight(&self) -> usize {
-        self.iter().map(|(_, p)| p.pending.len()).sum()
+        self.iter().map(|(_, p)| p.pending).sum()
     }
 }
 
@@ -579,11 +638,14 @@ impl ClassicSource {
             }
             let mut records = Vec::new();
             let mut last_topic = None;
+            let mut copies = Copies::new(COPY_CHUNK);
             let mut wait = timeout;
             while records.len() < max {
                 match consumer.poll(wait) {
                     None => break,
-                    Some(Ok(message)) => records.push(owned(&message, &mut last_topic)),
+                    Some(Ok(message)) => {
+                        records.push(owned(&message, &mut last_topic, &mut copies))
+                    }
                     Some(Err(e)) => {
                         if let Some(reason) = refused_join(&group, &e) {
                             return Err(ClassicError::Fatal { group, reason });
@@ -653,7 +715,7 @@ impl ClassicSource {
             }
             let mut records = Vec::new();
             match consumer.poll(Duration::ZERO) {
-                Some(Ok(message)) => records.push(owned(&message, &mut None)),
+                Some(Ok(message)) => records.push(owned(&message, &mut None, &mut Copies::new(0))),
                 Some(Err(e)) if refused_join(&group, &e).is_some() => {
                     return Err(ClassicError::Fatal {
                         reason: refused_join(&group, &e).unwrap_or_default(),
@@ -678,6 +740,11 @@ impl ClassicSource {
     /// The record is processed (accepted or rejected): it may be committed past.
     pub fn mark_done(&self, topic: &str, partition: i32, offset: i64) {
         lock(&self.tracker).done(topic, partition, offset);
+    }
+
+    /// [`mark_done`](Self::mark_done) for many records under one lock.
+    pub fn mark_done_all<'a>(&self, records: impl IntoIterator<Item = (&'a str, i32, i64)>) {
+        lock(&self.tracker).done_all(records);
     }
 
     /// Reads `topic-partition` again from `offset` (a record given back unprocessed). Later
@@ -886,12 +953,16 @@ fn shared_topic(name: &str, last: &mut Option<Topic>) -> Topic {
     }
 }
 
-fn owned<M: Message>(m: &M, last_topic: &mut Option<Topic>) -> ClassicRecord {
+pub(crate) fn owned<M: Message>(
+    m: &M,
+    last_topic: &mut Option<Topic>,
+    copies: &mut Copies,
+) -> ClassicRecord {
     let headers = m
         .headers()
         .map(|hs| {
             hs.iter()
-                .map(|h| (h.key.to_owned(), h.value.map(Bytes::copy_from_slice)))
+                .map(|h| (h.key.to_owned(), h.value.map(|v| copies.copy(v))))
                 .collect()
         })
         .unwrap_or_default();
@@ -904,8 +975,8 @@ fn owned<M: Message>(m: &M, last_topic: &mut Option<Topic>) -> ClassicRecord {
         topic: shared_topic(m.topic(), last_topic),
         partition: m.partition(),
         offset: m.offset(),
-        key: m.key().map(Bytes::copy_from_slice),
-        value: m.payload().map(Bytes::copy_from_slice),
+        key: m.key().map(|k| copies.copy(k)),
+        value: m.payload().map(|v| copies.copy(v)),
         headers,
         timestamp,
     }
@@ -970,6 +1041,65 @@ mod tests {
         assert_eq!(left, vec![(("a".to_owned(), 0), 1)]);
         t.done("a", 0, 0);
         assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn records_done_out_of_order_move_the_watermark_only_past_contiguous_ones() {
+        let mut t = OffsetTracker::default();
+        for o in 0..10 {
+            t.delivered("t", 0, o);
+        }
+        t.done_all([("t", 0, 9), ("t", 0, 3), ("t", 0, 1), ("t", 0, 2)]);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 0)]);
+        assert_eq!(t.in_flight(), 6);
+        t.done("t", 0, 0);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 4)]);
+        // Done twice, or never delivered: nothing changes.
+        t.done("t", 0, 3);
+        t.done("t", 0, 42);
+        assert_eq!(t.in_flight(), 5);
+        for o in [8, 4, 6, 5, 7] {
+            t.done("t", 0, o);
+        }
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 10)]);
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_record_delivered_again_is_in_flight_again() {
+        let mut t = OffsetTracker::default();
+        for o in [5, 6, 7] {
+            t.delivered("t", 0, o);
+        }
+        t.done("t", 0, 6);
+        // Delivered again (a seek raced with a fetch), below and inside what is tracked.
+        t.delivered("t", 0, 6);
+        t.delivered("t", 0, 3);
+        t.delivered("t", 0, 5);
+        assert_eq!(t.in_flight(), 4);
+        t.done_all([("t", 0, 5), ("t", 0, 6), ("t", 0, 7)]);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 3)]);
+        t.done("t", 0, 3);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 8)]);
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_rewind_forgets_done_and_pending_records_after_it() {
+        let mut t = OffsetTracker::default();
+        for o in 0..6 {
+            t.delivered("t", 0, o);
+        }
+        t.done_all([("t", 0, 1), ("t", 0, 4)]);
+        t.rewind("t", 0, 3);
+        assert_eq!(t.in_flight(), 2, "0 and 2");
+        assert_eq!(t.next("t", 0), 3);
+        t.done_all([("t", 0, 0), ("t", 0, 2)]);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 3)]);
+        t.delivered("t", 0, 3);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 3)]);
+        t.done("t", 0, 3);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 4)]);
     }
 
     #[test]

@@ -11,6 +11,9 @@ pub mod backoff;
 pub mod classic;
 pub mod cluster;
 pub mod connection;
+mod copies;
+#[doc(hidden)]
+pub mod cost;
 pub mod groups;
 pub mod kafka_log;
 pub mod producer;

@@ -6,7 +6,7 @@
 //! Every acknowledgement ends in exactly one result, reported by the next `commit_sync`:
 //! applied, refused by the broker, or failed locally because its session or leader is gone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 // Offsets and partition numbers are hashed for every record held: FxHash, not SipHash (no
@@ -15,6 +15,8 @@ use rustc_hash::FxHashMap;
 
 use uuid::Uuid;
 
+pub(crate) use super::held::AckList;
+use super::held::{Held, HeldRecords, Settlement};
 use super::{AckError, ShareError};
 
 /// What the application decided for a record (brief §5.2).
@@ -52,13 +54,13 @@ pub(crate) struct AckBatch {
 
 /// Encode sorted per-offset acks as batches: one batch per run of contiguous offsets, with a
 /// single-element type array when the run is uniform. Offsets we do not ack are never covered.
-pub(crate) fn encode_batches(acks: &BTreeMap<i64, i8>) -> Vec<AckBatch> {
+pub(crate) fn encode_batches(acks: &AckList) -> Vec<AckBatch> {
     let mut batches = Vec::new();
     let mut iter = acks.iter().peekable();
-    while let Some((&first, &kind)) = iter.next() {
+    while let Some((first, kind)) = iter.next() {
         let mut last = first;
         let mut types = vec![kind];
-        while let Some((&next, &next_kind)) = iter.peek() {
+        while let Some(&(next, next_kind)) = iter.peek() {
             if next != last + 1 {
                 break;
             }
@@ -149,41 +151,15 @@ pub(crate) struct Owner {
     pub generation: u64,
 }
 
-/// Where a held record's settlement stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Settlement {
-    /// Delivered (or buffered) and not acknowledged yet.
-    Unsettled,
-    /// Acknowledged by the application (or as GAP); the ack is pending or in flight to the
-    /// broker through ShareFetch/ShareAcknowledge.
-    Acked,
-    /// Acknowledged for a producer transaction (KIP-1289); waiting to be taken by
-    /// [`Ledger::take_for_transaction`]. Never sent through ShareFetch/ShareAcknowledge.
-    Staged,
-    /// Taken into a producer transaction; settled by the transaction's outcome, which
-    /// [`Ledger::finish_transaction`] reports.
-    InTransaction,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    delivery_count: i16,
-    settlement: Settlement,
-}
-
-impl Held {
-    fn is_settled(&self) -> bool {
-        self.settlement != Settlement::Unsettled
-    }
-}
-
+/// What the ledger knows of one partition.
 #[derive(Debug, Default)]
-struct PartState {
+pub(crate) struct PartState {
     owner: Option<Owner>,
-    held: FxHashMap<i64, Held>,
-    pending: BTreeMap<i64, i8>,
+    /// Per acquired range, not per offset (`super::held`).
+    held: HeldRecords,
+    pending: AckList,
     /// Acks made for a producer transaction and not taken yet: offset → wire type.
-    staged: BTreeMap<i64, i8>,
+    staged: AckList,
     /// Delivered records whose session or leader was lost before the application settled them.
     /// Acknowledging one is not a usage error: it is accepted and reported as this failure by
     /// the next `commit_sync`.
@@ -200,16 +176,66 @@ impl PartState {
         if self.lost.len() > MAX_LOST {
             self.lost.clear();
         }
-        for (offset, held) in self.held.drain() {
+        for (offset, held) in self.held.iter() {
             if !held.is_settled() {
                 self.lost.insert(offset, error.clone());
             }
         }
+        self.held.clear();
+    }
+
+    /// Register an offset acquired (through the partition's owner) with `delivery_count`.
+    pub fn acquire(&mut self, offset: i64, delivery_count: i16) -> Acquire {
+        if !self.lost.is_empty() {
+            self.lost.remove(&offset);
+        }
+        match self.held.get(offset) {
+            Some(held) if held.delivery_count >= delivery_count => Acquire::Duplicate,
+            Some(_) => {
+                // Re-acquired after its lock ran out: a genuine redelivery.
+                self.held.insert(
+                    offset,
+                    Held {
+                        delivery_count,
+                        settlement: Settlement::Unsettled,
+                    },
+                );
+                self.pending.remove(offset);
+                self.staged.remove(offset);
+                Acquire::Deliver
+            }
+            None => {
+                self.held.insert(
+                    offset,
+                    Held {
+                        delivery_count,
+                        settlement: Settlement::Unsettled,
+                    },
+                );
+                Acquire::Deliver
+            }
+        }
+    }
+
+    /// Hold `offset` and queue an automatic acknowledgement of `kind` (GAP for offsets without
+    /// a deliverable record, REJECT for undecodable ones), unless it is already held.
+    pub fn auto_ack(&mut self, offset: i64, delivery_count: i16, kind: i8) {
+        if self.held.contains(offset) {
+            return;
+        }
+        self.held.insert(
+            offset,
+            Held {
+                delivery_count,
+                settlement: Settlement::Acked,
+            },
+        );
+        self.pending.insert(offset, kind);
     }
 }
 
 /// Acks taken out of the ledger for one request: per partition, offset → wire type.
-pub(crate) type SentAcks = Vec<(Arc<str>, i32, BTreeMap<i64, i8>)>;
+pub(crate) type SentAcks = Vec<(Arc<str>, i32, AckList)>;
 
 /// What to do with an acquired offset found in a fetch response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,7 +289,7 @@ impl Ledger {
             return Ok(broker);
         }
         let owner = part.owner.ok_or_else(not_held)?;
-        let held = part.held.get_mut(&offset).ok_or_else(not_held)?;
+        let held = part.held.get(offset).ok_or_else(not_held)?;
         if held.is_settled() {
             return Err(ShareError::AlreadyAcknowledged {
                 topic: topic.to_string(),
@@ -271,7 +297,7 @@ impl Ledger {
                 offset,
             });
         }
-        held.settlement = Settlement::Acked;
+        part.held.settle(offset, Settlement::Acked);
         part.pending.insert(offset, kind.wire());
         Ok(owner.broker)
     }
@@ -316,7 +342,7 @@ impl Ledger {
         if part.owner.is_none() {
             return Err(not_held());
         }
-        let held = part.held.get_mut(&offset).ok_or_else(not_held)?;
+        let held = part.held.get(offset).ok_or_else(not_held)?;
         if held.is_settled() {
             return Err(ShareError::AlreadyAcknowledged {
                 topic: topic.to_string(),
@@ -324,7 +350,7 @@ impl Ledger {
                 offset,
             });
         }
-        held.settlement = Settlement::Staged;
+        part.held.settle(offset, Settlement::Staged);
         part.staged.insert(offset, kind.wire());
         Ok(())
     }
@@ -333,10 +359,8 @@ impl Ledger {
     /// were meant for is aborted, so the records are RELEASEd the normal way and come back.
     pub fn release_staged(&mut self) {
         for part in self.parts.values_mut().flat_map(|m| m.values_mut()) {
-            for offset in std::mem::take(&mut part.staged).into_keys() {
-                if let Some(held) = part.held.get_mut(&offset) {
-                    held.settlement = Settlement::Acked;
-                }
+            for (offset, _) in std::mem::take(&mut part.staged) {
+                part.held.settle(offset, Settlement::Acked);
                 part.pending.insert(offset, AcknowledgeType::Release.wire());
             }
         }
@@ -363,10 +387,8 @@ impl Ledger {
                     continue;
                 }
                 let staged = std::mem::take(&mut part.staged);
-                for offset in staged.keys() {
-                    if let Some(held) = part.held.get_mut(offset) {
-                        held.settlement = Settlement::InTransaction;
-                    }
+                for offset in staged.offsets() {
+                    part.held.settle(offset, Settlement::InTransaction);
                 }
                 out.push((Arc::clone(topic), partition, encode_batches(&staged)));
             }
@@ -396,7 +418,7 @@ impl Ledger {
             for offset in batch.first..=batch.last {
                 let in_transaction = part
                     .held
-                    .get(&offset)
+                    .get(offset)
                     .is_some_and(|h| h.settlement == Settlement::InTransaction);
                 if !in_transaction {
                     continue;
@@ -405,25 +427,24 @@ impl Ledger {
                     TransactionOutcome::NoOutput => {
                         let at = (offset - batch.first) as usize;
                         let kind = batch.types.get(at).or(batch.types.first());
-                        if let (Some(&kind), Some(held)) = (kind, part.held.get_mut(&offset)) {
-                            held.settlement = Settlement::Acked;
-                            part.pending.insert(offset, kind);
+                        if let Some(&kind) = kind {
+                            if part.held.settle(offset, Settlement::Acked) {
+                                part.pending.insert(offset, kind);
+                            }
                         }
                     }
                     TransactionOutcome::Committed
                     | TransactionOutcome::Aborted {
                         staged_on_broker: true,
                     } => {
-                        part.held.remove(&offset);
+                        part.held.remove(offset);
                     }
                     TransactionOutcome::Aborted {
                         staged_on_broker: false,
                     } => {
                         // The broker never saw these acks, so it still holds the records
                         // for us: release them now rather than waiting out their locks.
-                        if let Some(held) = part.held.get_mut(&offset) {
-                            held.settlement = Settlement::Acked;
-                        }
+                        part.held.settle(offset, Settlement::Acked);
                         part.pending.insert(offset, AcknowledgeType::Release.wire());
                     }
                 }
@@ -433,7 +454,12 @@ impl Ledger {
 
     /// Make `owner` the session a partition's records come from. Records held through any other
     /// session are dropped and their unsent acks failed with `reason`.
-    fn claim(&mut self, topic: &Arc<str>, partition: i32, owner: Owner) -> &mut PartState {
+    pub(crate) fn claim(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        owner: Owner,
+    ) -> &mut PartState {
         let (previous, failed) = {
             let part = self.part_mut(topic, partition);
             if part.owner == Some(owner) {
@@ -473,6 +499,7 @@ impl Ledger {
     }
 
     /// Register an offset acquired through `owner` with `delivery_count`.
+    #[cfg(test)]
     pub fn acquire(
         &mut self,
         topic: &Arc<str>,
@@ -481,33 +508,13 @@ impl Ledger {
         offset: i64,
         delivery_count: i16,
     ) -> Acquire {
-        let part = self.claim(topic, partition, owner);
-        part.lost.remove(&offset);
-        match part.held.get_mut(&offset) {
-            Some(held) if held.delivery_count >= delivery_count => Acquire::Duplicate,
-            Some(held) => {
-                // Re-acquired after its lock ran out: a genuine redelivery.
-                held.delivery_count = delivery_count;
-                held.settlement = Settlement::Unsettled;
-                part.pending.remove(&offset);
-                part.staged.remove(&offset);
-                Acquire::Deliver
-            }
-            None => {
-                part.held.insert(
-                    offset,
-                    Held {
-                        delivery_count,
-                        settlement: Settlement::Unsettled,
-                    },
-                );
-                Acquire::Deliver
-            }
-        }
+        self.claim(topic, partition, owner)
+            .acquire(offset, delivery_count)
     }
 
     /// Hold `offset` and queue an automatic acknowledgement of `kind` (GAP for offsets without
     /// a deliverable record, REJECT for undecodable ones), unless it is already held.
+    #[cfg(test)]
     pub fn auto_ack(
         &mut self,
         topic: &Arc<str>,
@@ -517,18 +524,8 @@ impl Ledger {
         delivery_count: i16,
         kind: i8,
     ) {
-        let part = self.claim(topic, partition, owner);
-        if part.held.contains_key(&offset) {
-            return;
-        }
-        part.held.insert(
-            offset,
-            Held {
-                delivery_count,
-                settlement: Settlement::Acked,
-            },
-        );
-        part.pending.insert(offset, kind);
+        self.claim(topic, partition, owner)
+            .auto_ack(offset, delivery_count, kind)
     }
 
     /// Take every unsent ack for partitions held through `broker`'s current session.
@@ -554,8 +551,7 @@ impl Ledger {
     pub fn awaits_confirmation(&self, broker: i32) -> bool {
         self.parts.values().flat_map(|m| m.values()).any(|p| {
             p.owner.is_some_and(|o| o.broker == broker)
-                && (!p.pending.is_empty()
-                    || p.held.values().any(|h| h.settlement == Settlement::Acked))
+                && (!p.pending.is_empty() || p.held.any_acked())
         })
     }
 
@@ -577,7 +573,7 @@ impl Ledger {
             .values()
             .flat_map(|m| m.values())
             .filter(|p| p.owner.is_some_and(|o| o.broker == broker))
-            .map(|p| p.held.values().filter(|h| !h.is_settled()).count())
+            .map(|p| p.held.unsettled())
             .sum()
     }
 
@@ -592,7 +588,7 @@ impl Ledger {
         self.parts
             .get(topic)
             .and_then(|m| m.get(&partition))
-            .is_some_and(|p| p.owner == owner && p.held.values().any(|h| !h.is_settled()))
+            .is_some_and(|p| p.owner == owner && p.held.unsettled() > 0)
     }
 
     /// The outcome of acks that were sent: the records are settled either way (an ack the
@@ -601,7 +597,7 @@ impl Ledger {
         &mut self,
         topic: &Arc<str>,
         partition: i32,
-        acks: &BTreeMap<i64, i8>,
+        acks: &AckList,
         result: Result<(), AckError>,
     ) {
         if let Some(part) = self
@@ -609,7 +605,7 @@ impl Ledger {
             .get_mut(&**topic)
             .and_then(|m| m.get_mut(&partition))
         {
-            for offset in acks.keys() {
+            for offset in acks.offsets() {
                 if part
                     .held
                     .get(offset)
@@ -626,7 +622,7 @@ impl Ledger {
     /// acknowledgement is all-or-nothing per partition): send them again. Nothing is settled or
     /// reported yet. Acks of a partition that changed hands meanwhile are dropped; the
     /// invalidation that took it reported them.
-    pub fn requeue(&mut self, topic: &Arc<str>, partition: i32, acks: &BTreeMap<i64, i8>) {
+    pub fn requeue(&mut self, topic: &Arc<str>, partition: i32, acks: &AckList) {
         if let Some(part) = self
             .parts
             .get_mut(&**topic)
@@ -635,8 +631,8 @@ impl Ledger {
             if part.owner.is_none() {
                 return;
             }
-            for (offset, kind) in acks {
-                part.pending.entry(*offset).or_insert(*kind);
+            for (offset, kind) in acks.iter() {
+                part.pending.insert_if_absent(offset, kind);
             }
         }
     }
@@ -709,7 +705,7 @@ impl Ledger {
 mod tests {
     use super::*;
 
-    fn acks(pairs: &[(i64, i8)]) -> BTreeMap<i64, i8> {
+    fn acks(pairs: &[(i64, i8)]) -> AckList {
         pairs.iter().copied().collect()
     }
 
@@ -752,8 +748,155 @@ mod tests {
     }
 
     #[test]
+    fn decisions_inside_an_acquired_range_are_kept_per_offset() {
+        let (mut ledger, t) = held_ledger(100..=109);
+        ledger
+            .acknowledge("t", 0, 103, AcknowledgeType::Release)
+            .unwrap();
+        ledger
+            .acknowledge("t", 0, 104, AcknowledgeType::Reject)
+            .unwrap();
+        for offset in [100, 101, 102, 105] {
+            ledger
+                .acknowledge("t", 0, offset, AcknowledgeType::Accept)
+                .unwrap();
+        }
+        assert_eq!(ledger.unsettled_held(1), 4);
+        assert!(ledger.holds_unsettled(1, 1, "t", 0));
+        let sent = ledger.take_pending(1, 1);
+        assert_eq!(
+            encode_batches(&sent[0].2),
+            vec![AckBatch {
+                first: 100,
+                last: 105,
+                types: vec![1, 1, 1, 2, 3, 1]
+            }]
+        );
+        ledger.complete(&t, 0, &sent[0].2, Ok(()));
+        assert!(!ledger.awaits_confirmation(1));
+        // The rest of the range is still held, and only once.
+        for offset in 106..=109 {
+            assert_eq!(ledger.acquire(&t, 0, OWNER, offset, 1), Acquire::Duplicate);
+        }
+        assert!(matches!(
+            ledger.acknowledge("t", 0, 103, AcknowledgeType::Accept),
+            Err(ShareError::NotHeld { offset: 103, .. })
+        ));
+        assert_eq!(ledger.unsettled_held(1), 4);
+    }
+
+    #[test]
+    fn gaps_inside_a_range_are_acknowledged_as_gap_around_the_records() {
+        let mut ledger = Ledger::default();
+        let t: Arc<str> = Arc::from("t");
+        for offset in 0..10 {
+            if (3..=5).contains(&offset) {
+                ledger.auto_ack(&t, 0, OWNER, offset, 1, GAP);
+            } else {
+                ledger.acquire(&t, 0, OWNER, offset, 1);
+            }
+        }
+        assert_eq!(ledger.unsettled_held(1), 7);
+        for offset in [0, 1, 2, 6, 7] {
+            ledger
+                .acknowledge("t", 0, offset, AcknowledgeType::Accept)
+                .unwrap();
+        }
+        assert!(matches!(
+            ledger.acknowledge("t", 0, 4, AcknowledgeType::Accept),
+            Err(ShareError::AlreadyAcknowledged { offset: 4, .. })
+        ));
+        let sent = ledger.take_pending(1, 1);
+        assert_eq!(
+            encode_batches(&sent[0].2),
+            vec![AckBatch {
+                first: 0,
+                last: 7,
+                types: vec![1, 1, 1, GAP, GAP, GAP, 1, 1]
+            }]
+        );
+        ledger.complete(&t, 0, &sent[0].2, Ok(()));
+        assert_eq!(ledger.unsettled_held(1), 2, "8 and 9");
+        assert!(ledger.holds_unsettled(1, 1, "t", 0));
+    }
+
+    #[test]
+    fn a_record_inside_a_range_delivered_again_after_its_lock_ran_out_is_held_anew() {
+        let (mut ledger, t) = held_ledger(0..=4);
+        ledger
+            .acknowledge("t", 0, 2, AcknowledgeType::Accept)
+            .unwrap();
+        // Its lock ran out before the ack went: the broker delivers it again.
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 2, 2), Acquire::Deliver);
+        assert!(
+            ledger.take_pending(1, 1).is_empty(),
+            "the stale ack is withdrawn"
+        );
+        assert!(!ledger.awaits_confirmation(1));
+        assert_eq!(ledger.unsettled_held(1), 5);
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 2, 2), Acquire::Duplicate);
+        ledger
+            .acknowledge("t", 0, 2, AcknowledgeType::Accept)
+            .unwrap();
+        assert_eq!(ledger.take_pending(1, 1)[0].2, acks(&[(2, 1)]));
+    }
+
+    #[test]
+    fn out_of_order_settlements_are_sent_in_offset_order_and_settle_the_range() {
+        let (mut ledger, t) = held_ledger(0..=9);
+        for offset in [9, 2, 5, 0, 7] {
+            ledger
+                .acknowledge("t", 0, offset, AcknowledgeType::Accept)
+                .unwrap();
+        }
+        let first = ledger.take_pending(1, 1);
+        assert_eq!(first[0].2, acks(&[(0, 1), (2, 1), (5, 1), (7, 1), (9, 1)]));
+        for offset in [8, 1, 6, 3, 4] {
+            ledger
+                .acknowledge("t", 0, offset, AcknowledgeType::Reject)
+                .unwrap();
+        }
+        let second = ledger.take_pending(1, 1);
+        assert_eq!(
+            encode_batches(&second[0].2),
+            vec![
+                AckBatch {
+                    first: 1,
+                    last: 1,
+                    types: vec![3]
+                },
+                AckBatch {
+                    first: 3,
+                    last: 4,
+                    types: vec![3]
+                },
+                AckBatch {
+                    first: 6,
+                    last: 6,
+                    types: vec![3]
+                },
+                AckBatch {
+                    first: 8,
+                    last: 8,
+                    types: vec![3]
+                },
+            ]
+        );
+        // Confirmed out of order too.
+        ledger.complete(&t, 0, &second[0].2, Ok(()));
+        assert!(
+            ledger.awaits_confirmation(1),
+            "the first acks are in flight"
+        );
+        ledger.complete(&t, 0, &first[0].2, Ok(()));
+        assert!(!ledger.awaits_confirmation(1));
+        assert_eq!(ledger.unsettled_held(1), 0);
+        assert_eq!(ledger.acquire(&t, 0, OWNER, 4, 2), Acquire::Deliver);
+    }
+
+    #[test]
     fn a_uniform_contiguous_run_is_one_batch_with_one_type() {
-        let map: BTreeMap<i64, i8> = (100..200).map(|o| (o, 1)).collect();
+        let map: AckList = (100..200).map(|o| (o, 1)).collect();
         assert_eq!(
             encode_batches(&map),
             vec![AckBatch {

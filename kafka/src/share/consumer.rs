@@ -183,6 +183,23 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// [`ShareConsumer::acknowledge_each`] on `ledger`.
+pub(crate) fn acknowledge_each<'a>(
+    ledger: &Mutex<Ledger>,
+    acks: impl IntoIterator<Item = (&'a str, i32, i64, AcknowledgeType)>,
+    mut outcome: impl FnMut(usize, Result<(), ShareError>),
+) {
+    let mut ledger = lock_ledger(ledger);
+    for (i, (topic, partition, offset, kind)) in acks.into_iter().enumerate() {
+        outcome(
+            i,
+            ledger
+                .acknowledge(topic, partition, offset, kind)
+                .map(|_| ()),
+        );
+    }
+}
+
 impl ShareConsumer {
     /// Contact the cluster and start the background tasks. Nothing is fetched before
     /// [`ShareConsumer::subscribe`].
@@ -447,6 +464,18 @@ impl ShareConsumer {
         lock_ledger(&self.ledger)
             .acknowledge(topic, partition, offset, kind)
             .map(|_| ())
+    }
+
+    /// Settle many held records, each with its own decision, under one lock (not one per
+    /// record). Unlike [`acknowledge_all`](Self::acknowledge_all) a record that cannot be
+    /// acknowledged does not stop the rest: `outcome` hears every record's result, by its
+    /// position in `acks`.
+    pub fn acknowledge_each<'a>(
+        &self,
+        acks: impl IntoIterator<Item = (&'a str, i32, i64, AcknowledgeType)>,
+        outcome: impl FnMut(usize, Result<(), ShareError>),
+    ) {
+        acknowledge_each(&self.ledger, acks, outcome)
     }
 
     /// Settle many held records with one lock; stops at the first record not held.

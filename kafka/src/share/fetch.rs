@@ -40,6 +40,7 @@ use super::{AckError, ShareError, ShareRecord, Tp};
 use crate::backoff::Backoff;
 use crate::cluster::Cluster;
 use crate::connection::ConnectionError;
+use crate::copies::{Copies, COPY_CHUNK};
 use crate::error_name;
 
 const SHARE_FETCH_KEY: i16 = 78;
@@ -1009,6 +1010,11 @@ pub(crate) fn absorb_partition(
         .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
         .collect();
     ranges.sort_unstable();
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    // One partition: claimed once, not per record.
+    let part = ledger.claim(topic, partition, owner);
     let find = |offset: i64| -> Option<i16> {
         let i = ranges.partition_point(|r| r.1 < offset);
         ranges.get(i).filter(|r| r.0 <= offset).map(|r| r.2)
@@ -1016,6 +1022,7 @@ pub(crate) fn absorb_partition(
     // Offsets a record (or a corrupt batch) accounted for; the rest become GAP.
     let mut covered: Vec<i64> = Vec::new();
     let mut corrupt: Option<ShareError> = None;
+    let mut copies = Copies::new(COPY_CHUNK);
     while bytes.len() >= 12 {
         let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap_or([0; 8]));
         let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap_or([0; 4]));
@@ -1052,36 +1059,27 @@ pub(crate) fn absorb_partition(
                     };
                     covered.push(record.offset);
                     if record.control {
-                        ledger.auto_ack(
-                            topic,
-                            partition,
-                            owner,
-                            record.offset,
-                            delivery_count,
-                            GAP,
-                        );
+                        part.auto_ack(record.offset, delivery_count, GAP);
                         continue;
                     }
-                    if ledger.acquire(topic, partition, owner, record.offset, delivery_count)
-                        == Acquire::Duplicate
-                    {
+                    if part.acquire(record.offset, delivery_count) == Acquire::Duplicate {
                         continue;
                     }
                     // Copied out of the response: a slice would keep the whole response
                     // alive, and it carries every stored batch that overlaps the acquired
                     // offsets (the records of other members too), so what we hold would
                     // grow with the producer's batch size rather than with what we acquired.
-                    let own = |b: Bytes| Bytes::copy_from_slice(&b);
+                    // The copies share chunks: one allocation per chunk, not per copy.
                     out.push(ShareRecord {
                         topic: Arc::clone(topic),
                         partition,
                         offset: record.offset,
-                        key: record.key.map(own),
-                        value: record.value.map(own),
+                        key: record.key.map(|b| copies.copy(&b)),
+                        value: record.value.map(|b| copies.copy(&b)),
                         headers: record
                             .headers
                             .into_iter()
-                            .map(|(k, v)| (k.as_str().to_string(), v.map(own)))
+                            .map(|(k, v)| (k.as_str().to_string(), v.map(|b| copies.copy(&b))))
                             .collect(),
                         timestamp: record.timestamp,
                         delivery_count,
@@ -1096,7 +1094,7 @@ pub(crate) fn absorb_partition(
                 for &(f, l, dc) in &ranges {
                     for offset in f.max(base)..=l.min(last) {
                         covered.push(offset);
-                        ledger.auto_ack(topic, partition, owner, offset, dc, GAP);
+                        part.auto_ack(offset, dc, GAP);
                     }
                 }
             }
@@ -1117,7 +1115,7 @@ pub(crate) fn absorb_partition(
                     let (lo, hi) = (f.max(base), l.min(last));
                     for offset in lo..=hi {
                         covered.push(offset);
-                        ledger.auto_ack(topic, partition, owner, offset, dc, ack);
+                        part.auto_ack(offset, dc, ack);
                         first_hit.get_or_insert(offset);
                         last_hit = Some(offset);
                     }
@@ -1148,7 +1146,7 @@ pub(crate) fn absorb_partition(
             if seen.peek() == Some(&&offset) {
                 continue;
             }
-            ledger.auto_ack(topic, partition, owner, offset, dc, GAP);
+            part.auto_ack(offset, dc, GAP);
         }
     }
     match corrupt {

@@ -11,7 +11,8 @@
 
 pub mod ack;
 pub mod consumer;
-mod fetch;
+pub(crate) mod fetch;
+mod held;
 pub mod membership;
 mod session;
 
