@@ -1,4 +1,4 @@
-//! AckerActor: the last stage of a task's pipeline. It takes the sink stage's [`Verdicts`],
+//! AckerActor: the last stage of a task's pipeline. It takes the sink stage's [`Outcomes`],
 //! writes their dead letters and waits for the broker to confirm them (a REJECT must never
 //! come before its dead letter is safe), then acknowledges every record (share mode: ACCEPT,
 //! RELEASE, REJECT) or marks its offset (classic mode) and commits — one commit for every batch
@@ -37,8 +37,8 @@ use crate::dead_letter::DeadLetterWriter;
 use crate::error::RuntimeError;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
-    Acknowledged, Archived, BatchPolled, Committed, ReleaseInFlight, Reporter, Stopping, TaskEvent,
-    TaskFailure, Unsettled, Verdicts,
+    Acknowledged, Archived, BatchPolled, Committed, Outcomes, ReleaseInFlight, Reporter, Stopping,
+    TaskEvent, TaskFailure, Unsettled,
 };
 use crate::metrics::{BatchMeta, CommitOutcome};
 use crate::panic_guard::guard_future;
@@ -86,7 +86,7 @@ pub struct AckerActor {
     /// Batches between poll and commit, with their records (to release them should the batch
     /// be lost). Removed once the batch's verdicts are committed.
     batches: HashMap<u64, InFlight>,
-    /// Verdicts (or releases) not yet acknowledged and committed.
+    /// Outcomes (or releases) not yet acknowledged and committed.
     settled: Vec<Settlement>,
     /// A commit is running.
     committing: bool,
@@ -428,7 +428,7 @@ impl AckerActor {
     }
 
     /// Queues a batch's verdicts for the next commit.
-    fn settle(&mut self, batch: Verdicts, ctx: &mut Context<Self>) {
+    fn settle(&mut self, batch: Outcomes, ctx: &mut Context<Self>) {
         let seq = batch.ack.settle();
         match self.batches.get_mut(&seq) {
             // Released meanwhile (the stop's deadline): the releases stand.
@@ -493,10 +493,10 @@ impl Handler<BatchPolled> for AckerActor {
     }
 }
 
-impl Handler<Verdicts> for AckerActor {
+impl Handler<Outcomes> for AckerActor {
     type Result = ();
 
-    fn handle(&mut self, mut batch: Verdicts, ctx: &mut Context<Self>) {
+    fn handle(&mut self, mut batch: Outcomes, ctx: &mut Context<Self>) {
         let span = batch.trace.span(BatchStage::Ack);
         let letters: Vec<(usize, DeadLetterRecord)> = batch
             .verdicts

@@ -4,7 +4,7 @@
 //! ```text
 //! Worker ─▶ ConnectorRouter ─▶ ConnectorSupervisor ─▶ per task, on a shared pool thread:
 //!
-//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Verdicts─▶ AckerActor
+//!   ConsumerActor ─SourceBatch─▶ ConverterActor ─SinkBatch─▶ SinkActor ─Outcomes─▶ AckerActor
 //!   (consumer/: poll)            (converter.rs)              (sink.rs)              (acker.rs: dead
 //!        ▲                                                                          letters, ACCEPT/
 //!        │                                                                          RELEASE/REJECT

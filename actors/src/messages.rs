@@ -1,5 +1,5 @@
 //! The messages a task's actors exchange. Records travel in batches, one way:
-//! ConsumerActor → [`SourceBatch`] → ConverterActor → [`SinkBatch`] → SinkActor → [`Verdicts`]
+//! ConsumerActor → [`SourceBatch`] → ConverterActor → [`SinkBatch`] → SinkActor → [`Outcomes`]
 //! → AckerActor, which acknowledges and commits them; then only a credit goes back:
 //! [`Committed`], which lets the consumer poll another batch.
 //!
@@ -69,9 +69,11 @@ pub struct Verdict {
     pub dead_letter: Option<Box<DeadLetterRecord>>,
 }
 
+/// What became of each record of a batch in the sink stage: its verdict (ACCEPT, RELEASE,
+/// REJECT) and any dead letter to write first.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Verdicts {
+pub struct Outcomes {
     /// The batch's handle (its number is the batch's sequence number in the task).
     pub ack: BatchAck,
     pub verdicts: Vec<Verdict>,

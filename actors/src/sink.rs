@@ -56,7 +56,7 @@ use crate::lock_retry::{
     GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
 };
 use crate::messages::{
-    Acknowledged, Entry, Failing, Finish, SinkBatch, TaskFailure, Verdict, Verdicts,
+    Acknowledged, Entry, Failing, Finish, Outcomes, SinkBatch, TaskFailure, Verdict,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -258,7 +258,7 @@ impl Handler<SinkBatch> for SinkActor {
                                     AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
                                 }
                             }
-                            act.acker.do_send(Verdicts {
+                            act.acker.do_send(Outcomes {
                                 ack,
                                 verdicts: decided.verdicts,
                                 fail_task: decided.fail_task,
