@@ -335,6 +335,43 @@ impl Herder {
     }
 }
 
+/// A consumer outside `group` (it never joins: no member id) to read or commit the group's
+/// offsets, and the cluster's metadata.
+fn group_client(
+    bootstrap: &str,
+    group: &str,
+    security: &[(String, String)],
+) -> Result<
+    (
+        rdkafka::consumer::BaseConsumer<spillway_kafka::security::SecurityContext>,
+        rdkafka::metadata::Metadata,
+    ),
+    String,
+> {
+    use rdkafka::consumer::Consumer;
+
+    let mut config = rdkafka::ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    // Security keys in either spelling, translated for librdkafka (issue 13).
+    let context = spillway_kafka::security::rdkafka_config(
+        &mut config,
+        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())?;
+    let consumer: rdkafka::consumer::BaseConsumer<spillway_kafka::security::SecurityContext> =
+        config
+            .create_with_context(context)
+            .map_err(|e| e.to_string())?;
+    let metadata = consumer
+        .fetch_metadata(None, OFFSETS_TIMEOUT)
+        .map_err(|e| e.to_string())?;
+    Ok((consumer, metadata))
+}
+
 /// Commits offsets for `group`: the `changes` given (a `None` offset resets the partition),
 /// or a reset of every partition of `topics` when `changes` is `None`. A reset partition gets
 /// its log start offset, or its end offset when `start_at_end`.
@@ -351,27 +388,10 @@ fn commit_offsets(
     changes: Option<Vec<OffsetChange>>,
     start_at_end: bool,
 ) -> Result<(), String> {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    use rdkafka::consumer::{CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
 
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false");
-    // Security keys in either spelling, translated for librdkafka (issue 13).
-    let context = spillway_kafka::security::rdkafka_config(
-        &mut config,
-        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-    .map_err(|e| e.to_string())?;
-    let consumer: BaseConsumer<spillway_kafka::security::SecurityContext> = config
-        .create_with_context(context)
-        .map_err(|e| e.to_string())?;
-    let metadata = consumer
-        .fetch_metadata(None, OFFSETS_TIMEOUT)
-        .map_err(|e| e.to_string())?;
+    let (consumer, metadata) = group_client(bootstrap, group, security)?;
     let exists = |topic: &str, partition: i32| {
         metadata
             .topics()
@@ -438,25 +458,10 @@ fn committed_offsets(
     security: &[(String, String)],
     topics: &TopicSelection,
 ) -> Result<Vec<PartitionOffset>, String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    use rdkafka::consumer::Consumer;
+    use rdkafka::{Offset, TopicPartitionList};
 
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false");
-    let context = spillway_kafka::security::rdkafka_config(
-        &mut config,
-        security.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-    .map_err(|e| e.to_string())?;
-    let consumer: BaseConsumer<spillway_kafka::security::SecurityContext> = config
-        .create_with_context(context)
-        .map_err(|e| e.to_string())?;
-    let metadata = consumer
-        .fetch_metadata(None, OFFSETS_TIMEOUT)
-        .map_err(|e| e.to_string())?;
+    let (consumer, metadata) = group_client(bootstrap, group, security)?;
     let mut partitions = TopicPartitionList::new();
     for topic in metadata
         .topics()
