@@ -510,7 +510,7 @@ mod tests {
                 })
                 .expect("tenant");
         }
-        let store = SledStore::open(dir.path()).expect("reopens");
+        let store = reopen(dir.path()).expect("reopens");
         let all = store.connectors().expect("list");
         assert_eq!(
             all.iter()
@@ -595,7 +595,7 @@ mod tests {
                 .expect("insert");
             store.flush().expect("flush");
         }
-        let err = SledStore::open(dir.path()).expect_err("newer format");
+        let err = reopen(dir.path()).expect_err("newer format");
         assert!(
             matches!(err, StorageError::NewerFormat { found, .. } if found == FORMAT_VERSION + 1),
             "{err}"
@@ -610,6 +610,23 @@ mod tests {
 
     /// Writes a store with one connector, overwrites the files `damage` selects with garbage,
     /// and returns the error of opening it again.
+    /// Opens the store at `path` again once sled's background flusher of the handle dropped
+    /// just before has let go of the directory's file lock (it may hold it a moment longer).
+    fn reopen(path: &std::path::Path) -> Result<SledStore, StorageError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match SledStore::open(path) {
+                Err(e)
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                other => return other,
+            }
+        }
+    }
+
     fn open_after_overwriting(damage: impl Fn(&str) -> bool) -> (tempfile::TempDir, StorageError) {
         let dir = tempfile::tempdir().expect("temp dir");
         {
@@ -634,7 +651,7 @@ mod tests {
                 std::fs::write(&path, garbage).expect("overwrite");
             }
         }
-        let err = SledStore::open(dir.path()).expect_err("a damaged store must not open");
+        let err = reopen(dir.path()).expect_err("a damaged store must not open");
         (dir, err)
     }
 
@@ -672,7 +689,7 @@ mod tests {
                 .expect("insert");
             store.flush().expect("flush");
         }
-        let err = SledStore::open(dir.path()).expect_err("damaged record");
+        let err = reopen(dir.path()).expect_err("damaged record");
         assert!(matches!(err, StorageError::Damaged { .. }), "{err}");
         assert!(err.to_string().contains("default/files"), "{err}");
     }
