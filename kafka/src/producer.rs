@@ -8,7 +8,7 @@
 //! accepted.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
@@ -152,6 +152,31 @@ impl IdempotentProducer {
 /// How long a record waits before it is offered again to a full local queue.
 const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long a record for a partition the producer does not know yet waits for metadata that
+/// names it (Kafka's Java producer waits up to `max.block.ms`, 60 s by default).
+const NEW_PARTITION_WAIT: Duration = Duration::from_secs(10);
+
+/// Between two metadata requests for a partition the producer does not know yet.
+const NEW_PARTITION_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Asks the cluster for `topic`'s metadata through `producer`, whose cached partition count
+/// librdkafka updates from the answer; then waits a little before the caller tries again.
+async fn refresh_topic_metadata(producer: &FutureProducer<SecurityContext>, topic: &str) {
+    let client = producer.clone();
+    let topic = topic.to_owned();
+    let refreshed = tokio::task::spawn_blocking(move || {
+        client
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(5))
+            .map(|_| ())
+    })
+    .await;
+    if let Ok(Err(e)) = refreshed {
+        tracing::debug!(error = %e, "refreshing a topic's metadata for a new partition failed");
+    }
+    tokio::time::sleep(NEW_PARTITION_BACKOFF).await;
+}
+
 /// Sends `records` pipelined on `producer`; one result per record, in input order.
 ///
 /// Every record is queued first (in order), then the delivery reports are awaited in order:
@@ -188,11 +213,28 @@ async fn send_all(
             future_record = future_record.headers(headers);
         }
         // Waits for queue space rather than failing when the local queue is full.
+        let mut new_partition_wait: Option<Instant> = None;
         let delivery = loop {
             match producer.send_result(future_record) {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     future_record = back;
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
+                }
+                // librdkafka refuses at once a partition its cached metadata does not have (it
+                // refreshes a topic's metadata only every `topic.metadata.refresh.interval.ms`,
+                // 5 minutes by default), where Kafka's Java producer waits for metadata naming
+                // it (`max.block.ms`). A topic that just gained partitions (a mirrored topic
+                // grown by `spillway mirror`) looks like that: ask for its metadata again and
+                // retry for a while before giving up.
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back))
+                    if record.partition.is_some()
+                        && new_partition_wait
+                            .get_or_insert_with(Instant::now)
+                            .elapsed()
+                            < NEW_PARTITION_WAIT =>
+                {
+                    future_record = back;
+                    refresh_topic_metadata(producer, &record.topic).await;
                 }
                 other => break other.map_err(|(e, _)| e),
             }

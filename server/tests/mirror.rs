@@ -1,8 +1,10 @@
 //! `spillway mirror` on two dev clusters, each behind an admin-emulating proxy (the mock has no
 //! CreateTopics/DescribeConfigs): topics matched by regex are copied to `A.<topic>` with the
 //! source's partition count, every record once with key, value, headers and timestamp, in source
-//! order per partition; a topic created while running is picked up; heartbeats are written and
-//! replicated as MM2's; two-way mirroring makes no cycle.
+//! order per partition; a topic created while running is picked up, and one that gains
+//! partitions grows its remote topic (the proxies' partition growth stands in for Kafka's
+//! CreatePartitions); heartbeats are written and replicated as MM2's; two-way mirroring makes
+//! no cycle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -517,6 +519,106 @@ async fn two_way_mirroring_sends_no_topic_back_to_where_it_came_from() {
     assert!(!refreshed("A->B").contains_key("B.heartbeats"));
     assert_copied_once_in_order("orders", &orders, &read_all(&on_b, "A.orders"));
     assert_copied_once_in_order("payments", &payments, &read_all(&on_a, "B.payments"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_topic_that_gains_partitions_grows_its_remote_topic_and_is_copied_once_in_order() {
+    source_topic_grows(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_flow_copies_a_source_topic_that_gains_partitions_once_in_order() {
+    source_topic_grows(true).await;
+}
+
+/// A flow runs while its source topic grows from 2 to 4 partitions (the dev broker's proxies
+/// stand in for Kafka's CreatePartitions): the remote topic grows to 4 and every record
+/// arrives once, in order per partition, without the copying task failing.
+async fn source_topic_grows(exactly_once: bool) {
+    // Both proxies let topics gain partitions as on Kafka (the dev broker cannot): every client
+    // here, the mirror included, goes through them and sees only the partitions that exist.
+    let growth = || plaintext().with_partition_growth();
+    let a = ProxiedDevBroker::start_with(1, &[("orders", 2)], growth()).expect("cluster A");
+    let b = ProxiedDevBroker::start_with(1, &[], growth()).expect("cluster B");
+    let (source, target) = (a.bootstrap(), b.bootstrap());
+    let mut sent = records("orders", 100, 2);
+    TestProducer::new(&source, "none")
+        .send("orders", sent.clone())
+        .await;
+    // The source consumer looks for new partitions every second (librdkafka's default is
+    // 5 minutes); the producer writing to B keeps its default.
+    let text = format!(
+        "{}A->B.enabled = true\nA->B.topics = orders\nemit.checkpoints.enabled = false\n\
+         A->B.consumer.topic.metadata.refresh.interval.ms = 1000\n{}",
+        clusters(&a, &b),
+        if exactly_once {
+            "B.exactly.once.source.support = enabled\n"
+        } else {
+            ""
+        }
+    );
+    let (progress, _metrics, stop, task) = start(config(&text)).await;
+    let ab = progress["A->B"].clone();
+    wait_for(
+        "A.orders with 2 partitions and the first records",
+        Duration::from_secs(90),
+        || {
+            topics(&target).get("A.orders") == Some(&2)
+                && read_all(&target, "A.orders").len() >= sent.len()
+        },
+    )
+    .await;
+
+    // kafka-topics --alter --partitions 4, through A's CreatePartitions.
+    admin(&a)
+        .await
+        .create_partitions("orders", 4)
+        .await
+        .expect("orders grows to 4 partitions");
+    assert_eq!(topics(&source).get("orders"), Some(&4));
+    // Records 100..200 over the four partitions (a new producer knows the new ones).
+    let later: Vec<TestRecord> = records("orders", 200, 4).split_off(100);
+    assert!(later.iter().any(|r| r.partition == Some(3)));
+    TestProducer::new(&source, "none")
+        .send("orders", later.clone())
+        .await;
+    sent.extend(later);
+    wait_for(
+        "A.orders grown to 4 partitions with every record",
+        Duration::from_secs(90),
+        || {
+            topics(&target).get("A.orders") == Some(&4)
+                && read_all(&target, "A.orders").len() >= sent.len()
+        },
+    )
+    .await;
+    // Let anything that would be a duplicate arrive before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The growth is routine: the copying task went on (a failed task restarts, and its
+    // consumer leaves A's group on the way).
+    const LEAVE_GROUP: i16 = 13;
+    assert_eq!(
+        a.proxy().request_count(LEAVE_GROUP),
+        0,
+        "the task copying orders never failed"
+    );
+    stop_flows(stop, task).await;
+
+    assert_eq!(replicated(&ab).get("orders"), Some(&4));
+    let copies = if exactly_once {
+        // Only committed transactions count (the dev broker's classic fetch shows aborted ones).
+        read_committed(b.broker(), "A.orders", "committed-orders", sent.len()).await
+    } else {
+        read_all(&target, "A.orders")
+    };
+    assert_copied_once_in_order("orders", &sent, &copies);
+    for p in 0..4 {
+        assert_eq!(
+            copies.iter().filter(|c| c.partition == p).count(),
+            sent.iter().filter(|r| r.partition == Some(p)).count(),
+            "partition {p} of A.orders holds its source partition's records"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,18 +20,32 @@ impl ProxiedDevBroker {
     }
 
     /// As [`Self::start`], with these proxy options (the admin emulation is added to them).
+    /// With `with_partition_growth` the `topics` are made with room to grow and clients see
+    /// the partition counts given here.
     pub fn start_with(
         brokers: u32,
         topics: &[(&str, i32)],
         options: ProxyOptions,
     ) -> Result<ProxiedDevBroker, String> {
+        // With partition growth the dev broker gets room to grow (`with_partition_growth`).
+        let capacity = |partitions: i32| {
+            options
+                .partition_capacity
+                .map_or(partitions, |c| partitions.max(c))
+        };
+        let made: Vec<(&str, i32)> = topics.iter().map(|&(t, n)| (t, capacity(n))).collect();
         let broker =
-            DevBroker::try_start(brokers, topics).map_err(|e: DevBrokerError| e.to_string())?;
+            DevBroker::try_start(brokers, &made).map_err(|e: DevBrokerError| e.to_string())?;
         let proxy = KafkaProxy::start(
             &broker.bootstrap(),
             options.with_admin_emulation(broker.control()),
         )
         .map_err(|e| e.to_string())?;
+        if let Some(growth) = proxy.partition_growth() {
+            for (&(topic, visible), &(_, actual)) in topics.iter().zip(&made) {
+                growth.track(topic, visible, actual);
+            }
+        }
         Ok(ProxiedDevBroker { proxy, broker })
     }
 

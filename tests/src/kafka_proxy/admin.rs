@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -24,9 +25,9 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, MetadataRequest,
-    MetadataResponse, RequestHeader, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, MetadataRequest, MetadataResponse, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Message, StrBytes};
 use serde_json::{json, Map, Value};
@@ -44,10 +45,12 @@ use super::frame::{
     write_frame, RequestMeta,
 };
 use super::local::{LocalAnswer, LocalApi};
+use super::partition_growth::PartitionGrowth;
 use super::rewrite::METADATA;
 use crate::dev_broker::DevBrokerControl;
 
 pub(crate) const CREATE_TOPICS: i16 = 19;
+pub(crate) const CREATE_PARTITIONS: i16 = 37;
 pub(crate) const DESCRIBE_CONFIGS: i16 = 32;
 pub(crate) const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
 pub(crate) const DESCRIBE_SHARE_GROUP_OFFSETS: i16 = 90;
@@ -73,6 +76,7 @@ const INVALID_PARTITIONS: i16 = 37;
 const INVALID_REPLICATION_FACTOR: i16 = 38;
 const INVALID_CONFIG: i16 = 40;
 const INVALID_REQUEST: i16 = 42;
+const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub(crate) const UNKNOWN_SERVER_ERROR: i16 = -1;
 
 /// Admin operations whose authorization the emulation can refuse, as Kafka's ACL operations
@@ -86,6 +90,8 @@ pub enum AdminOperation {
     DescribeConfigs,
     /// CreateTopics: TOPIC_AUTHORIZATION_FAILED per topic.
     Create,
+    /// CreatePartitions (Kafka's ALTER on the topic): TOPIC_AUTHORIZATION_FAILED per topic.
+    Alter,
 }
 
 /// The emulation's settings in `ProxyOptions`.
@@ -118,6 +124,8 @@ pub struct AdminEmulation {
     pushed: Mutex<BTreeMap<String, Pushed>>,
     pub(crate) share_offsets: super::share_offsets::ShareOffsets,
     metadata: MetadataConnection,
+    /// Visible partition counts, with `ProxyOptions::with_partition_growth`.
+    growth: Option<Arc<PartitionGrowth>>,
 }
 
 impl std::fmt::Debug for AdminEmulation {
@@ -134,6 +142,7 @@ impl AdminEmulation {
         denied: BTreeSet<AdminOperation>,
         first_broker: String,
         upstream_versions: &[ApiVersion],
+        growth: Option<Arc<PartitionGrowth>>,
     ) -> AdminEmulation {
         let metadata_version = upstream_versions
             .iter()
@@ -153,6 +162,7 @@ impl AdminEmulation {
                 stream: tokio::sync::Mutex::new(None),
                 opened: std::sync::atomic::AtomicU64::new(0),
             },
+            growth,
         }
     }
 
@@ -216,7 +226,83 @@ impl AdminEmulation {
         &self,
         names: Option<&[String]>,
     ) -> Result<BTreeMap<String, TopicInfo>, String> {
-        self.metadata.topics(names).await
+        let mut topics = self.metadata.topics(names).await?;
+        if let Some(growth) = &self.growth {
+            for (name, info) in &mut topics {
+                if let Some(grown) = growth.topic(name) {
+                    info.partitions = grown.visible;
+                }
+            }
+        }
+        Ok(topics)
+    }
+
+    /// CreatePartitions, with the growth emulation: checked as Kafka 4.2's controller checks
+    /// it, then the topic's visible partition count is raised (`partition_growth`).
+    async fn create_partitions(&self, meta: RequestMeta, frame: Bytes) -> Result<Bytes, String> {
+        let growth = self
+            .growth
+            .as_ref()
+            .ok_or("CreatePartitions needs the partition growth emulation")?;
+        let (_, request) = decode_request::<CreatePartitionsRequest>(&frame, meta.version)?;
+        let names: Vec<String> = request
+            .topics
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .collect();
+        let mut counts = BTreeMap::new();
+        for name in &names {
+            *counts.entry(name.clone()).or_insert(0) += 1;
+        }
+        // What the dev broker has (not the visible counts).
+        let existing = self.metadata.topics(Some(&names)).await?;
+        let mut response = CreatePartitionsResponse::default();
+        for topic in &request.topics {
+            let name = topic.name.0.to_string();
+            let outcome = if counts[&name] > 1 {
+                Err((INVALID_REQUEST, "Duplicate topic name.".to_string()))
+            } else if self.denied(AdminOperation::Alter) {
+                Err((
+                    TOPIC_AUTHORIZATION_FAILED,
+                    "Authorization failed.".to_string(),
+                ))
+            } else {
+                match existing.get(&name) {
+                    None => Err((
+                        UNKNOWN_TOPIC_OR_PARTITION,
+                        default_message(UNKNOWN_TOPIC_OR_PARTITION)
+                            .unwrap_or_default()
+                            .to_string(),
+                    )),
+                    Some(info) => {
+                        let visible = growth.topic(&name).map_or(info.partitions, |g| g.visible);
+                        let additional = topic.count - visible;
+                        match &topic.assignments {
+                            Some(a) if additional > 0 && a.len() as i32 != additional => Err((
+                                INVALID_REPLICA_ASSIGNMENT,
+                                format!(
+                                    "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
+                                    a.len()
+                                ),
+                            )),
+                            _ => growth.grow(&name, info.partitions, topic.count, !request.validate_only),
+                        }
+                    }
+                }
+            };
+            let mut result = CreatePartitionsTopicResult::default();
+            result.name = topic.name.clone();
+            if let Err((code, message)) = outcome {
+                result.error_code = code;
+                result.error_message = Some(StrBytes::from_string(message));
+            }
+            response.results.push(result);
+        }
+        encode_response(
+            &response_header(meta.correlation_id),
+            &response,
+            meta.version,
+        )
     }
 
     fn group_props(&self, group: &str) -> BTreeMap<String, String> {
@@ -765,10 +851,15 @@ impl AdminEmulation {
             return Ok(Ok((partitions, replication, props)));
         }
         let topic_name = name.to_string();
+        // With the growth emulation the dev broker gets room to grow; clients see `partitions`.
+        let actual = self
+            .growth
+            .as_ref()
+            .map_or(partitions, |g| g.capacity_for(partitions));
         let created = self
             .launcher(move |c| {
                 c.command(json!({"cmd": "create_topic", "topic": topic_name,
-                    "partitions": partitions, "replication_factor": replication}))
+                    "partitions": actual, "replication_factor": replication}))
             })
             .await;
         match created {
@@ -781,6 +872,9 @@ impl AdminEmulation {
                 )))
             }
             Err(message) => return Ok(Err((UNKNOWN_SERVER_ERROR, message))),
+        }
+        if let Some(growth) = &self.growth {
+            growth.track(name, partitions, actual);
         }
         lock(&self.topic_configs).insert(name.to_string(), props.clone());
         Ok(Ok((partitions, replication, props)))
@@ -818,7 +912,7 @@ impl LocalApi for Arc<AdminEmulation> {
             AlterShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest,
             DescribeShareGroupOffsetsRequest,
         };
-        vec![
+        let mut versions = vec![
             (
                 CREATE_TOPICS,
                 CreateTopicsRequest::VERSIONS.min,
@@ -849,7 +943,12 @@ impl LocalApi for Arc<AdminEmulation> {
                 DeleteShareGroupOffsetsRequest::VERSIONS.min,
                 DeleteShareGroupOffsetsRequest::VERSIONS.max,
             ),
-        ]
+        ];
+        if self.growth.is_some() {
+            // Kafka 4.0 removed v0 and v1 (KIP-896).
+            versions.push((CREATE_PARTITIONS, 2, CreatePartitionsRequest::VERSIONS.max));
+        }
+        versions
     }
 
     fn answer(&self, meta: RequestMeta, frame: Bytes, node: i32) -> LocalAnswer {
@@ -857,6 +956,7 @@ impl LocalApi for Arc<AdminEmulation> {
         Box::pin(async move {
             match meta.api_key {
                 CREATE_TOPICS => admin.create_topics(meta, frame).await,
+                CREATE_PARTITIONS => admin.create_partitions(meta, frame).await,
                 DESCRIBE_CONFIGS => admin.describe_configs(meta, frame, node).await,
                 INCREMENTAL_ALTER_CONFIGS => {
                     admin.incremental_alter_configs(meta, frame, node).await

@@ -335,6 +335,16 @@ async fn requests<R: AsyncRead + Unpin>(
             send(Pending::Local(answer.await?))?;
             continue;
         }
+        // Partitions clients may not see yet never reach the dev broker.
+        let hidden_produce = match &shared.rewriter.growth {
+            Some(growth) if meta.api_key == PRODUCE => {
+                let (rewritten, hidden) =
+                    growth.produce_request(meta, frame, &|id| shared.rewriter.topic_name(id))?;
+                frame = rewritten;
+                Some(hidden).filter(|h| !h.is_empty())
+            }
+            _ => None,
+        };
         let expects_response =
             meta.api_key != PRODUCE || produce_acks(&frame, meta.version) != Some(0);
         if expects_response {
@@ -367,6 +377,7 @@ async fn requests<R: AsyncRead + Unpin>(
                 meta,
                 heartbeat,
                 share,
+                hidden_produce,
             }))?;
         }
         let upstream = match &mut upstream {

@@ -10,7 +10,8 @@
 //! (`admin`, `admin_configs`, `share_offsets`), which the dev broker lacks, and with
 //! `with_one_group_namespace` it keeps group ids in one namespace as Kafka does (`groups`);
 //! `with_kafka_share_sessions` keeps a member's records acquired across a share-session reopen,
-//! as Kafka does (`share_sessions`).
+//! as Kafka does (`share_sessions`); `with_partition_growth` lets topics gain partitions through
+//! CreatePartitions, which the dev broker cannot (`partition_growth`).
 //!
 //! Layout: `connection` (listeners, TLS, SASL exchange, request/response pump), `local` (the
 //! dispatch of requests the proxy answers itself), `rewrite` (endpoints, Kafka 4.2 heartbeat
@@ -24,6 +25,7 @@ mod faults;
 mod frame;
 mod groups;
 mod local;
+mod partition_growth;
 mod pki;
 mod rewrite;
 mod sasl;
@@ -47,6 +49,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub use admin::{AdminEmulation, AdminEmulationOptions, AdminOperation};
 pub use faults::{ProxyFaults, PARTITION_ERROR_APIS, TOP_LEVEL_ERROR_APIS};
 pub use groups::{GroupNamespace, GroupType};
+pub use partition_growth::{GrownTopic, PartitionGrowth, DEFAULT_PARTITION_CAPACITY};
 pub use pki::TestPki;
 pub use sasl::SaslMechanism;
 pub use token::{TokenError, TokenIssuer};
@@ -134,6 +137,9 @@ pub struct ProxyOptions {
     pub admin: Option<AdminEmulationOptions>,
     /// Admin operations the emulation refuses as unauthorized.
     pub denied_operations: std::collections::BTreeSet<AdminOperation>,
+    /// Topics can gain partitions (CreatePartitions), up to this many on the dev broker
+    /// (`partition_growth.rs`); needs the admin emulation.
+    pub partition_capacity: Option<i32>,
 }
 
 impl ProxyOptions {
@@ -155,6 +161,7 @@ impl ProxyOptions {
             kafka_share_sessions: false,
             admin: None,
             denied_operations: Default::default(),
+            partition_capacity: None,
         }
     }
 
@@ -213,6 +220,20 @@ impl ProxyOptions {
         self
     }
 
+    /// Topics gain partitions through CreatePartitions, as on Kafka: topics made through the
+    /// proxy get [`DEFAULT_PARTITION_CAPACITY`] partitions on the dev broker (or as many as
+    /// asked, if more) and clients see only as many as asked until CreatePartitions raises
+    /// the count (`partition_growth.rs`). Needs the admin emulation.
+    pub fn with_partition_growth(self) -> Self {
+        self.with_partition_capacity(DEFAULT_PARTITION_CAPACITY)
+    }
+
+    /// As [`Self::with_partition_growth`], with room for `capacity` partitions per topic.
+    pub fn with_partition_capacity(mut self, capacity: i32) -> Self {
+        self.partition_capacity = Some(capacity);
+        self
+    }
+
     fn validate(&self) -> Result<(), ProxyError> {
         let bad = |m: String| Err(ProxyError::Options(m));
         if self.require_client_certificate && !self.security.uses_tls() {
@@ -245,6 +266,14 @@ impl ProxyOptions {
         }
         if let Some((name, _)) = self.users.iter().find(|(n, _)| n.is_empty()) {
             return bad(format!("user name '{name}' is empty"));
+        }
+        if self.admin.is_none() && self.partition_capacity.is_some() {
+            return bad(
+                "partition growth needs the admin emulation (with_admin_emulation), which answers CreatePartitions".into(),
+            );
+        }
+        if let Some(capacity) = self.partition_capacity.filter(|c| *c < 1) {
+            return bad(format!("partition capacity {capacity} must be at least 1"));
         }
         if self.admin.is_none() && !self.denied_operations.is_empty() {
             return bad(format!(
@@ -286,6 +315,7 @@ pub struct KafkaProxy {
     /// The group id registry, when the proxy emulates Kafka's one namespace.
     groups: Option<Arc<GroupNamespace>>,
     admin: Option<Arc<AdminEmulation>>,
+    growth: Option<Arc<PartitionGrowth>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -333,6 +363,10 @@ impl KafkaProxy {
         let uses_sasl = options.security.uses_sasl();
         let admin_options = options.admin.clone();
         let denied = options.denied_operations.clone();
+        let growth = options
+            .partition_capacity
+            .map(|capacity| Arc::new(PartitionGrowth::new(capacity)));
+        let proxy_growth = growth.clone();
         let upstream = upstream_bootstrap.to_string();
         let (ready, ready_rx) = std::sync::mpsc::channel::<Result<Started, ProxyError>>();
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
@@ -374,6 +408,7 @@ impl KafkaProxy {
                     let faults = ProxyFaults::default();
                     let mut rewriter = Rewriter::new(endpoints, uses_sasl, kafka42, faults.clone());
                     rewriter.name_controller = emulating;
+                    rewriter.growth = growth.clone();
                     let mut local = LocalApis::new(upstream_versions.clone(), uses_sasl);
                     let admin = admin_options.map(|options| {
                         // Its Metadata lookups go to the lowest-numbered broker.
@@ -383,7 +418,13 @@ impl KafkaProxy {
                             .map(|(_, address)| address.clone())
                             .unwrap_or_default();
                         let versions = upstream_versions.unwrap_or_default();
-                        Arc::new(AdminEmulation::new(options, denied, first, &versions))
+                        Arc::new(AdminEmulation::new(
+                            options,
+                            denied,
+                            first,
+                            &versions,
+                            growth.clone(),
+                        ))
                     });
                     // Emulated APIs register here, one line each (keyed by API key); while any
                     // is registered the proxy answers ApiVersions itself, which needs
@@ -435,6 +476,7 @@ impl KafkaProxy {
             shared,
             groups: proxy_groups,
             admin,
+            growth: proxy_growth,
             shutdown: Some(shutdown),
             thread: Some(thread),
         })
@@ -474,6 +516,11 @@ impl KafkaProxy {
     /// The admin emulation's state and controls; `Some` with `with_admin_emulation`.
     pub fn admin(&self) -> Option<&AdminEmulation> {
         self.admin.as_deref()
+    }
+
+    /// The visible partition counts; `Some` with `with_partition_growth`.
+    pub fn partition_growth(&self) -> Option<&PartitionGrowth> {
+        self.growth.as_deref()
     }
 
     /// Connections the proxy opened to the dev broker on behalf of clients: one per client

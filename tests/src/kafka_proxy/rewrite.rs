@@ -3,24 +3,26 @@
 //! assignment rule. Responses nothing applies to pass through byte for byte.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
     ApiVersionsResponse, DescribeClusterResponse, FetchResponse, FindCoordinatorResponse,
-    MetadataResponse, ProduceResponse, ShareAcknowledgeResponse, ShareFetchResponse,
-    ShareGroupHeartbeatResponse,
+    ListOffsetsResponse, MetadataResponse, ProduceResponse, ShareAcknowledgeResponse,
+    ShareFetchResponse, ShareGroupHeartbeatResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use uuid::Uuid;
 
 use super::faults::{self, ProxyFaults};
 use super::frame::{decode_response, encode_response, RequestMeta};
+use super::partition_growth::{HiddenProduce, PartitionGrowth};
 
 /// API keys the proxy looks into.
 pub(crate) const PRODUCE: i16 = 0;
 pub(crate) const FETCH: i16 = 1;
+pub(crate) const LIST_OFFSETS: i16 = 2;
 pub(crate) const METADATA: i16 = 3;
 pub(crate) const FIND_COORDINATOR: i16 = 10;
 pub(crate) const SASL_HANDSHAKE: i16 = 17;
@@ -47,6 +49,8 @@ pub(crate) struct InFlight {
     pub heartbeat: Option<HeartbeatSeen>,
     /// A share request followed by `with_kafka_share_sessions`.
     pub share: Option<super::share_sessions::ShareSeen>,
+    /// Partitions of a Produce request kept from the dev broker (`partition_growth`).
+    pub hidden_produce: Option<HiddenProduce>,
 }
 
 type Assignment = BTreeSet<(Uuid, i32)>;
@@ -62,6 +66,9 @@ pub(crate) struct Rewriter {
     /// emulation, which answers them.
     pub name_controller: bool,
     pub faults: ProxyFaults,
+    /// Visible partition counts (`with_partition_growth`): Metadata, Fetch and ListOffsets
+    /// answers show only those partitions.
+    pub growth: Option<Arc<PartitionGrowth>>,
     /// Topic ids seen in Metadata answers, to match faults given by topic name.
     topic_names: Mutex<HashMap<Uuid, String>>,
     /// Kafka 4.2 mode: the assignment last sent to each share member.
@@ -81,6 +88,7 @@ impl Rewriter {
             kafka42,
             name_controller: false,
             faults,
+            growth: None,
             topic_names: Mutex::new(HashMap::new()),
             sent_assignments: Mutex::new(HashMap::new()),
         }
@@ -92,7 +100,7 @@ impl Rewriter {
             .map(|(host, port)| (StrBytes::from_string(host.clone()), i32::from(*port)))
     }
 
-    fn topic_name(&self, id: &Uuid) -> Option<String> {
+    pub(crate) fn topic_name(&self, id: &Uuid) -> Option<String> {
         self.topic_names
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -113,7 +121,8 @@ impl Rewriter {
                         }
                     }
                 }
-                let mut changed = false;
+                drop(names);
+                let mut changed = self.growth.as_ref().is_some_and(|g| g.metadata(r));
                 for broker in &mut r.brokers {
                     changed |= self.set(broker.node_id.0, &mut broker.host, &mut broker.port);
                 }
@@ -162,23 +171,44 @@ impl Rewriter {
                 changed
             }),
             // Produce v10+ and Fetch v16+ name new leaders' endpoints (KIP-951).
-            PRODUCE if version >= 10 || self.faults.has_partition_faults(PRODUCE) => {
+            PRODUCE
+                if version >= 10
+                    || self.faults.has_partition_faults(PRODUCE)
+                    || flight.hidden_produce.is_some() =>
+            {
                 edit::<ProduceResponse>(frame, version, |r| {
-                    let mut changed = false;
+                    let mut changed = flight
+                        .hidden_produce
+                        .as_ref()
+                        .is_some_and(|h| PartitionGrowth::produce_response(h, r));
                     for e in &mut r.node_endpoints {
                         changed |= self.set(e.node_id.0, &mut e.host, &mut e.port);
                     }
                     changed | faults::produce_partition_faults(&self.faults, r)
                 })
             }
-            FETCH if version >= 16 || self.faults.has_partition_faults(FETCH) => {
+            FETCH
+                if version >= 16
+                    || self.faults.has_partition_faults(FETCH)
+                    || self.growth.is_some() =>
+            {
                 edit::<FetchResponse>(frame, version, |r| {
-                    let mut changed = false;
+                    let mut changed = self
+                        .growth
+                        .as_ref()
+                        .is_some_and(|g| g.fetch_response(r, &|id| self.topic_name(id)));
                     for e in &mut r.node_endpoints {
                         changed |= self.set(e.node_id.0, &mut e.host, &mut e.port);
                     }
                     changed
                         | faults::fetch_partition_faults(&self.faults, r, &|id| self.topic_name(id))
+                })
+            }
+            LIST_OFFSETS if self.growth.is_some() => {
+                edit::<ListOffsetsResponse>(frame, version, |r| {
+                    self.growth
+                        .as_ref()
+                        .is_some_and(|g| g.list_offsets_response(r))
                 })
             }
             API_VERSIONS if self.sasl => {
@@ -333,6 +363,7 @@ mod tests {
             },
             heartbeat,
             share: None,
+            hidden_produce: None,
         }
     }
 
