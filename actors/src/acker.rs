@@ -258,6 +258,12 @@ impl AckerActor {
         }
         if self.commits_broken {
             // The consumer closes without them; the close gives their records back.
+            let records: usize = self.settled.iter().map(|b| b.acks.len()).sum();
+            warn!(
+                task = self.task,
+                records,
+                "verdicts not committed after a failed commit; the broker redelivers their records"
+            );
             self.settled.clear();
             return;
         }
@@ -345,6 +351,8 @@ impl AckerActor {
             }
             let mut committed = match result {
                 Err(e) => {
+                    let queued: usize = act.settled.iter().map(|b| b.acks.len()).sum();
+                    warn!(task = act.task, records = acks.len() + queued, error = %e, "commit failed; the broker redelivers the records whose verdicts it held");
                     act.commits_broken = true;
                     act.settled.clear();
                     act.consumer.do_send(Committed {
@@ -356,6 +364,7 @@ impl AckerActor {
                     return;
                 }
                 Ok(None) => {
+                    warn!(task = act.task, records = acks.len(), "verdicts not committed: the consumer closed first; the broker redelivers their records");
                     act.consumer.do_send(Committed {
                         seqs,
                         result: Ok(()),
