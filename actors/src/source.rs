@@ -170,9 +170,12 @@ const HANDED_OUT_CAPACITY: usize = 1 << 18;
 /// it from the decoder to the commit), not a hash of the name per record.
 #[derive(Debug, Default)]
 struct HandedOut {
-    topics: Vec<(Arc<str>, FxHashMap<(i32, i64), i16>)>,
+    topics: Vec<(Arc<str>, DeliveryCounts)>,
     count: usize,
 }
+
+/// (partition, offset) → delivery count, of one topic.
+type DeliveryCounts = FxHashMap<(i32, i64), i16>;
 
 impl HandedOut {
     fn position(&self, topic: &Arc<str>) -> Option<usize> {
