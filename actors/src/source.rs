@@ -144,13 +144,12 @@ pub struct ShareGroupSource {
     consumer: ShareConsumer,
     topics: Vec<String>,
     opened: bool,
-    /// Deliveries handed to the task and not committed yet: topic → (partition, offset) →
-    /// delivery count. The dev broker re-sends records a member holds in every fetch response
-    /// (share-protocol brief §8.6 item 14); a re-sent delivery keeps its delivery count, a
-    /// real redelivery (after RELEASE or a lost lock) has a higher one. A record is forgotten
-    /// once its verdict is committed, so this holds no more than the task has in flight.
-    seen: FxHashMap<Arc<str>, FxHashMap<(i32, i64), i16>>,
-    seen_count: usize,
+    /// Deliveries handed to the task and not committed yet. The dev broker re-sends records a
+    /// member holds in every fetch response (share-protocol brief §8.6 item 14); a re-sent
+    /// delivery keeps its delivery count, a real redelivery (after RELEASE or a lost lock) has
+    /// a higher one. A record is forgotten once its verdict is committed, so this holds no more
+    /// than the task has in flight.
+    handed_out: HandedOut,
     /// Verdicts applied locally since the last commit, to tell which a failed partition undid.
     /// Each with whether it was an ACCEPT (one list, so a record is cloned once, not twice).
     settled: Vec<(RecordCoordinates, bool)>,
@@ -164,17 +163,68 @@ const INVALID_RECORD_STATE: i16 = 121;
 
 /// Deliveries remembered for de-duplication; far more than a member holds at once (a safety
 /// net: past it the memory is dropped, and a re-sent record could reach the sink twice).
-const SEEN_CAPACITY: usize = 1 << 18;
+const HANDED_OUT_CAPACITY: usize = 1 << 18;
+
+/// Deliveries handed to a task: topic → (partition, offset) → delivery count. A task reads
+/// few topics: a list, searched by the shared name's pointer (the records of one topic share
+/// it from the decoder to the commit), not a hash of the name per record.
+#[derive(Debug, Default)]
+struct HandedOut {
+    topics: Vec<(Arc<str>, DeliveryCounts)>,
+    count: usize,
+}
+
+/// (partition, offset) → delivery count, of one topic.
+type DeliveryCounts = FxHashMap<(i32, i64), i16>;
+
+impl HandedOut {
+    fn position(&self, topic: &Arc<str>) -> Option<usize> {
+        self.topics
+            .iter()
+            .position(|(t, _)| Arc::ptr_eq(t, topic))
+            .or_else(|| self.topics.iter().position(|(t, _)| **t == **topic))
+    }
+
+    /// Remembers a delivery; returns the delivery count the record was handed out with
+    /// before, if it was (and not forgotten since).
+    fn remember(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+        delivery_count: i16,
+    ) -> Option<i16> {
+        if self.count >= HANDED_OUT_CAPACITY {
+            self.topics.clear();
+            self.count = 0;
+        }
+        let i = match self.position(topic) {
+            Some(i) => i,
+            None => {
+                self.topics.push((Arc::clone(topic), FxHashMap::default()));
+                self.topics.len() - 1
+            }
+        };
+        let known = self.topics[i].1.insert((partition, offset), delivery_count);
+        self.count += usize::from(known.is_none());
+        known
+    }
+
+    fn forget(&mut self, topic: &Arc<str>, partition: i32, offset: i64) {
+        if let Some(i) = self.position(topic) {
+            if self.topics[i].1.remove(&(partition, offset)).is_some() {
+                self.count -= 1;
+            }
+        }
+    }
+}
 
 impl ShareGroupSource {
     /// A record whose verdict is committed (or refused) is not held any more: the broker will
     /// not re-send it, and a redelivery comes with a higher delivery count.
     fn forget_delivery(&mut self, c: &RecordCoordinates) {
-        if let Some(partitions) = self.seen.get_mut(c.topic.as_str()) {
-            if partitions.remove(&(c.partition, c.offset)).is_some() {
-                self.seen_count -= 1;
-            }
-        }
+        self.handed_out
+            .forget(c.topic.as_arc(), c.partition, c.offset);
     }
 
     /// Subscribes `consumer` to `topics`.
@@ -184,8 +234,7 @@ impl ShareGroupSource {
             consumer,
             topics,
             opened: false,
-            seen: FxHashMap::default(),
-            seen_count: 0,
+            handed_out: HandedOut::default(),
             settled: Vec::new(),
             refused: Vec::new(),
         }
@@ -231,19 +280,12 @@ impl RecordSource for ShareGroupSource {
                 .push(AssignmentChange::Opened(self.assignment()));
         }
         let records = self.consumer.poll(timeout).await.map_err(share_failure)?;
+        polled.records.reserve(records.len());
+        polled.lock_deadlines.reserve(records.len());
         for r in records {
-            if self.seen_count >= SEEN_CAPACITY {
-                self.seen.clear();
-                self.seen_count = 0;
-            }
             let known = self
-                .seen
-                .entry(Arc::clone(&r.topic))
-                .or_default()
-                .insert((r.partition, r.offset), r.delivery_count);
-            if known.is_none() {
-                self.seen_count += 1;
-            }
+                .handed_out
+                .remember(&r.topic, r.partition, r.offset, r.delivery_count);
             if known != Some(r.delivery_count) {
                 polled.lock_deadlines.push(r.lock_deadline);
                 polled.records.push(raw_from_share(r));
@@ -638,5 +680,46 @@ impl RecordSource for ConsumerGroupSource {
 
     fn partition_count(&self) -> Option<usize> {
         Some(self.owned.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_re_sent_delivery_is_known_until_its_verdict_is_committed() {
+        let mut handed = HandedOut::default();
+        let t: Arc<str> = Arc::from("t");
+        assert_eq!(handed.remember(&t, 0, 5, 1), None);
+        assert_eq!(handed.remember(&t, 1, 5, 1), None, "another partition");
+        // The same name from another decode (another allocation) is the same topic.
+        let again: Arc<str> = Arc::from("t");
+        assert_eq!(handed.remember(&again, 0, 5, 1), Some(1), "re-sent");
+        assert_eq!(handed.remember(&again, 0, 5, 2), Some(1), "redelivered");
+        assert_eq!(handed.count, 2);
+        handed.forget(&t, 0, 5);
+        handed.forget(&t, 0, 5);
+        assert_eq!(handed.count, 1, "forgotten once");
+        assert_eq!(handed.remember(&t, 0, 5, 2), None);
+        let other: Arc<str> = Arc::from("u");
+        assert_eq!(handed.remember(&other, 0, 5, 1), None, "another topic");
+        handed.forget(&other, 0, 6);
+        assert_eq!(handed.count, 3);
+    }
+
+    #[test]
+    fn past_its_capacity_the_memory_is_dropped() {
+        let mut handed = HandedOut::default();
+        let t: Arc<str> = Arc::from("t");
+        for offset in 0..HANDED_OUT_CAPACITY as i64 {
+            assert_eq!(handed.remember(&t, 0, offset, 1), None);
+        }
+        assert_eq!(
+            handed.remember(&t, 0, 0, 1),
+            None,
+            "dropped, then remembered"
+        );
+        assert_eq!(handed.count, 1);
     }
 }

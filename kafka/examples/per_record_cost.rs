@@ -4,6 +4,7 @@
 //! ```text
 //! per_record_cost share 100000
 //! per_record_cost classic 300000
+//! per_record_cost share-wide 100000    # 500 acquired per fetch out of stored batches of 8,000
 //! ```
 
 fn main() {
@@ -16,8 +17,9 @@ fn main() {
     let batch = 500;
     let done = match part.as_str() {
         "share" => spillway_kafka::cost::share_cycles(records, batch),
+        "share-wide" => spillway_kafka::cost::share_cycles_in(records, batch, 8_000),
         "classic" => spillway_kafka::cost::classic_cycles(records, batch),
-        other => panic!("part: share or classic, not {other}"),
+        other => panic!("part: share, share-wide or classic, not {other}"),
     };
     println!("{part}: {done} records");
 }

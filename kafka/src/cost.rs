@@ -65,7 +65,16 @@ fn record_batch(n: usize) -> Bytes {
 /// `records` records through the share consumer's ledger in fetches of `batch`; returns how
 /// many were delivered.
 pub fn share_cycles(records: usize, batch: usize) -> usize {
-    let template = record_batch(batch);
+    share_cycles_in(records, batch, batch)
+}
+
+/// As [`share_cycles`], but the records are stored in batches of `stored` (a multiple of
+/// `batch`): every fetch acquires the next `batch` of them and carries the whole stored batch
+/// around them, as a broker does when the producer's batches are larger than a fetch's
+/// MaxRecords (the benchmarks' producer writes batches of up to 1 MB).
+pub fn share_cycles_in(records: usize, batch: usize, stored: usize) -> usize {
+    let stored = stored.max(batch) / batch * batch;
+    let template = record_batch(stored);
     let ledger = Mutex::new(Ledger::default());
     let topic: Arc<str> = Arc::from("bench");
     let owner = Owner {
@@ -73,15 +82,25 @@ pub fn share_cycles(records: usize, batch: usize) -> usize {
         generation: 1,
     };
     let mut delivered = 0;
-    let mut base = 0i64;
+    let mut first = 0i64;
+    let mut response: Option<(i64, Bytes)> = None;
     while delivered < records {
-        // The same batch at the next offsets: the base offset is outside the CRC.
-        let mut bytes = BytesMut::with_capacity(template.len());
-        bytes.put_i64(base);
-        bytes.extend_from_slice(&template[8..]);
+        // The same batch at the next offsets: the base offset is outside the CRC. Made once
+        // per stored batch (the fixture's cost), handed to every fetch inside it.
+        let base = first - first % stored as i64;
+        if response.as_ref().is_none_or(|(b, _)| *b != base) {
+            let mut bytes = BytesMut::with_capacity(template.len());
+            bytes.put_i64(base);
+            bytes.extend_from_slice(&template[8..]);
+            response = Some((base, bytes.freeze()));
+        }
+        let bytes = response
+            .as_ref()
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default();
         let mut acquired = AcquiredRecords::default();
-        acquired.first_offset = base;
-        acquired.last_offset = base + batch as i64 - 1;
+        acquired.first_offset = first;
+        acquired.last_offset = first + batch as i64 - 1;
         acquired.delivery_count = 1;
         let mut out = Vec::with_capacity(batch);
         absorb_partition(
@@ -90,7 +109,7 @@ pub fn share_cycles(records: usize, batch: usize) -> usize {
             0,
             owner,
             &[acquired],
-            bytes.freeze(),
+            bytes,
             Instant::now(),
             &mut out,
         )
@@ -116,7 +135,7 @@ pub fn share_cycles(records: usize, batch: usize) -> usize {
         assert!(l.take_results().values().all(Result::is_ok));
         drop(l);
         delivered += out.len();
-        base += batch as i64;
+        first += batch as i64;
     }
     delivered
 }

@@ -90,14 +90,14 @@ async fn metrics_count_what_happened_to_the_records_of_a_share_and_a_classic_con
     assert_eq!(share(&format!("{SINK}sink_record_lock_expired_total")), 0.0);
     assert_eq!(share(&format!("{SINK}sink_record_active_count")), 0.0);
     assert_eq!(share(&format!("{SINK}partition_count")), 1.0);
-    assert_eq!(
-        share(&format!("{SINK}sink_record_lock_margin_ms_count")),
-        deliveries,
-        "one lock margin per acknowledgement"
+    let margins = share(&format!("{SINK}sink_record_lock_margin_ms_count"));
+    assert!(
+        margins >= 2.0 && margins <= deliveries,
+        "one lock margin per lock deadline (fetch response) per commit, and a released record's redelivery comes in another fetch and commit: {margins} for {deliveries} deliveries"
     );
     let margin_sum = share(&format!("{SINK}sink_record_lock_margin_ms_sum"));
     assert!(
-        margin_sum > 0.0 && margin_sum <= deliveries * 15_000.0,
+        margin_sum > 0.0 && margin_sum <= margins * 15_000.0,
         "margins within the 15 s lock: {margin_sum}"
     );
     assert_eq!(

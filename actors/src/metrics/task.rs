@@ -181,6 +181,9 @@ impl TaskMetrics {
         let refused_expired: HashSet<&RecordCoordinates> = outcome.expired.iter().collect();
         let now_ms = now_epoch_ms();
         let (mut settled, mut expired, mut archived) = (0usize, 0usize, 0usize);
+        // The records of one ShareFetch response share a lock deadline, so they share a
+        // margin: one value per deadline per commit (what the histogram counts).
+        let mut margins_recorded: Vec<Instant> = Vec::new();
         for (acks, meta) in batches {
             settled += acks.len();
             let aligned = meta.as_ref().filter(|m| m.offsets.len() == acks.len());
@@ -190,8 +193,12 @@ impl TaskMetrics {
                 let delivery_count = m.map_or(1, |m| m.delivery_counts[i]);
                 let deadline = m.and_then(|m| m.lock_deadlines.get(i));
                 if let (Some(b), Some(deadline)) = (bound, deadline) {
-                    b.lock_margin
-                        .record(millis(deadline.saturating_duration_since(outcome.started)));
+                    // Newest first: a batch's records come in fetch order.
+                    if !margins_recorded.iter().rev().any(|d| d == deadline) {
+                        margins_recorded.push(*deadline);
+                        b.lock_margin
+                            .record(millis(deadline.saturating_duration_since(outcome.started)));
+                    }
                 }
                 if !applied {
                     let ran_out = refused_expired.contains(&ack.record)
@@ -442,13 +449,13 @@ mod tests {
         assert_eq!(get("offset-commit-completion-total"), Some(0.0));
         assert_eq!(
             get("sink-record-lock-margin-ms_count"),
-            Some(3.0),
-            "every acknowledgement sent"
+            Some(2.0),
+            "one margin per lock deadline the commit's acknowledgements had"
         );
         let margin_sum = get("sink-record-lock-margin-ms_sum").expect("a sum");
         assert!(
-            (margin_sum - 20_000.0).abs() < 1.0,
-            "two 10 s margins and one 0: {margin_sum}"
+            (margin_sum - 10_000.0).abs() < 1.0,
+            "the 10 s margin of offsets 0 and 1, and 0 for offset 2: {margin_sum}"
         );
         assert_eq!(
             get("sink-record-e2e-latency-ms_count"),
@@ -464,6 +471,59 @@ mod tests {
         assert_eq!(worker("connector-count"), Some(1.0));
         assert_eq!(worker("task-count"), Some(1.0));
         assert_eq!(worker("task-startup-attempts-total"), Some(1.0));
+    }
+
+    #[test]
+    fn a_lock_margin_per_deadline_per_commit_and_a_latency_per_record() {
+        let e = exported();
+        let m = &e.task.metrics;
+        let now = Instant::now();
+        let (first, second) = (now + Duration::from_secs(4), now + Duration::from_secs(6));
+        let commit = |batches: &[(&[Ack], Option<BatchMeta>)]| {
+            m.committed(
+                batches,
+                &CommitOutcome {
+                    started: now,
+                    elapsed: Duration::from_millis(1),
+                    all_applied: true,
+                    unapplied: &[],
+                    expired: &[],
+                    delivery_attempt_limit: 5,
+                },
+            )
+        };
+        // Two batches, whose records two fetches acquired (two lock deadlines, interleaved).
+        let one = [record(0, 1, 10), record(1, 1, 10), record(2, 1, 10)];
+        let two = [record(3, 1, 10), record(4, 1, 10)];
+        let meta_one = m.polled(&one, vec![first, first, second]);
+        let meta_two = m.polled(&two, vec![second, first]);
+        let acks_one = [
+            ack(0, Disposition::Accept),
+            ack(1, Disposition::Accept),
+            ack(2, Disposition::Release),
+        ];
+        let acks_two = [ack(3, Disposition::Accept), ack(4, Disposition::Accept)];
+        commit(&[(&acks_one, Some(meta_one)), (&acks_two, Some(meta_two))]);
+        let get = |name: &str| sample(&e.registry, &prometheus_name(GROUP_SINK_TASK, name));
+        assert_eq!(get("sink-record-lock-margin-ms_count"), Some(2.0));
+        let sum = get("sink-record-lock-margin-ms_sum").expect("a sum");
+        assert!((sum - 10_000.0).abs() < 1.0, "4 s and 6 s: {sum}");
+        assert_eq!(
+            get("sink-record-e2e-latency-ms_count"),
+            Some(4.0),
+            "every applied ACCEPT, not the RELEASE"
+        );
+        // The next commit's acknowledgements of the first fetch: its margin again.
+        let three = [record(5, 1, 10)];
+        let meta_three = m.polled(&three, vec![first]);
+        commit(&[(&[ack(5, Disposition::Accept)], Some(meta_three))]);
+        assert_eq!(get("sink-record-lock-margin-ms_count"), Some(3.0));
+        assert_eq!(get("sink-record-e2e-latency-ms_count"), Some(5.0));
+        let latency = get("sink-record-e2e-latency-ms_sum").expect("a sum");
+        assert!(
+            (50.0..50_000.0).contains(&latency),
+            "five records 10 ms old: {latency}"
+        );
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub const HISTOGRAMS: [(&str, &str, &[f64], &str); 4] = [
         "sink-record-lock-margin-ms",
         "ms",
         &LOCK_MARGIN_BUCKETS_MS,
-        "Share mode: time left on a record's acquisition lock when its acknowledgement was sent (0 when it had run out).",
+        "Share mode: time left on the acquisition lock of acknowledged records when their acknowledgements were sent (0 when it had run out). One value per lock deadline per commit: the records one ShareFetch acquired share a deadline, so a commit of one fetch's records adds one value.",
     ),
     (
         "ack-commit-time-ms",

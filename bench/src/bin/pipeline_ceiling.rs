@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
@@ -24,12 +24,13 @@ use clap::Parser;
 use futures::FutureExt;
 use spillway_actors::consumer::SourceFactory;
 use spillway_actors::lock_retry::TargetHealth;
+use spillway_actors::metrics;
 use spillway_actors::pool::TaskPool;
 use spillway_actors::settings::{TaskSettings, SHARE_INFLIGHT_BATCHES_DEFAULT};
 use spillway_actors::source::{AssignmentChange, Committed, Polled, RecordSource};
-use spillway_actors::status::TaskCounters;
+use spillway_actors::status::{StatusBoard, TaskCounters};
 use spillway_actors::task::{spawn_task, TaskSpec};
-use spillway_actors::RuntimeError;
+use spillway_actors::{RuntimeError, State};
 use spillway_bench::{config, cpu_time, mib, peak_rss_bytes};
 use spillway_connectors::file::FileSinkTask;
 use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
@@ -56,6 +57,11 @@ struct Args {
     /// Goal: records per CPU-second at least this.
     #[arg(long, default_value_t = 1_000_000.0)]
     min_rate: f64,
+    /// Record the task's metrics through the worker command's OpenTelemetry pipeline (bound
+    /// histograms, Prometheus reader), as a running worker does; rendered once at the end and
+    /// checked: one end-to-end latency per record.
+    #[arg(long)]
+    metrics: bool,
 }
 
 /// Hands out `total` records, `batch` per poll, built from one shared value buffer.
@@ -88,6 +94,10 @@ impl RecordSource for MemorySource {
             return Ok(polled);
         }
         let deadline = Instant::now() + self.lock_duration;
+        // Produced just now, as a topic drained at full speed is.
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         polled.records.reserve(n);
         polled.lock_deadlines.reserve(n);
         let slots = self.values.len() / self.record_bytes;
@@ -101,7 +111,7 @@ impl RecordSource for MemorySource {
                 key: None,
                 value: Some(self.values.slice(slot..slot + self.record_bytes)),
                 headers: Vec::new(),
-                timestamp: Some(1_700_000_000_000),
+                timestamp: Some(timestamp),
                 timestamp_type: TimestampType::CreateTime,
                 delivery_count: Some(1),
                 lock_deadline: Some(deadline),
@@ -199,8 +209,53 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The worker command's metrics pipeline with the task's metrics bound to it, as the
+/// supervisor binds a task's.
+struct Metrics {
+    telemetry: spillway::metrics::Telemetry,
+    _board: StatusBoard,
+}
+
+fn bound_metrics(counters: &mut Arc<TaskCounters>) -> Result<Metrics> {
+    let telemetry = spillway::metrics::Telemetry::build(false)?;
+    let board = StatusBoard::default();
+    metrics::register(&telemetry.meter(), &board);
+    board.connector_started("ceiling", "share".into(), "connect-ceiling".into());
+    let labels = metrics::ConnectorLabels {
+        tenant: "bench".into(),
+        connector: "ceiling".into(),
+        mode: "share",
+        connector_class: "FileStreamSink".into(),
+        connector_version: "bench".into(),
+    };
+    board.set_labels("ceiling", labels.clone());
+    *counters = board.task_counters("ceiling", 0);
+    counters
+        .metrics
+        .bind(board.telemetry(), &metrics::task_labels(&labels, 0));
+    board.set_task("ceiling", 0, State::Running, None);
+    Ok(Metrics {
+        telemetry,
+        _board: board,
+    })
+}
+
+/// The value of the Prometheus sample `name` (the one task's series).
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let n = series.split_once('{').map_or(series, |(n, _)| n);
+        (n == name).then(|| value.parse().ok()).flatten()
+    })
+}
+
 async fn run(args: &Args, file: &std::path::Path) -> Result<(u64, f64, f64)> {
-    let counters = Arc::new(TaskCounters::default());
+    let mut counters = Arc::new(TaskCounters::default());
+    let metrics = if args.metrics {
+        Some(bound_metrics(&mut counters)?)
+    } else {
+        None
+    };
     let (events, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let source = MemorySource {
         topic: "bench".into(),
@@ -289,6 +344,21 @@ async fn run(args: &Args, file: &std::path::Path) -> Result<(u64, f64, f64)> {
             Ok(Some(spillway_actors::messages::TaskEvent::Progress { .. })) | Err(_) => continue,
             Ok(Some(spillway_actors::messages::TaskEvent::Stopped { .. })) | Ok(None) => break,
             Ok(Some(other)) => bail!("the task did not stop cleanly: {other:?}"),
+        }
+    }
+    if let Some(metrics) = metrics {
+        let text = metrics.telemetry.render()?;
+        let get = |metric: &str| {
+            sample(&text, &format!("kafka_connect_sink_task_metrics_{metric}")).unwrap_or(0.0)
+        };
+        let latencies = get("sink_record_e2e_latency_ms_count");
+        let margins = get("sink_record_lock_margin_ms_count");
+        println!(
+            "  metrics: {latencies} end-to-end latencies, {margins} lock margins, mean latency {:.1} ms",
+            get("sink_record_e2e_latency_ms_sum") / latencies.max(1.0)
+        );
+        if latencies != args.records as f64 || margins < 1.0 {
+            bail!("the metrics missed records: {latencies} latencies, {margins} lock margins for {} records", args.records);
         }
     }
     Ok((args.records, seconds, cpu_seconds))

@@ -10,6 +10,7 @@
 //! twice (brief §4.5).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -1013,6 +1014,7 @@ pub(crate) fn absorb_partition(
     if ranges.is_empty() {
         return Ok(());
     }
+    let last_acquired = ranges.iter().map(|r| r.1).max().unwrap_or(i64::MIN);
     // One partition: claimed once, not per record.
     let part = ledger.claim(topic, partition, owner);
     let find = |offset: i64| -> Option<i16> {
@@ -1044,6 +1046,49 @@ pub(crate) fn absorb_partition(
             break;
         }
         let mut batch = bytes.split_to(total);
+        // A fetch carries every stored batch around the acquired offsets whole (and the dev
+        // broker re-sends held records): an uncompressed batch is read in place, and only its
+        // acquired records are taken out of it.
+        if let Some(records) =
+            acquired_in_place(&batch, last_acquired, |offset| find(offset).is_some())
+        {
+            for r in records {
+                let Some(delivery_count) = find(r.offset) else {
+                    continue;
+                };
+                covered.push(r.offset);
+                if part.acquire(r.offset, delivery_count) == Acquire::Duplicate {
+                    continue;
+                }
+                let field = |range: Option<Range<usize>>, copies: &mut Copies| {
+                    range.map(|range| copies.copy(&batch[range]))
+                };
+                let key = field(r.key, &mut copies);
+                let value = field(r.value, &mut copies);
+                let headers = r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            String::from_utf8_lossy(&batch[k]).into_owned(),
+                            field(v, &mut copies),
+                        )
+                    })
+                    .collect();
+                out.push(ShareRecord {
+                    topic: Arc::clone(topic),
+                    partition,
+                    offset: r.offset,
+                    key,
+                    value,
+                    headers,
+                    timestamp: r.timestamp,
+                    delivery_count,
+                    lock_deadline,
+                });
+            }
+            continue;
+        }
         let raw = batch.clone();
         let control_batch = is_control_batch(&batch);
         let last_delta = if total >= 27 {
@@ -1155,6 +1200,121 @@ pub(crate) fn absorb_partition(
     }
 }
 
+/// One record of a batch read in place: where its fields are in the batch.
+#[derive(Debug, PartialEq)]
+struct InPlace {
+    offset: i64,
+    timestamp: i64,
+    key: Option<Range<usize>>,
+    value: Option<Range<usize>>,
+    /// Header keys (valid UTF-8) and values; a repeated key keeps its first place and takes
+    /// the later value, as the decoder's map does.
+    headers: Vec<(Range<usize>, Option<Range<usize>>)>,
+}
+
+/// A zigzag varint (Kafka's varint and varlong) at `*pos` in `buf`.
+fn read_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let byte = *buf.get(*pos)?;
+        *pos += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+/// A length-prefixed field at `*pos` (length -1: null); its range in `buf`.
+fn read_field(buf: &[u8], pos: &mut usize) -> Option<Option<Range<usize>>> {
+    let len = read_varint(buf, pos)?;
+    if len == -1 {
+        return Some(None);
+    }
+    let start = *pos;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    if end > buf.len() {
+        return None;
+    }
+    *pos = end;
+    Some(Some(start..end))
+}
+
+/// The records of `batch` (a whole v2 record batch, header included) that `wanted` picks, read
+/// in place: every other record is skipped by its length, not decoded, and the walk stops past
+/// offset `last` (offsets grow within a batch). `None` when the batch
+/// is not one this reads (another magic, compressed, a control batch, a failed CRC, a malformed
+/// record): the decoder then takes it, and reports what is wrong with it. Like the decoder, a
+/// record's timestamp is the batch's base timestamp plus its delta.
+fn acquired_in_place(
+    batch: &[u8],
+    last: i64,
+    wanted: impl Fn(i64) -> bool,
+) -> Option<Vec<InPlace>> {
+    const HEADER: usize = 61;
+    if batch.len() < HEADER || batch[16] != 2 {
+        return None;
+    }
+    let be_i64 = |at: usize| i64::from_be_bytes(batch[at..at + 8].try_into().unwrap_or([0; 8]));
+    let attributes = u16::from_be_bytes([batch[21], batch[22]]);
+    // Compression (bits 0-2) or a control batch (bit 5).
+    if attributes & 0x7 != 0 || attributes & 0x20 != 0 {
+        return None;
+    }
+    if crc_mismatch(batch) {
+        return None;
+    }
+    let base = be_i64(0);
+    let base_timestamp = be_i64(27);
+    let count = i32::from_be_bytes([batch[57], batch[58], batch[59], batch[60]]);
+    let mut records = Vec::new();
+    let mut pos = HEADER;
+    for _ in 0..u32::try_from(count).ok()? {
+        let size = usize::try_from(read_varint(batch, &mut pos)?).ok()?;
+        let end = pos.checked_add(size)?;
+        if end > batch.len() {
+            return None;
+        }
+        let record = &batch[..end];
+        // Past the record's attributes (one byte).
+        let mut at = pos + 1;
+        let timestamp_delta = read_varint(record, &mut at)?;
+        let offset_delta = i32::try_from(read_varint(record, &mut at)?).ok()?;
+        let offset = base + i64::from(offset_delta);
+        if offset > last {
+            break;
+        }
+        if wanted(offset) {
+            let key = read_field(record, &mut at)?;
+            let value = read_field(record, &mut at)?;
+            let header_count = usize::try_from(read_varint(record, &mut at)?).ok()?;
+            let mut headers: Vec<(Range<usize>, Option<Range<usize>>)> = Vec::new();
+            for _ in 0..header_count {
+                let name = read_field(record, &mut at)??;
+                std::str::from_utf8(&batch[name.clone()]).ok()?;
+                let value = read_field(record, &mut at)?;
+                match headers
+                    .iter_mut()
+                    .find(|(n, _)| batch[n.clone()] == batch[name.clone()])
+                {
+                    Some(known) => known.1 = value,
+                    None => headers.push((name, value)),
+                }
+            }
+            records.push(InPlace {
+                offset,
+                timestamp: base_timestamp.wrapping_add(timestamp_delta),
+                key,
+                value,
+                headers,
+            });
+        }
+        pos = end;
+    }
+    Some(records)
+}
+
 /// Whether a record batch (v2 header: attributes at bytes 21..23) is a control batch.
 fn is_control_batch(batch: &[u8]) -> bool {
     const CONTROL: u16 = 0x20;
@@ -1261,6 +1421,211 @@ mod tests {
             .into_iter()
             .flat_map(|(_, _, m)| m)
             .collect()
+    }
+
+    /// Records with and without keys, values and headers (a repeated header name, a null
+    /// header value), in one uncompressed batch.
+    fn varied_batch(compression: Compression) -> Bytes {
+        let records: Vec<Record> = (0..40i64)
+            .map(|i| {
+                let mut r = record(100 + i, false);
+                // Consecutive sequences: one batch.
+                r.sequence = i as i32;
+                r.timestamp = 1_700_000_000_000 + i * 37;
+                r.key = (i % 3 != 0).then(|| Bytes::from(format!("key-{i}")));
+                r.value =
+                    (i % 7 != 0).then(|| Bytes::from(vec![b'a' + (i % 26) as u8; i as usize * 50]));
+                r.headers.clear();
+                for h in 0..(i % 4) {
+                    r.headers.insert(
+                        StrBytes::from_string(format!("h{h}")),
+                        (h != 1).then(|| Bytes::from(format!("x{i}-{h}"))),
+                    );
+                }
+                r
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    /// The whole batches in `bytes`, as `absorb_partition` cuts them.
+    fn batches(mut bytes: Bytes) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while bytes.len() >= 12 {
+            let len = i32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+            out.push(bytes.split_to(12 + len));
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_read_in_place_gives_what_the_decoder_gives() {
+        let wanted = |offset: i64| (105..=120).contains(&offset) || offset == 139;
+        let (mut compared, mut all) = (0, 0);
+        let stored = batches(varied_batch(Compression::None));
+        assert_eq!(stored.len(), 1);
+        for bytes in stored {
+            let decoded = RecordBatchDecoder::decode(&mut bytes.clone())
+                .unwrap()
+                .records;
+            let read = acquired_in_place(&bytes, 139, wanted).expect("an uncompressed batch");
+            let expected: Vec<&Record> = decoded.iter().filter(|r| wanted(r.offset)).collect();
+            assert_eq!(read.len(), expected.len());
+            let slice = |r: &Option<Range<usize>>| r.clone().map(|r| bytes.slice(r));
+            for (got, want) in read.iter().zip(expected) {
+                assert_eq!(got.offset, want.offset);
+                assert_eq!(got.timestamp, want.timestamp);
+                assert_eq!(slice(&got.key), want.key);
+                assert_eq!(slice(&got.value), want.value);
+                let headers: Vec<(String, Option<Bytes>)> = got
+                    .headers
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            String::from_utf8(bytes[k.clone()].to_vec()).unwrap(),
+                            slice(v),
+                        )
+                    })
+                    .collect();
+                let want_headers: Vec<(String, Option<Bytes>)> = want
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect();
+                assert_eq!(headers, want_headers);
+                compared += 1;
+            }
+            all += acquired_in_place(&bytes, i64::MAX, |_| true).unwrap().len();
+            assert!(decoded.len() <= all);
+        }
+        assert_eq!(compared, 17);
+        assert_eq!(all, 40);
+        // The walk stops past the last acquired offset.
+        let bytes = varied_batch(Compression::None);
+        let read = acquired_in_place(&bytes, 110, |_| true).unwrap();
+        assert_eq!(read.first().map(|r| r.offset), Some(100));
+        assert_eq!(read.last().map(|r| r.offset), Some(110));
+    }
+
+    #[test]
+    fn a_repeated_header_name_keeps_its_place_and_takes_the_last_value() {
+        // The encoder's map cannot repeat a name: write the record by hand.
+        let mut r = record(0, false);
+        r.headers.clear();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &[r],
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        let mut bytes = buf.to_vec();
+        // The record: headers a=1, b=2, a=3.
+        // Attributes 0, timestamp delta 0, offset delta 0, key null (-1 is zigzag 1), value
+        // "v0" (2 is zigzag 4), then the headers (name and value lengths 1: zigzag 2).
+        let mut record_body: Vec<u8> = vec![0, 0, 0, 1, 4, b'v', b'0', 6];
+        for (k, v) in [(b'a', b'1'), (b'b', b'2'), (b'a', b'3')] {
+            record_body.extend_from_slice(&[2, k, 2, v]);
+        }
+        bytes.truncate(61);
+        bytes.push((record_body.len() as u8) << 1);
+        bytes.extend_from_slice(&record_body);
+        let length = (bytes.len() - 12) as i32;
+        bytes[8..12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[21..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        let bytes = Bytes::from(bytes);
+        let decoded = RecordBatchDecoder::decode(&mut bytes.clone())
+            .unwrap()
+            .records;
+        let read = acquired_in_place(&bytes, i64::MAX, |_| true).unwrap();
+        let names: Vec<&[u8]> = read[0]
+            .headers
+            .iter()
+            .map(|(k, _)| &bytes[k.clone()])
+            .collect();
+        let values: Vec<Option<&[u8]>> = read[0]
+            .headers
+            .iter()
+            .map(|(_, v)| v.clone().map(|v| &bytes[v]))
+            .collect();
+        assert_eq!(names, [b"a".as_slice(), b"b".as_slice()]);
+        assert_eq!(values, [Some(b"3".as_slice()), Some(b"2".as_slice())]);
+        let decoder: Vec<(String, Option<Bytes>)> = decoded[0]
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        assert_eq!(
+            decoder,
+            [
+                ("a".to_string(), Some(Bytes::from_static(b"3"))),
+                ("b".to_string(), Some(Bytes::from_static(b"2")))
+            ]
+        );
+        assert_eq!(
+            read[0].value.clone().map(|v| bytes.slice(v)),
+            decoded[0].value
+        );
+        assert_eq!(read[0].key, None);
+    }
+
+    #[test]
+    fn batches_not_read_in_place_are_left_to_the_decoder() {
+        assert!(acquired_in_place(&varied_batch(Compression::Gzip), i64::MAX, |_| true).is_none());
+        let control = {
+            let records = [record(5, true)];
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &records,
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::None,
+                },
+            )
+            .unwrap();
+            buf.freeze()
+        };
+        assert!(
+            acquired_in_place(&control, i64::MAX, |_| true).is_none(),
+            "control"
+        );
+        let one = || batches(varied_batch(Compression::None)).pop().unwrap();
+        assert!(acquired_in_place(&one(), i64::MAX, |_| true).is_some());
+        let mut corrupt = one().to_vec();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        assert!(
+            acquired_in_place(&corrupt, i64::MAX, |_| true).is_none(),
+            "CRC"
+        );
+        // A record cut short (CRC made to match): malformed.
+        let mut short = one().to_vec();
+        short.truncate(short.len() - 3);
+        let crc = crc32c::crc32c(&short[21..]);
+        short[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(
+            acquired_in_place(&short, i64::MAX, |_| true).is_none(),
+            "truncated"
+        );
+        assert!(
+            acquired_in_place(&short[..40], i64::MAX, |_| true).is_none(),
+            "no header"
+        );
     }
 
     #[test]
