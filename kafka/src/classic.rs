@@ -16,7 +16,13 @@
 //! Connect does: the member stays within `max.poll.interval.ms` and serves rebalances, and
 //! the next [`ClassicSource::poll`] resumes where the last record handed out left off.
 //!
-//! rdkafka's `BaseConsumer` blocks in `poll` and `commit`; both run on tokio's blocking pool.
+//! The commit after each batch is asynchronous (as Kafka Connect's `WorkerSinkTask` and the C
+//! reference commit): it is queued on the caller's thread and the next poll need not wait for
+//! the broker's answer. A failed one is sent again by the next commit (its answer arrives
+//! through `poll`); the commits of a revocation and of `close` are synchronous and cover every
+//! tracked partition, so the group's position is on the broker before the partitions move or
+//! the member leaves. rdkafka's `BaseConsumer` blocks in `poll` and in a synchronous commit;
+//! both run on tokio's blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use spillway_core::Topic;
@@ -323,13 +329,33 @@ impl OffsetTracker {
         }
     }
 
-    /// Stops tracking `partitions`, returning what was left to commit for them.
+    /// An asynchronous commit of `offsets` failed: the next [`to_commit`](Self::to_commit)
+    /// offers these partitions again (a later commit that went through is simply repeated).
+    pub fn commit_failed(&mut self, offsets: &[((String, i32), i64)]) {
+        for ((topic, partition), offset) in offsets {
+            if let Some(p) = self.get_mut(topic, *partition) {
+                p.committed = p.committed.min(*offset - 1);
+            }
+        }
+    }
+
+    /// Every partition's watermark, moved since the last commit or not: what a synchronous
+    /// commit sends so that no asynchronous one still on its way is relied on.
+    pub fn watermarks(&self) -> Vec<((String, i32), i64)> {
+        self.iter()
+            .filter(|(_, p)| p.next > 0)
+            .map(|((t, partition), p)| ((t.clone(), partition), p.watermark()))
+            .collect()
+    }
+
+    /// Stops tracking `partitions`, returning their watermarks to commit (synchronously: an
+    /// asynchronous commit of the same offsets may still be on its way).
     fn forget(&mut self, partitions: &[(String, i32)]) -> Vec<((String, i32), i64)> {
         let commit = partitions
             .iter()
             .filter_map(|tp| {
                 let p = self.get(&tp.0, tp.1)?;
-                (p.watermark() > p.committed && p.next > 0).then(|| (tp.clone(), p.watermark()))
+                (p.next > 0).then(|| (tp.clone(), p.watermark()))
             })
             .collect();
         for (topic, partition) in partitions {
@@ -423,6 +449,31 @@ impl ClientContext for GroupContext {
 }
 
 impl ConsumerContext for GroupContext {
+    /// The answer to a commit, delivered by `poll`: the partitions of a failed one are
+    /// committed again by the next commit (the records are processed; only their offsets are
+    /// not on the broker yet).
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        let failed: Vec<((String, i32), i64)> = offsets
+            .elements()
+            .iter()
+            .filter(|e| result.is_err() || e.error().is_err())
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = &result {
+            warn!(group = %self.group, offsets = %describe(&failed), error = %e,
+                "committing offsets failed; the next commit sends them again");
+        } else if !failed.is_empty() {
+            warn!(group = %self.group, offsets = %describe(&failed),
+                "committing some partitions' offsets failed; the next commit sends them again");
+        }
+        if !failed.is_empty() {
+            lock(&self.tracker).commit_failed(&failed);
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let revoked = partitions_of(tpl);
@@ -480,6 +531,9 @@ struct PendingSeek {
     /// saves reading records the caller drops anyway (failing is logged).
     must: bool,
 }
+
+/// Most records a poll's list is sized for up front (`max.poll.records` may be far larger).
+const MAX_PRESIZED_POLL: usize = 1024;
 
 /// How long a seek may wait for librdkafka's fetcher (on a blocking thread).
 const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -636,14 +690,25 @@ impl ClassicSource {
                     warn!(group = %group, error = %e, "resuming the paused partitions failed");
                 }
             }
-            let mut records = Vec::new();
+            // Sized for a full poll (up to a bound): no regrowth, each a copy of the records.
+            let mut records = Vec::with_capacity(max.min(MAX_PRESIZED_POLL));
             let mut last_topic = None;
             let mut copies = Copies::new(COPY_CHUNK);
             let mut wait = timeout;
+            let mut empty_polls = 0;
             while records.len() < max {
                 match consumer.poll(wait) {
-                    None => break,
+                    // rdkafka answers `None` for an event it consumed (a commit's answer, a
+                    // rebalance) as for an empty queue: one more look before ending the batch.
+                    None => {
+                        empty_polls += 1;
+                        if empty_polls > 1 || wait > Duration::ZERO {
+                            break;
+                        }
+                        continue;
+                    }
                     Some(Ok(message)) => {
+                        empty_polls = 0;
                         records.push(owned(&message, &mut last_topic, &mut copies))
                     }
                     Some(Err(e)) => {
@@ -797,32 +862,57 @@ impl ClassicSource {
     }
 
     /// Commits every partition's processed watermark that moved; returns what was committed.
-    /// Nothing when `commit_offsets` is off: the sink commits them in its transactions.
+    /// Asynchronous: librdkafka queues the commit and this returns (a failure it reports later
+    /// through `poll` makes the next commit send those partitions again). Nothing when
+    /// `commit_offsets` is off: the sink commits them in its transactions.
     pub async fn commit(&self) -> Result<Vec<((String, i32), i64)>, ClassicError> {
         let offsets = lock(&self.tracker).to_commit();
         if offsets.is_empty() || !self.config.commit_offsets {
             return Ok(offsets);
         }
-        let consumer = Arc::clone(&self.consumer);
-        let group = self.config.group_id.clone();
-        let tracker = Arc::clone(&self.tracker);
-        tokio::task::spawn_blocking(move || {
-            match consumer.commit(&tpl_of(&offsets), CommitMode::Sync) {
-                Ok(()) => {
-                    lock(&tracker).committed(&offsets);
-                    Ok(offsets)
-                }
-                // Nothing to commit for partitions that moved away meanwhile.
-                Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(Vec::new()),
-                Err(e) => Err(ClassicError::Commit {
-                    group,
-                    offsets: describe(&offsets),
-                    reason: e.to_string(),
-                }),
+        // Queueing does not wait for the broker: no blocking thread needed.
+        match self.consumer.commit(&tpl_of(&offsets), CommitMode::Async) {
+            Ok(()) => {
+                lock(&self.tracker).committed(&offsets);
+                Ok(offsets)
             }
+            // Nothing to commit for partitions that moved away meanwhile.
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => Ok(Vec::new()),
+            Err(e) => Err(self.commit_error(&offsets, e)),
+        }
+    }
+
+    /// Commits every tracked partition's watermark and waits for the broker's answer: the
+    /// asynchronous commits before it may still be on their way.
+    async fn commit_sync(&self) -> Result<Vec<((String, i32), i64)>, ClassicError> {
+        let offsets = lock(&self.tracker).watermarks();
+        if offsets.is_empty() || !self.config.commit_offsets {
+            return Ok(offsets);
+        }
+        let consumer = Arc::clone(&self.consumer);
+        let tracker = Arc::clone(&self.tracker);
+        let result = tokio::task::spawn_blocking(move || {
+            let result = consumer.commit(&tpl_of(&offsets), CommitMode::Sync);
+            if result.is_ok() {
+                lock(&tracker).committed(&offsets);
+            }
+            (offsets, result)
         })
         .await
-        .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+        .map_err(|e| ClassicError::Cancelled(e.to_string()))?;
+        match result {
+            (offsets, Ok(())) => Ok(offsets),
+            (_, Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => Ok(Vec::new()),
+            (offsets, Err(e)) => Err(self.commit_error(&offsets, e)),
+        }
+    }
+
+    fn commit_error(&self, offsets: &[((String, i32), i64)], e: KafkaError) -> ClassicError {
+        ClassicError::Commit {
+            group: self.config.group_id.clone(),
+            offsets: describe(offsets),
+            reason: e.to_string(),
+        }
     }
 
     /// The member's current group metadata (group, generation, member id), for a producer
@@ -836,9 +926,9 @@ impl ClassicSource {
         lock(&self.tracker).in_flight()
     }
 
-    /// Commits what is processed and leaves the group.
+    /// Commits what is processed (synchronously) and leaves the group.
     pub async fn close(self) -> Result<(), ClassicError> {
-        let committed = self.commit().await;
+        let committed = self.commit_sync().await;
         let consumer = self.consumer.take();
         tokio::task::spawn_blocking(move || {
             consumer.unsubscribe();
@@ -1041,6 +1131,56 @@ mod tests {
         assert_eq!(left, vec![(("a".to_owned(), 0), 1)]);
         t.done("a", 0, 0);
         assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn a_failed_commit_is_offered_again_by_the_next_one() {
+        let mut t = OffsetTracker::default();
+        for o in 0..4 {
+            t.delivered("t", 0, o);
+            t.delivered("t", 1, o);
+        }
+        t.done_all([("t", 0, 0), ("t", 0, 1), ("t", 1, 0)]);
+        let sent = t.to_commit();
+        assert_eq!(
+            sent,
+            vec![(("t".to_owned(), 0), 2), (("t".to_owned(), 1), 1)]
+        );
+        t.committed(&sent);
+        assert!(t.to_commit().is_empty(), "sent, not yet answered");
+        // Partition 0's commit failed; partition 1's went through.
+        t.commit_failed(&[(("t".to_owned(), 0), 2)]);
+        assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 2)]);
+        // A later commit went through meanwhile: the failure of an older one repeats it.
+        t.done("t", 1, 1);
+        t.committed(&[(("t".to_owned(), 1), 2)]);
+        t.commit_failed(&[(("t".to_owned(), 1), 1)]);
+        assert_eq!(
+            t.to_commit(),
+            vec![(("t".to_owned(), 0), 2), (("t".to_owned(), 1), 2)]
+        );
+    }
+
+    #[test]
+    fn a_synchronous_commit_covers_every_partition_read_not_only_those_that_moved() {
+        let mut t = OffsetTracker::default();
+        t.delivered("a", 0, 5);
+        t.done("a", 0, 5);
+        t.committed(&[(("a".to_owned(), 0), 6)]);
+        t.delivered("a", 1, 0);
+        // Tracked, never read: nothing to commit.
+        t.skipped_to("b", 0, 0);
+        assert_eq!(t.to_commit(), vec![(("a".to_owned(), 1), 0)]);
+        assert_eq!(
+            t.watermarks(),
+            vec![(("a".to_owned(), 0), 6), (("a".to_owned(), 1), 0)]
+        );
+        // A revocation commits its partitions' watermarks though an asynchronous commit of
+        // the same offsets was sent.
+        assert_eq!(
+            t.forget(&[("a".to_owned(), 0)]),
+            vec![(("a".to_owned(), 0), 6)]
+        );
     }
 
     #[test]
