@@ -54,7 +54,11 @@ impl DeadLetterWriter for ProducerDeadLetters {
                 partition: None,
                 key: r.key,
                 value: r.value,
-                headers: r.headers,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(name, value)| (name.into(), value))
+                    .collect(),
                 timestamp: r.timestamp,
             })
             .collect();

@@ -390,7 +390,7 @@ impl ExactlyOnceWriter {
                     partition: Some(ledger_partition(partition, classic.ledger.partitions())),
                     key: Some(checkpoint_key(&classic.connector, topic, partition)),
                     value: Some(checkpoint_value(offset)),
-                    headers: vec![(WRITER_HEADER.to_owned(), Some(writer.clone()))],
+                    headers: vec![(WRITER_HEADER.into(), Some(writer.clone()))],
                     ..OutRecord::default()
                 });
             }
