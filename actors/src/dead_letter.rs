@@ -50,7 +50,7 @@ impl DeadLetterWriter for ProducerDeadLetters {
         let out: Vec<OutRecord> = records
             .into_iter()
             .map(|r| OutRecord {
-                topic: r.topic,
+                topic: r.topic.into(),
                 partition: None,
                 key: r.key,
                 value: r.value,

@@ -329,7 +329,7 @@ struct PerTopic {
 }
 
 struct TopicNames {
-    target: String,
+    target: Topic,
     header: Bytes,
     /// The partition header's bytes, by partition.
     partitions: BTreeMap<i32, Bytes>,
@@ -341,7 +341,7 @@ impl PerTopic {
             self.topics.insert(
                 topic.clone(),
                 TopicNames {
-                    target: rename(format, topic),
+                    target: Topic::from(rename(format, topic)),
                     header: Bytes::copy_from_slice(topic.as_bytes()),
                     partitions: BTreeMap::new(),
                 },
@@ -860,12 +860,16 @@ impl SinkTask for KafkaSinkTask {
             match state.converter.to_raw_record(record) {
                 Ok(mut raw) => {
                     crate::trace_context::replace(&mut raw.headers, &trace_context);
-                    let target = state
-                        .per_topic
-                        .names(&state.format, &record.topic)
-                        .target
-                        .clone();
+                    // One lookup when transforms kept the topic (a mirror flow's case).
+                    let renamed = (record.topic != record.original.topic).then(|| {
+                        state
+                            .per_topic
+                            .names(&state.format, &record.topic)
+                            .target
+                            .clone()
+                    });
                     let names = state.per_topic.names(&state.format, &record.original.topic);
+                    let target = renamed.unwrap_or_else(|| names.target.clone());
                     out.push(OutRecord {
                         topic: target,
                         partition: state.keep_partition.then_some(record.partition),

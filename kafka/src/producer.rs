@@ -9,8 +9,8 @@
 
 use std::borrow::Cow;
 use std::error::Error;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,6 +27,7 @@ use crate::classic::GroupMetadata;
 use crate::security::{rdkafka_config, SecurityContext};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::Producer;
+use spillway_core::Topic;
 
 /// Why a record was not written.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -57,7 +58,8 @@ pub enum ProduceError {
 /// as the Java client) choose.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OutRecord {
-    pub topic: String,
+    /// Shared: records to one topic name it without a copy each.
+    pub topic: Topic,
     pub partition: Option<i32>,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
@@ -138,7 +140,7 @@ impl IdempotentProducer {
         // send_all returns one result per input record, and there is exactly one.
         all.pop().unwrap_or_else(|| {
             Err(ProduceError::Delivery {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 partition: record.partition,
                 reason: "no delivery report".into(),
                 retriable: true,
@@ -256,11 +258,54 @@ struct Reports {
     all_reported: tokio::sync::Notify,
 }
 
-/// One record's delivery report, set once by the producer's polling thread.
+/// One record's delivery report, set once by the producer's polling thread and read once
+/// every report is in (`Reports::pending` at 0 orders the writes before the reads).
 struct Slot {
     /// The `Reports` holding this slot (its address inside the `Arc`).
     reports: *const Reports,
-    result: OnceLock<Result<Written, KafkaError>>,
+    /// [`NOT_REPORTED`], [`WRITTEN`] (`partition` and `offset` hold where) or [`FAILED`]
+    /// (`error` holds why).
+    state: AtomicU8,
+    partition: AtomicI32,
+    offset: AtomicI64,
+    error: Mutex<Option<KafkaError>>,
+}
+
+const NOT_REPORTED: u8 = 0;
+const WRITTEN: u8 = 1;
+const FAILED: u8 = 2;
+
+impl Slot {
+    fn set(&self, result: Result<Written, KafkaError>) {
+        match result {
+            Ok(written) => {
+                self.partition.store(written.partition, Ordering::Relaxed);
+                self.offset.store(written.offset, Ordering::Relaxed);
+                self.state.store(WRITTEN, Ordering::Release);
+            }
+            Err(e) => {
+                *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                self.state.store(FAILED, Ordering::Release);
+            }
+        }
+    }
+
+    /// The report; `None` if none came.
+    fn get(&self) -> Option<Result<Written, KafkaError>> {
+        match self.state.load(Ordering::Acquire) {
+            WRITTEN => Some(Ok(Written {
+                partition: self.partition.load(Ordering::Relaxed),
+                offset: self.offset.load(Ordering::Relaxed),
+            })),
+            FAILED => self
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .map(Err),
+            _ => None,
+        }
+    }
 }
 
 // SAFETY: `reports` points to the `Reports` owning the slot, which is itself Send + Sync (its
@@ -274,7 +319,10 @@ impl Reports {
             slots: (0..records)
                 .map(|_| Slot {
                     reports: this.as_ptr(),
-                    result: OnceLock::new(),
+                    state: AtomicU8::new(NOT_REPORTED),
+                    partition: AtomicI32::new(0),
+                    offset: AtomicI64::new(0),
+                    error: Mutex::new(None),
                 })
                 .collect(),
             pending: AtomicUsize::new(0),
@@ -305,7 +353,7 @@ impl Reports {
     unsafe fn report(slot: *const Slot, result: Result<Written, KafkaError>) {
         let slot = &*slot;
         let reports = slot.reports;
-        let _ = slot.result.set(result);
+        slot.set(result);
         if (*reports).pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             (*reports).all_reported.notify_one();
         }
@@ -407,11 +455,7 @@ async fn send_all(
             Some((_, e)) => Err(e),
             // Every queued record is reported before `all` returns; a missing report would
             // be librdkafka's loss, reported as such rather than taken for a success.
-            None => slot
-                .result
-                .get()
-                .cloned()
-                .unwrap_or(Err(KafkaError::Canceled)),
+            None => slot.get().unwrap_or(Err(KafkaError::Canceled)),
         };
         results.push(result.map_err(|e| {
             let mut reason = e.to_string();
@@ -425,7 +469,7 @@ async fn send_all(
                 refuses_the_configuration = true;
             }
             ProduceError::Delivery {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 partition: record.partition,
                 retriable,
                 reason,
