@@ -50,11 +50,15 @@ impl DeadLetterWriter for ProducerDeadLetters {
         let out: Vec<OutRecord> = records
             .into_iter()
             .map(|r| OutRecord {
-                topic: r.topic,
+                topic: r.topic.into(),
                 partition: None,
                 key: r.key,
                 value: r.value,
-                headers: r.headers,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(name, value)| (name.into(), value))
+                    .collect(),
                 timestamp: r.timestamp,
             })
             .collect();

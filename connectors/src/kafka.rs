@@ -27,6 +27,7 @@
 //! When tracing is on, each record's `traceparent`/`tracestate` headers are replaced by the
 //! context of the runtime's `put` span (see docs/observability.md), so the trace goes on.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -328,7 +329,7 @@ struct PerTopic {
 }
 
 struct TopicNames {
-    target: String,
+    target: Topic,
     header: Bytes,
     /// The partition header's bytes, by partition.
     partitions: BTreeMap<i32, Bytes>,
@@ -340,7 +341,7 @@ impl PerTopic {
             self.topics.insert(
                 topic.clone(),
                 TopicNames {
-                    target: rename(format, topic),
+                    target: Topic::from(rename(format, topic)),
                     header: Bytes::copy_from_slice(topic.as_bytes()),
                     partitions: BTreeMap::new(),
                 },
@@ -382,23 +383,35 @@ fn decimal(n: i64) -> Bytes {
 }
 
 /// Headers of `record` with its source coordinates set (replacing older ones of those names);
-/// `names` holds the source topic's shared bytes.
+/// `names` holds the source topic's shared bytes. The source headers' names are borrowed
+/// constants, the record's own names moved.
 fn with_source_headers(
-    mut headers: Vec<(String, Option<Bytes>)>,
+    headers: Vec<(String, Option<Bytes>)>,
     source: &RecordCoordinates,
     names: &mut TopicNames,
-) -> Vec<(String, Option<Bytes>)> {
-    headers.retain(|(k, _)| {
-        k != SOURCE_TOPIC_HEADER && k != SOURCE_PARTITION_HEADER && k != SOURCE_OFFSET_HEADER
-    });
-    headers.reserve_exact(3);
-    headers.push((SOURCE_TOPIC_HEADER.into(), Some(names.header.clone())));
-    headers.push((
-        SOURCE_PARTITION_HEADER.into(),
+) -> Vec<(Cow<'static, str>, Option<Bytes>)> {
+    // Collected in place (a `Cow<str>` is the size of a `String`).
+    let mut out: Vec<(Cow<'static, str>, Option<Bytes>)> = headers
+        .into_iter()
+        .filter(|(k, _)| {
+            k != SOURCE_TOPIC_HEADER && k != SOURCE_PARTITION_HEADER && k != SOURCE_OFFSET_HEADER
+        })
+        .map(|(k, v)| (Cow::Owned(k), v))
+        .collect();
+    out.reserve_exact(3);
+    out.push((
+        Cow::Borrowed(SOURCE_TOPIC_HEADER),
+        Some(names.header.clone()),
+    ));
+    out.push((
+        Cow::Borrowed(SOURCE_PARTITION_HEADER),
         Some(names.partition_header(source.partition)),
     ));
-    headers.push((SOURCE_OFFSET_HEADER.into(), Some(decimal(source.offset))));
-    headers
+    out.push((
+        Cow::Borrowed(SOURCE_OFFSET_HEADER),
+        Some(decimal(source.offset)),
+    ));
+    out
 }
 
 /// The connector: every task gets the same configuration.
@@ -847,12 +860,16 @@ impl SinkTask for KafkaSinkTask {
             match state.converter.to_raw_record(record) {
                 Ok(mut raw) => {
                     crate::trace_context::replace(&mut raw.headers, &trace_context);
-                    let target = state
-                        .per_topic
-                        .names(&state.format, &record.topic)
-                        .target
-                        .clone();
+                    // One lookup when transforms kept the topic (a mirror flow's case).
+                    let renamed = (record.topic != record.original.topic).then(|| {
+                        state
+                            .per_topic
+                            .names(&state.format, &record.topic)
+                            .target
+                            .clone()
+                    });
                     let names = state.per_topic.names(&state.format, &record.original.topic);
+                    let target = renamed.unwrap_or_else(|| names.target.clone());
                     out.push(OutRecord {
                         topic: target,
                         partition: state.keep_partition.then_some(record.partition),
@@ -870,7 +887,7 @@ impl SinkTask for KafkaSinkTask {
         match &mut state.producer {
             Producer::AtLeastOnce(producer) => {
                 let results = producer.send_all(&out).await;
-                if let Some(metrics) = &state.mirror_metrics {
+                if let Some(metrics) = &mut state.mirror_metrics {
                     let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
                     metrics.written(written.map(|(record, _)| record), received_ms);
                 }
@@ -909,7 +926,7 @@ impl SinkTask for KafkaSinkTask {
                         results = results.iter().map(|_| Err(e.clone())).collect();
                     }
                 }
-                if let Some(metrics) = &state.mirror_metrics {
+                if let Some(metrics) = &mut state.mirror_metrics {
                     let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
                     metrics.written(written.map(|(record, _)| record), received_ms);
                 }
@@ -1100,19 +1117,16 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                ("trace".to_owned(), Some(Bytes::from_static(b"abc"))),
+                ("trace".into(), Some(Bytes::from_static(b"abc"))),
                 (
-                    SOURCE_TOPIC_HEADER.to_owned(),
+                    SOURCE_TOPIC_HEADER.into(),
                     Some(Bytes::from_static(b"orders"))
                 ),
                 (
-                    SOURCE_PARTITION_HEADER.to_owned(),
+                    SOURCE_PARTITION_HEADER.into(),
                     Some(Bytes::from_static(b"4"))
                 ),
-                (
-                    SOURCE_OFFSET_HEADER.to_owned(),
-                    Some(Bytes::from_static(b"99"))
-                ),
+                (SOURCE_OFFSET_HEADER.into(), Some(Bytes::from_static(b"99"))),
             ]
         );
     }

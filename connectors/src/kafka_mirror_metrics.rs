@@ -11,10 +11,11 @@
 //! - `record-age-ms`: how old a record was when the flow received it (now - its timestamp);
 //! - `replication-latency-ms`: from the record's timestamp to the target's acknowledgement.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
 use opentelemetry::KeyValue;
 use spillway_core::ConfigMap;
 use spillway_kafka::producer::OutRecord;
@@ -42,6 +43,9 @@ pub struct MirrorMetrics {
     byte_count: Counter<u64>,
     record_age: Histogram<f64>,
     latency: Histogram<f64>,
+    /// Instruments bound per target topic and partition written (bounded by the partitions
+    /// the task writes to; kept for the task's life, as the SDK keeps a cumulative series).
+    bound: HashMap<String, HashMap<i32, BoundPartition>>,
 }
 
 impl MirrorMetrics {
@@ -84,6 +88,7 @@ impl MirrorMetrics {
                 .with_description("From a record's timestamp to the target's acknowledgement")
                 .with_unit("ms")
                 .build(),
+            bound: HashMap::new(),
         }
     }
 
@@ -96,12 +101,39 @@ impl MirrorMetrics {
         ]
     }
 
+    /// The instruments bound to `topic`'s `partition`, bound on its first record.
+    fn bound(&mut self, topic: &str, partition: i32) -> &BoundPartition {
+        if !self
+            .bound
+            .get(topic)
+            .is_some_and(|p| p.contains_key(&partition))
+        {
+            let labels = self.labels(topic, partition);
+            let instruments = BoundPartition {
+                record_count: self.record_count.bind(&labels),
+                byte_count: self.byte_count.bind(&labels),
+                record_age: self.record_age.bind(&labels),
+                latency: self.latency.bind(&labels),
+            };
+            self.bound
+                .entry(topic.to_owned())
+                .or_default()
+                .insert(partition, instruments);
+        }
+        &self.bound[topic][&partition]
+    }
+
     /// Records `written` (confirmed by the target); `received_ms` is when `put` got them.
     ///
-    /// Per target partition of the batch, the labels are made once and the counts added once;
-    /// only the histograms take a value per record. (Labels per record were a third of the
-    /// sink's instructions per record: bench/README.md.)
-    pub fn written<'a>(&self, written: impl IntoIterator<Item = &'a OutRecord>, received_ms: i64) {
+    /// Per target partition of the batch, the bound instruments are looked up once and the
+    /// counts added once; only the histograms take a value per record, through instruments
+    /// bound to the partition's labels (an unbound `record` hashes the four labels each time:
+    /// bench/README.md).
+    pub fn written<'a>(
+        &mut self,
+        written: impl IntoIterator<Item = &'a OutRecord>,
+        received_ms: i64,
+    ) {
         let acked = now_ms();
         let mut partitions: Vec<PartitionBatch<'a>> = Vec::new();
         let mut last = 0;
@@ -119,7 +151,7 @@ impl MirrorMetrics {
                         partitions.push(PartitionBatch {
                             topic: &record.topic,
                             partition,
-                            labels: self.labels(&record.topic, partition),
+                            instruments: self.bound(&record.topic, partition).clone(),
                             records: 0,
                             bytes: 0,
                         });
@@ -133,24 +165,34 @@ impl MirrorMetrics {
             batch.bytes += (record.key.as_ref().map_or(0, |k| k.len())
                 + record.value.as_ref().map_or(0, |v| v.len())) as u64;
             if let Some(ts) = record.timestamp {
-                self.record_age
-                    .record((received_ms - ts).max(0) as f64, &batch.labels);
-                self.latency
-                    .record((acked - ts).max(0) as f64, &batch.labels);
+                let instruments = &batch.instruments;
+                instruments
+                    .record_age
+                    .record((received_ms - ts).max(0) as f64);
+                instruments.latency.record((acked - ts).max(0) as f64);
             }
         }
         for batch in &partitions {
-            self.record_count.add(batch.records, &batch.labels);
-            self.byte_count.add(batch.bytes, &batch.labels);
+            batch.instruments.record_count.add(batch.records);
+            batch.instruments.byte_count.add(batch.bytes);
         }
     }
+}
+
+/// One target partition's instruments, bound to its labels.
+#[derive(Clone)]
+struct BoundPartition {
+    record_count: BoundCounter<u64>,
+    byte_count: BoundCounter<u64>,
+    record_age: BoundHistogram<f64>,
+    latency: BoundHistogram<f64>,
 }
 
 /// One target partition's records in a batch.
 struct PartitionBatch<'a> {
     topic: &'a str,
     partition: i32,
-    labels: [KeyValue; 4],
+    instruments: BoundPartition,
     records: u64,
     bytes: u64,
 }
@@ -181,7 +223,7 @@ mod tests {
         let provider = SdkMeterProvider::builder()
             .with_reader(PeriodicReader::builder(exporter.clone()).build())
             .build();
-        let metrics = MirrorMetrics::new(&provider.meter("t"), "A".into(), "B".into());
+        let mut metrics = MirrorMetrics::new(&provider.meter("t"), "A".into(), "B".into());
         let record = |p: i32| OutRecord {
             topic: "A.orders".into(),
             partition: Some(p),
@@ -192,6 +234,8 @@ mod tests {
         };
         let records = [record(0), record(0), record(1)];
         metrics.written(&records, now_ms());
+        // A second batch adds to the same series (the instruments bound by the first).
+        metrics.written(&[record(1), record(2)], now_ms());
         provider.force_flush().expect("flush");
         let exported = exporter.get_finished_metrics().expect("metrics");
         let mut counts = Vec::new();
@@ -227,11 +271,16 @@ mod tests {
         counts.sort();
         assert_eq!(
             counts,
-            vec![(Some("0".into()), 2), (Some("1".into()), 1)],
-            "per target partition"
+            vec![
+                (Some("0".into()), 2),
+                (Some("1".into()), 2),
+                (Some("2".into()), 1)
+            ],
+            "per target partition, over both batches"
         );
-        assert_eq!(bytes, 3 * 6, "key and value bytes");
-        assert_eq!(ages.iter().map(|(c, _)| c).sum::<u64>(), 3);
+        assert_eq!(bytes, 5 * 6, "key and value bytes");
+        assert_eq!(ages.iter().map(|(c, _)| c).sum::<u64>(), 5);
+        assert_eq!(ages.len(), 3, "one age series per target partition");
         assert!(
             ages.iter().all(|(_, min)| min.is_some_and(|m| m >= 1000.0)),
             "{ages:?}"

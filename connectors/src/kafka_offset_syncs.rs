@@ -91,7 +91,7 @@ struct PartitionState {
 /// Decides which copies need a sync.
 #[derive(Debug)]
 pub struct OffsetSyncs {
-    topic: String,
+    topic: Topic,
     lag_max: i64,
     /// Per source topic (looked up by `&str`: no name copied per record), per partition.
     partitions: BTreeMap<Topic, BTreeMap<i32, PartitionState>>,
@@ -100,7 +100,7 @@ pub struct OffsetSyncs {
 impl OffsetSyncs {
     pub fn new(topic: String, lag_max: i64) -> OffsetSyncs {
         OffsetSyncs {
-            topic,
+            topic: Topic::from(topic),
             lag_max: lag_max.max(0),
             partitions: BTreeMap::new(),
         }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use spillway_core::{RecordCoordinates, SinkError, TopicPartition};
+use spillway_core::{RecordCoordinates, SinkError, Topic, TopicPartition};
 use spillway_kafka::classic::GroupMetadata;
 use spillway_kafka::producer::{OutRecord, TransactionalProducer, TxnError, Written};
 use spillway_kafka::security::{ClientSecurity, SecuritySettings};
@@ -306,9 +306,27 @@ impl ExactlyOnceWriter {
             Mode::Classic(classic) => {
                 // Below its partition's checkpoint a record has committed output (read again
                 // after a restart or a rebalance, from offsets the broker did not keep).
+                if classic.starts.is_empty() {
+                    return Ok(found);
+                }
+                // A batch runs by partition: the checkpoint is looked up (with a key made for
+                // it) when the partition changes, not for every record.
+                let mut last: Option<(&str, i32, Option<i64>)> = None;
                 for (i, (record, _, _)) in records.iter().enumerate() {
-                    let tp = TopicPartition::new(record.topic.clone(), record.partition);
-                    if classic.starts.get(&tp).is_some_and(|s| record.offset < *s) {
+                    let start = match last {
+                        Some((topic, partition, start))
+                            if partition == record.partition && topic == record.topic.as_str() =>
+                        {
+                            start
+                        }
+                        _ => {
+                            let tp = TopicPartition::new(record.topic.as_str(), record.partition);
+                            let start = classic.starts.get(&tp).copied();
+                            last = Some((record.topic.as_str(), record.partition, start));
+                            start
+                        }
+                    };
+                    if start.is_some_and(|s| record.offset < s) {
                         found[i] = true;
                         self.stats.checkpoint_skips += 1;
                     }
@@ -378,28 +396,45 @@ impl ExactlyOnceWriter {
         if let Mode::Classic(classic) = &self.mode {
             // Per source partition, the offset after the last record of this write: committed
             // with the output, it is where a later owner of the partition starts.
-            let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+            // A short list (a write spans few partitions, and runs by partition): no map
+            // lookup per record.
+            let mut next: Vec<((&str, i32), i64)> = Vec::new();
+            let mut last = 0;
             for (source, _) in sources {
-                let n = next.entry((&source.topic, source.partition)).or_insert(0);
+                let key = (source.topic.as_str(), source.partition);
+                if next.get(last).is_none_or(|(k, _)| *k != key) {
+                    last = match next.iter().position(|(k, _)| *k == key) {
+                        Some(at) => at,
+                        None => {
+                            next.push((key, 0));
+                            next.len() - 1
+                        }
+                    };
+                }
+                let n = &mut next[last].1;
                 *n = (*n).max(source.offset + 1);
             }
+            // In key order, as written before.
+            next.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             let writer = Bytes::from(self.producer.transactional_id().to_owned());
+            let ledger_topic = Topic::from(classic.ledger.topic());
             for ((topic, partition), offset) in next {
                 batch.push(OutRecord {
-                    topic: classic.ledger.topic().to_owned(),
+                    topic: ledger_topic.clone(),
                     partition: Some(ledger_partition(partition, classic.ledger.partitions())),
                     key: Some(checkpoint_key(&classic.connector, topic, partition)),
                     value: Some(checkpoint_value(offset)),
-                    headers: vec![(WRITER_HEADER.to_owned(), Some(writer.clone()))],
+                    headers: vec![(WRITER_HEADER.into(), Some(writer.clone()))],
                     ..OutRecord::default()
                 });
             }
         }
         if let Mode::Share(reader, _) = &self.mode {
             let value = entry_value(self.producer.transactional_id());
+            let ledger_topic = Topic::from(reader.topic());
             for (source, deadline) in sources {
                 batch.push(OutRecord {
-                    topic: reader.topic().to_owned(),
+                    topic: ledger_topic.clone(),
                     partition: Some(reader.partition_of(source)),
                     key: Some(ledger_key(source)),
                     value: Some(value.clone()),
@@ -412,7 +447,7 @@ impl ExactlyOnceWriter {
             }
             for done in std::mem::take(&mut self.to_tombstone) {
                 batch.push(OutRecord {
-                    topic: reader.topic().to_owned(),
+                    topic: ledger_topic.clone(),
                     partition: Some(reader.partition_of(&done)),
                     key: Some(ledger_key(&done)),
                     value: None,
@@ -571,11 +606,12 @@ impl ExactlyOnceWriter {
         let Mode::Share(reader, _) = &self.mode else {
             return Ok(());
         };
+        let ledger_topic = Topic::from(reader.topic());
         let batch: Vec<OutRecord> = self
             .to_tombstone
             .iter()
             .map(|done| OutRecord {
-                topic: reader.topic().to_owned(),
+                topic: ledger_topic.clone(),
                 partition: Some(reader.partition_of(done)),
                 key: Some(ledger_key(done)),
                 value: None,

@@ -21,6 +21,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
+use spillway_core::Topic;
 use tracing::{debug, info, warn};
 
 use crate::admin::{AdminClient, AdminError, ConfigResource, NewTopic, TopicCreation};
@@ -164,7 +165,7 @@ impl KafkaLog {
         let written = self
             .producer
             .send(&OutRecord {
-                topic: self.topic.clone(),
+                topic: Topic::from(&self.topic),
                 key: Some(key),
                 value,
                 ..OutRecord::default()
@@ -179,10 +180,11 @@ impl KafkaLog {
         &self,
         records: Vec<(Bytes, Option<Bytes>)>,
     ) -> Result<Vec<Written>, KafkaLogError> {
+        let topic = Topic::from(&self.topic);
         let records: Vec<OutRecord> = records
             .into_iter()
             .map(|(key, value)| OutRecord {
-                topic: self.topic.clone(),
+                topic: topic.clone(),
                 key: Some(key),
                 value,
                 ..OutRecord::default()

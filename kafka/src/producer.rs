@@ -7,19 +7,27 @@
 //! letter must be written before its record is rejected, a replicated record before it is
 //! accepted.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::error::Error;
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rdkafka::config::ClientConfig;
+use rdkafka::client::{ClientContext, OAuthToken};
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::classic::GroupMetadata;
 use crate::security::{rdkafka_config, SecurityContext};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::Producer;
+use spillway_core::Topic;
 
 /// Why a record was not written.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -50,11 +58,13 @@ pub enum ProduceError {
 /// as the Java client) choose.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OutRecord {
-    pub topic: String,
+    /// Shared: records to one topic name it without a copy each.
+    pub topic: Topic,
     pub partition: Option<i32>,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Names are mostly fixed (`spillway.source.offset`): borrowed, not a `String` per record.
+    pub headers: Vec<(Cow<'static, str>, Option<Bytes>)>,
     /// Milliseconds since the epoch; `None` lets the producer stamp it.
     pub timestamp: Option<i64>,
 }
@@ -66,10 +76,14 @@ pub struct Written {
     pub offset: i64,
 }
 
+/// The rdkafka producer both producers wrap: a polling thread runs its callbacks, and delivery
+/// reports land in the sending batch ([`Reports`]).
+type RdProducer = ThreadedProducer<ReportingContext>;
+
 /// An idempotent producer. Cheap to clone (the rdkafka handle is shared).
 #[derive(Clone)]
 pub struct IdempotentProducer {
-    inner: FutureProducer<SecurityContext>,
+    inner: Arc<RdProducer>,
     context: SecurityContext,
     bootstrap: String,
 }
@@ -101,14 +115,16 @@ impl IdempotentProducer {
         })?;
         // Set last so an override cannot turn it off: callers rely on it.
         config.set("enable.idempotence", "true");
-        let inner: FutureProducer<SecurityContext> = config
-            .create_with_context(context.clone())
+        let inner: RdProducer = config
+            .create_with_context(ReportingContext {
+                security: context.clone(),
+            })
             .map_err(|e| ProduceError::Create {
                 bootstrap: bootstrap.to_owned(),
                 reason: e.to_string(),
             })?;
         Ok(IdempotentProducer {
-            inner,
+            inner: Arc::new(inner),
             context,
             bootstrap: bootstrap.to_owned(),
         })
@@ -124,7 +140,7 @@ impl IdempotentProducer {
         // send_all returns one result per input record, and there is exactly one.
         all.pop().unwrap_or_else(|| {
             Err(ProduceError::Delivery {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 partition: record.partition,
                 reason: "no delivery report".into(),
                 retriable: true,
@@ -161,8 +177,8 @@ const NEW_PARTITION_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Asks the cluster for `topic`'s metadata through `producer`, whose cached partition count
 /// librdkafka updates from the answer; then waits a little before the caller tries again.
-async fn refresh_topic_metadata(producer: &FutureProducer<SecurityContext>, topic: &str) {
-    let client = producer.clone();
+async fn refresh_topic_metadata(producer: &Arc<RdProducer>, topic: &str) {
+    let client = Arc::clone(producer);
     let topic = topic.to_owned();
     let refreshed = tokio::task::spawn_blocking(move || {
         client
@@ -177,47 +193,236 @@ async fn refresh_topic_metadata(producer: &FutureProducer<SecurityContext>, topi
     tokio::time::sleep(NEW_PARTITION_BACKOFF).await;
 }
 
+/// The producer's context: the security context's callbacks, and each delivery report written
+/// into its record's [`Slot`] of the sending batch. rdkafka's `FutureProducer` allocates a
+/// oneshot channel and a box per record for its report, and copies a failed message; this
+/// allocates nothing per record.
+pub struct ReportingContext {
+    security: SecurityContext,
+}
+
+impl ClientContext for ReportingContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool =
+        <SecurityContext as ClientContext>::ENABLE_REFRESH_OAUTH_TOKEN;
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.security.log(level, fac, log_message);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        self.security.stats(statistics);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.security.stats_raw(statistics);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.security.error(error, reason);
+    }
+
+    fn generate_oauth_token(
+        &self,
+        oauthbearer_config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn Error>> {
+        self.security.generate_oauth_token(oauthbearer_config)
+    }
+}
+
+impl ProducerContext for ReportingContext {
+    /// The address of the record's [`Slot`] (0: no slot, nobody waits for the report).
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, delivery_result: &DeliveryResult<'_>, slot: usize) {
+        if slot == 0 {
+            return;
+        }
+        let result = match delivery_result {
+            Ok(message) => Ok(Written {
+                partition: message.partition(),
+                offset: message.offset(),
+            }),
+            Err((e, _)) => Err(e.clone()),
+        };
+        // SAFETY: a non-zero opaque is only ever the address of a slot of a `Reports` that
+        // `send_all` keeps alive for this report: it took a strong reference for the record
+        // before queueing it (`Reports::expect`), which `Reports::report` releases.
+        unsafe { Reports::report(slot as *const Slot, result) };
+    }
+}
+
+/// The delivery reports of one `send_all`: a slot per record, and how many are still awaited.
+struct Reports {
+    slots: Box<[Slot]>,
+    pending: AtomicUsize,
+    all_reported: tokio::sync::Notify,
+}
+
+/// One record's delivery report, set once by the producer's polling thread and read once
+/// every report is in (`Reports::pending` at 0 orders the writes before the reads).
+struct Slot {
+    /// The `Reports` holding this slot (its address inside the `Arc`).
+    reports: *const Reports,
+    /// [`NOT_REPORTED`], [`WRITTEN`] (`partition` and `offset` hold where) or [`FAILED`]
+    /// (`error` holds why).
+    state: AtomicU8,
+    partition: AtomicI32,
+    offset: AtomicI64,
+    error: Mutex<Option<KafkaError>>,
+}
+
+const NOT_REPORTED: u8 = 0;
+const WRITTEN: u8 = 1;
+const FAILED: u8 = 2;
+
+impl Slot {
+    fn set(&self, result: Result<Written, KafkaError>) {
+        match result {
+            Ok(written) => {
+                self.partition.store(written.partition, Ordering::Relaxed);
+                self.offset.store(written.offset, Ordering::Relaxed);
+                self.state.store(WRITTEN, Ordering::Release);
+            }
+            Err(e) => {
+                *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                self.state.store(FAILED, Ordering::Release);
+            }
+        }
+    }
+
+    /// The report; `None` if none came.
+    fn get(&self) -> Option<Result<Written, KafkaError>> {
+        match self.state.load(Ordering::Acquire) {
+            WRITTEN => Some(Ok(Written {
+                partition: self.partition.load(Ordering::Relaxed),
+                offset: self.offset.load(Ordering::Relaxed),
+            })),
+            FAILED => self
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .map(Err),
+            _ => None,
+        }
+    }
+}
+
+// SAFETY: `reports` points to the `Reports` owning the slot, which is itself Send + Sync (its
+// other fields are); the pointer is only dereferenced while a strong reference is held.
+unsafe impl Send for Slot {}
+unsafe impl Sync for Slot {}
+
+impl Reports {
+    fn new(records: usize) -> Arc<Reports> {
+        Arc::new_cyclic(|this| Reports {
+            slots: (0..records)
+                .map(|_| Slot {
+                    reports: this.as_ptr(),
+                    state: AtomicU8::new(NOT_REPORTED),
+                    partition: AtomicI32::new(0),
+                    offset: AtomicI64::new(0),
+                    error: Mutex::new(None),
+                })
+                .collect(),
+            pending: AtomicUsize::new(0),
+            all_reported: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Right before record `i` is offered to librdkafka: its report is awaited, and a strong
+    /// reference is kept for the delivery callback. Returns the opaque to queue it with.
+    fn expect(self: &Arc<Reports>, i: usize) -> usize {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        // Released by `report` (or by `not_queued` if librdkafka refuses the record).
+        let _ = Arc::into_raw(Arc::clone(self));
+        &self.slots[i] as *const Slot as usize
+    }
+
+    /// Record `i` was refused by librdkafka: no report will come.
+    fn not_queued(self: &Arc<Reports>) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: releases the reference `expect` took for the report that will not come.
+        unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+    }
+
+    /// Stores a report in its slot and releases the reference taken for it.
+    ///
+    /// # Safety
+    /// `slot` must come from [`Reports::expect`], and each one be reported once.
+    unsafe fn report(slot: *const Slot, result: Result<Written, KafkaError>) {
+        let slot = &*slot;
+        let reports = slot.reports;
+        slot.set(result);
+        if (*reports).pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            (*reports).all_reported.notify_one();
+        }
+        drop(Arc::from_raw(reports));
+    }
+
+    /// Waits until every queued record is reported.
+    async fn all(&self) {
+        while self.pending.load(Ordering::Acquire) != 0 {
+            // `notify_one` leaves a permit when nobody waits yet: a report between the load
+            // and this wait is not missed.
+            self.all_reported.notified().await;
+        }
+    }
+}
+
 /// Sends `records` pipelined on `producer`; one result per record, in input order.
 ///
-/// Every record is queued first (in order), then the delivery reports are awaited in order:
-/// no future per record to poll together (a `join_all` of hundreds of futures cost more
-/// instructions per record than queueing it, bench/README.md).
+/// Every record is queued first (in order), then the batch waits once for all its delivery
+/// reports: no future per record (a `join_all` of hundreds of futures cost more instructions
+/// per record than queueing it, bench/README.md), and no channel per record.
 async fn send_all(
-    producer: &FutureProducer<SecurityContext>,
+    producer: &Arc<RdProducer>,
     context: &SecurityContext,
     records: &[OutRecord],
 ) -> Vec<Result<Written, ProduceError>> {
-    let mut queued = Vec::with_capacity(records.len());
-    for record in records {
-        let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+    let reports = Reports::new(records.len());
+    // Records librdkafka refused, by index.
+    let mut refused: Vec<(usize, KafkaError)> = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        // The opaque is set right before each attempt to queue it.
+        let mut base: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&record.topic, 0);
         if let Some(p) = record.partition {
-            future_record = future_record.partition(p);
+            base = base.partition(p);
         }
         if let Some(k) = &record.key {
-            future_record = future_record.key(k.as_ref());
+            base = base.key(k.as_ref());
         }
         if let Some(v) = &record.value {
-            future_record = future_record.payload(v.as_ref());
+            base = base.payload(v.as_ref());
         }
         if let Some(ts) = record.timestamp {
-            future_record = future_record.timestamp(ts);
+            base = base.timestamp(ts);
         }
         if !record.headers.is_empty() {
             let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
             for (name, value) in &record.headers {
                 headers = headers.insert(Header {
-                    key: name,
+                    key: name.as_ref(),
                     value: value.as_deref(),
                 });
             }
-            future_record = future_record.headers(headers);
+            base = base.headers(headers);
         }
         // Waits for queue space rather than failing when the local queue is full.
         let mut new_partition_wait: Option<Instant> = None;
-        let delivery = loop {
-            match producer.send_result(future_record) {
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    future_record = back;
+        loop {
+            // A report is expected only while the record is in librdkafka's hands, so
+            // dropping this future while it waits below leaves no reference behind.
+            base.delivery_opaque = reports.expect(i);
+            let (e, back) = match producer.send(base) {
+                Ok(()) => break,
+                Err(refused) => refused,
+            };
+            reports.not_queued();
+            base = back;
+            match e {
+                KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
                 }
                 // librdkafka refuses at once a partition its cached metadata does not have (it
@@ -226,58 +431,51 @@ async fn send_all(
                 // it (`max.block.ms`). A topic that just gained partitions (a mirrored topic
                 // grown by `spillway mirror`) looks like that: ask for its metadata again and
                 // retry for a while before giving up.
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back))
+                KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition)
                     if record.partition.is_some()
                         && new_partition_wait
                             .get_or_insert_with(Instant::now)
                             .elapsed()
                             < NEW_PARTITION_WAIT =>
                 {
-                    future_record = back;
                     refresh_topic_metadata(producer, &record.topic).await;
                 }
-                other => break other.map_err(|(e, _)| e),
+                e => {
+                    refused.push((i, e));
+                    break;
+                }
             }
-        };
-        queued.push(delivery);
+        }
     }
+    reports.all().await;
+    let mut refused = refused.into_iter().peekable();
     let mut results = Vec::with_capacity(records.len());
-    for (delivery, record) in queued.into_iter().zip(records) {
-        let result = match delivery {
-            Ok(report) => match report.await {
-                Ok(Ok(delivery)) => Ok(delivery),
-                Ok(Err((e, _))) => Err(e),
-                // The producer is alive (we hold it), so its report is never dropped.
-                Err(_) => Err(KafkaError::Canceled),
-            },
-            Err(e) => Err(e),
+    for (i, (record, slot)) in records.iter().zip(reports.slots.iter()).enumerate() {
+        let result = match refused.next_if(|(at, _)| *at == i) {
+            Some((_, e)) => Err(e),
+            // Every queued record is reported before `all` returns; a missing report would
+            // be librdkafka's loss, reported as such rather than taken for a success.
+            None => slot.get().unwrap_or(Err(KafkaError::Canceled)),
         };
-        results.push(
-            result
-                .map(|delivery| Written {
-                    partition: delivery.partition,
-                    offset: delivery.offset,
-                })
-                .map_err(|e| {
-                    let mut reason = e.to_string();
-                    let mut retriable = !is_permanent(&e);
-                    let mut refuses_the_configuration = is_authorization_failure(&e);
-                    // A refused login or an untrusted certificate surfaces as timed-out
-                    // deliveries; say what it was, and that retrying cannot help.
-                    if let Some(failure) = context.security_failure_logged() {
-                        reason = format!("{reason} ({failure})");
-                        retriable = false;
-                        refuses_the_configuration = true;
-                    }
-                    ProduceError::Delivery {
-                        topic: record.topic.clone(),
-                        partition: record.partition,
-                        retriable,
-                        reason,
-                        refuses_the_configuration,
-                    }
-                }),
-        );
+        results.push(result.map_err(|e| {
+            let mut reason = e.to_string();
+            let mut retriable = !is_permanent(&e);
+            let mut refuses_the_configuration = is_authorization_failure(&e);
+            // A refused login or an untrusted certificate surfaces as timed-out
+            // deliveries; say what it was, and that retrying cannot help.
+            if let Some(failure) = context.security_failure_logged() {
+                reason = format!("{reason} ({failure})");
+                retriable = false;
+                refuses_the_configuration = true;
+            }
+            ProduceError::Delivery {
+                topic: record.topic.to_string(),
+                partition: record.partition,
+                retriable,
+                reason,
+                refuses_the_configuration,
+            }
+        }));
     }
     results
 }
@@ -337,7 +535,7 @@ impl TxnError {
 /// The transaction steps block inside librdkafka, so they run on tokio's blocking pool.
 #[derive(Clone)]
 pub struct TransactionalProducer {
-    inner: FutureProducer<SecurityContext>,
+    inner: Arc<RdProducer>,
     context: SecurityContext,
     bootstrap: String,
     transactional_id: String,
@@ -379,8 +577,10 @@ impl TransactionalProducer {
         config
             .set("enable.idempotence", "true")
             .set("transactional.id", transactional_id);
-        let inner: FutureProducer<SecurityContext> = config
-            .create_with_context(context.clone())
+        let inner: RdProducer = config
+            .create_with_context(ReportingContext {
+                security: context.clone(),
+            })
             .map_err(|e| TxnError {
                 step: "create",
                 transactional_id: transactional_id.to_owned(),
@@ -388,7 +588,7 @@ impl TransactionalProducer {
                 kind: TxnErrorKind::Fatal,
             })?;
         let producer = TransactionalProducer {
-            inner,
+            inner: Arc::new(inner),
             context,
             bootstrap: bootstrap.to_owned(),
             transactional_id: transactional_id.to_owned(),
@@ -412,11 +612,9 @@ impl TransactionalProducer {
     async fn blocking(
         &self,
         step: &'static str,
-        f: impl FnOnce(&FutureProducer<SecurityContext>, Duration) -> Result<(), KafkaError>
-            + Send
-            + 'static,
+        f: impl FnOnce(&RdProducer, Duration) -> Result<(), KafkaError> + Send + 'static,
     ) -> Result<(), TxnError> {
-        let inner = self.inner.clone();
+        let inner = Arc::clone(&self.inner);
         let timeout = self.step_timeout;
         let id = self.transactional_id.clone();
         tokio::task::spawn_blocking(move || f(&inner, timeout))
@@ -579,5 +777,33 @@ mod tests {
             .await
             .expect_err("nothing listens on port 1");
         assert!(err.to_string().starts_with("record for dlq"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_record_and_an_undelivered_one_each_get_their_own_failure_in_order() {
+        let producer = IdempotentProducer::new("127.0.0.1:1", [("message.timeout.ms", "300")])
+            .expect("created");
+        let record = |topic: &str| OutRecord {
+            topic: topic.into(),
+            value: Some(Bytes::from_static(b"x")),
+            headers: vec![("h".into(), Some(Bytes::from_static(b"v")))],
+            ..OutRecord::default()
+        };
+        // librdkafka refuses a topic name with a NUL at once; the others time out.
+        let records = [record("first"), record("bad\0topic"), record("third")];
+        let results = producer.send_all(&records).await;
+        assert_eq!(results.len(), 3);
+        let texts: Vec<String> = results
+            .iter()
+            .map(|r| r.as_ref().expect_err("nothing is written").to_string())
+            .collect();
+        assert!(texts[0].starts_with("record for first "), "{texts:?}");
+        assert!(texts[1].starts_with("record for bad\0topic "), "{texts:?}");
+        assert!(texts[2].starts_with("record for third "), "{texts:?}");
+        assert!(texts[0].contains("timed out"), "{texts:?}");
+        assert!(
+            !texts[1].contains("timed out"),
+            "refused, not sent: {texts:?}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! on the other cluster), on the same kind of clusters with the same records in the same run.
 //!
 //! `cargo run --release -p spillway-bench --bin mirror_replication -- [--records 100000]
-//! [--rounds 3] [--partitions 8]`
+//! [--rounds 3] [--partitions 8] [--max-poll-records N]`
 //!
 //! Each contender gets two fresh dev clusters, each behind the test kit's admin-emulating proxy
 //! (the mirror creates the remote topic through it), with the records produced to A before it
@@ -53,6 +53,10 @@ struct Args {
     /// Goal: exactly-once CPU per record against the C loop's.
     #[arg(long, default_value_t = 1.6)]
     max_exactly_once_ratio: f64,
+    /// The flow's `max.poll.records` (`A->B.consumer.max.poll.records`): records per batch,
+    /// so per transaction under exactly once. Unset: the runtime's default (500).
+    #[arg(long)]
+    max_poll_records: Option<usize>,
     /// Run as the mirror process with this mm2.properties (internal).
     #[arg(long, hide = true)]
     mirror_process: Option<PathBuf>,
@@ -131,7 +135,12 @@ async fn run_c(c: &CReference, args: &Args) -> Result<Run> {
     })
 }
 
-fn mm2_properties(a: &ProxiedDevBroker, b: &ProxiedDevBroker, exactly_once: bool) -> String {
+fn mm2_properties(
+    a: &ProxiedDevBroker,
+    b: &ProxiedDevBroker,
+    exactly_once: bool,
+    max_poll_records: Option<usize>,
+) -> String {
     let mut text = format!(
         "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
          replication.factor = 1\nheartbeats.topic.replication.factor = 1\n\
@@ -142,6 +151,9 @@ fn mm2_properties(a: &ProxiedDevBroker, b: &ProxiedDevBroker, exactly_once: bool
     );
     if exactly_once {
         text.push_str("B.exactly.once.source.support = enabled\n");
+    }
+    if let Some(n) = max_poll_records {
+        text.push_str(&format!("A->B.consumer.max.poll.records = {n}\n"));
     }
     text
 }
@@ -163,7 +175,10 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     } else {
         "alo.properties"
     });
-    std::fs::write(&properties, mm2_properties(&a, &b, exactly_once))?;
+    std::fs::write(
+        &properties,
+        mm2_properties(&a, &b, exactly_once, args.max_poll_records),
+    )?;
     let mut child = MirrorChild(
         Command::new(std::env::current_exe()?)
             .arg("--mirror-process")

@@ -78,7 +78,7 @@ pub fn checkpoint_record(
     value.put_i64(downstream);
     string(&mut value, "");
     OutRecord {
-        topic: topic.to_owned(),
+        topic: topic.into(),
         partition: Some(0),
         key: Some(Bytes::from(key.to_vec())),
         value: Some(Bytes::from(value.to_vec())),

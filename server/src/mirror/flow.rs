@@ -626,7 +626,7 @@ impl FlowRunner {
         };
         producer
             .send(&OutRecord {
-                topic: self.flow.policy.heartbeats_topic().to_owned(),
+                topic: self.flow.policy.heartbeats_topic().into(),
                 partition: Some(0),
                 key: Some(heartbeat.key()?),
                 value: Some(Bytes::from(heartbeat.value().to_vec())),
