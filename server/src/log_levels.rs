@@ -407,6 +407,11 @@ impl<S> tracing_subscriber::layer::Filter<S> for NeverShown {
         shown(meta)
     }
 
+    /// It only ever hides: whatever the levels allow, it allows no more verbose.
+    fn max_level_hint(&self) -> Option<tracing_subscriber::filter::LevelFilter> {
+        Some(tracing_subscriber::filter::LevelFilter::TRACE)
+    }
+
     fn callsite_enabled(
         &self,
         _meta: &'static tracing::Metadata<'static>,

@@ -25,7 +25,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use spillway_actors::telemetry::TARGET as STAGE_SPAN_TARGET;
 use tracing::Level;
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::{filter_fn, FilterExt};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -431,6 +431,7 @@ where
     subscriber
         .try_init()
         .map_err(|_| TelemetryError::AlreadyInitialized)?;
+    follow_tracing_max_level();
     if let Some(provider) = &provider {
         opentelemetry::global::set_tracer_provider(provider.clone());
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
@@ -442,6 +443,29 @@ where
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, service = %export.service_name, "exporting traces over OTLP");
     }
     Ok(Telemetry { provider })
+}
+
+/// The level of the batch stage spans (`spillway_actors::telemetry`): what the trace layer
+/// needs enabled.
+const STAGE_SPAN_LEVEL: Level = Level::DEBUG;
+
+/// Sets the `log` crate's maximum level (librdkafka's and sled's records come through it) to
+/// the most verbose level any installed subscriber wants, so a disabled record costs one
+/// comparison. `tracing-subscriber` sets it once at start-up; a level change must set it again.
+fn follow_tracing_max_level() {
+    log::set_max_level(as_log_level(tracing::level_filters::LevelFilter::current()));
+}
+
+fn as_log_level(level: tracing::level_filters::LevelFilter) -> log::LevelFilter {
+    use tracing::level_filters::LevelFilter;
+    match level {
+        LevelFilter::OFF => log::LevelFilter::Off,
+        LevelFilter::ERROR => log::LevelFilter::Error,
+        LevelFilter::WARN => log::LevelFilter::Warn,
+        LevelFilter::INFO => log::LevelFilter::Info,
+        LevelFilter::DEBUG => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    }
 }
 
 /// A subscriber not yet installed, with what manages it.
@@ -468,7 +492,10 @@ where
         })?;
     let (reloadable, handle) = reload::Layer::new(env_filter);
     levels.attach(Box::new(move |filter| {
-        handle.reload(filter).map_err(|e| e.to_string())
+        handle.reload(filter).map_err(|e| e.to_string())?;
+        // The reload recomputed the levels any subscriber wants; `log` records follow them.
+        follow_tracing_max_level();
+        Ok(())
     }));
     let log_filter = levels.recording(reloadable);
     // Secrets of stored configurations never reach the log output, whatever the level.
@@ -486,15 +513,18 @@ where
             .with_writer(writer)
             .boxed(),
     }
-    .with_filter(log_filter)
-    .with_filter(crate::log_levels::NeverShown);
+    // One filter, not two stacked: a stack's level hint is only its outer filter's, and
+    // without a hint every disabled `debug!`/`trace!` call (rdkafka logs one per message
+    // freed) would be matched against the levels at run time instead of skipped.
+    .with_filter(log_filter.and(crate::log_levels::NeverShown));
 
     let provider = config.traces.as_ref().map(tracer_provider).transpose()?;
     // Stage spans, and warnings and errors inside them (as span events); nothing else: the
     // long-lived `task` span of the logs must not become every batch's parent.
     let trace_filter = filter_fn(|meta| {
         meta.target() == STAGE_SPAN_TARGET || (meta.is_event() && *meta.level() <= Level::WARN)
-    });
+    })
+    .with_max_level_hint(STAGE_SPAN_LEVEL);
     let traces = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer(spillway_actors::telemetry::TRACER_NAME))
@@ -646,6 +676,42 @@ mod tests {
             assert_eq!(line["span"]["task"], 2, "{line}");
         }
         assert_eq!(lines[2]["level"], "DEBUG");
+    }
+
+    #[test]
+    fn the_subscriber_names_its_most_verbose_level_so_disabled_calls_are_skipped() {
+        use tracing::level_filters::LevelFilter;
+        use tracing::Subscriber as _;
+        let config = TelemetryConfig {
+            log_filter: "info".to_owned(),
+            traces: None,
+            ..TelemetryConfig::default()
+        };
+        let built = build(&config, Captured::default(), false).expect("builds");
+        assert_eq!(built.subscriber.max_level_hint(), Some(LevelFilter::INFO));
+        // A level change through /admin/loggers widens it (and narrows it again).
+        built.levels.set("rdkafka", "trace").expect("set");
+        assert_eq!(built.subscriber.max_level_hint(), Some(LevelFilter::TRACE));
+        built.levels.set("rdkafka", "info").expect("set");
+        assert_eq!(built.subscriber.max_level_hint(), Some(LevelFilter::INFO));
+
+        // Exporting traces needs the stage spans, whatever the log levels.
+        let config = TelemetryConfig {
+            log_filter: "warn".to_owned(),
+            traces: Some(TraceExport::to("http://127.0.0.1:9/v1/traces")),
+            ..TelemetryConfig::default()
+        };
+        let built = build(&config, Captured::default(), false).expect("builds");
+        assert_eq!(built.subscriber.max_level_hint(), Some(LevelFilter::DEBUG));
+    }
+
+    #[test]
+    fn log_records_follow_the_tracing_levels() {
+        use tracing::level_filters::LevelFilter;
+        assert_eq!(as_log_level(LevelFilter::OFF), log::LevelFilter::Off);
+        assert_eq!(as_log_level(LevelFilter::WARN), log::LevelFilter::Warn);
+        assert_eq!(as_log_level(LevelFilter::INFO), log::LevelFilter::Info);
+        assert_eq!(as_log_level(LevelFilter::TRACE), log::LevelFilter::Trace);
     }
 
     #[test]
