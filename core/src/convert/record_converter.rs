@@ -66,10 +66,10 @@ impl RecordConverter {
             offset: record.offset,
             key: self
                 .key
-                .from_connect(topic, record.key_schema.as_ref(), &record.key)?,
+                .from_connect(topic, record.key_schema.as_deref(), &record.key)?,
             value: self
                 .value
-                .from_connect(topic, record.value_schema.as_ref(), &record.value)?,
+                .from_connect(topic, record.value_schema.as_deref(), &record.value)?,
             headers,
             timestamp: record.timestamp,
             timestamp_type: record.timestamp_type,
