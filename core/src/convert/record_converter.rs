@@ -32,6 +32,8 @@ impl RecordConverter {
 
     /// [`to_sink_record`](Self::to_sink_record) from a borrowed record, which the caller keeps
     /// (for a dead letter): only what the sink record owns is copied.
+    // Inlined so that the record is built where its caller keeps it, not built and moved.
+    #[inline]
     pub fn convert(&self, raw: &RawRecord) -> Result<SinkRecord, ConvertError> {
         let key = self.key.to_connect(&raw.topic, raw.key.as_deref())?;
         let value = self.value.to_connect(&raw.topic, raw.value.as_deref())?;
