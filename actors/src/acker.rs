@@ -272,10 +272,17 @@ impl AckerActor {
         // The verdicts move out of their batches into one list (no copy per record); each
         // batch's share of it is found again by its length.
         let ack_counts: Vec<usize> = batches.iter().map(|b| b.acks.len()).collect();
-        let mut acks: Vec<Ack> = Vec::with_capacity(ack_counts.iter().sum());
-        for b in &mut batches {
-            acks.append(&mut b.acks);
-        }
+        let acks: Vec<Ack> = match batches.as_mut_slice() {
+            // One batch (the usual case): its list is taken as it is, not copied.
+            [only] => std::mem::take(&mut only.acks),
+            _ => {
+                let mut acks = Vec::with_capacity(ack_counts.iter().sum());
+                for b in &mut batches {
+                    acks.append(&mut b.acks);
+                }
+                acks
+            }
+        };
         let failure = batches
             .iter()
             .find_map(|b| b.fail_task.clone().map(|trace| (trace, b.fail_for_good)));

@@ -7,7 +7,7 @@
 use actix::prelude::*;
 use spillway_core::RecordPipeline;
 
-use crate::messages::{Acknowledged, Entry, Failing, Finish, SinkBatch, SourceBatch};
+use crate::messages::{Acknowledged, Failing, Finish, SinkBatch, SourceBatch};
 use crate::panic_guard::guard;
 use crate::sink::SinkActor;
 use crate::telemetry::BatchStage;
@@ -51,21 +51,21 @@ impl Handler<SourceBatch> for ConverterActor {
         let converted = {
             let _entered = span.enter();
             let pipeline = &self.pipeline;
+            // The raw records stay in their list, which moves on whole with the batch.
             guard(move || {
-                records
-                    .into_iter()
-                    .map(|raw| Entry {
-                        processed: pipeline.process(&raw),
-                        raw,
-                    })
-                    .collect::<Vec<_>>()
+                let processed = records
+                    .iter()
+                    .map(|raw| pipeline.process(raw))
+                    .collect::<Vec<_>>();
+                (records, processed)
             })
         };
         match converted {
-            Ok(entries) => self.sink.do_send(SinkBatch {
+            Ok((raws, processed)) => self.sink.do_send(SinkBatch {
                 ack,
                 changes,
-                entries,
+                raws,
+                processed,
                 trace,
                 group,
             }),

@@ -35,19 +35,17 @@ pub struct SourceBatch {
     pub group: Option<ConsumerGroupMetadata>,
 }
 
-/// One record after conversion and transforms; the raw record is kept for a dead letter.
-pub struct Entry {
-    pub raw: RawRecord,
-    pub processed: Processed,
-}
-
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SinkBatch {
     /// The batch's handle (its number is the batch's sequence number in the task).
     pub ack: BatchAck,
     pub changes: Vec<AssignmentChange>,
-    pub entries: Vec<Entry>,
+    /// The batch's records as read, kept for dead letters; moved here as the consumer's list,
+    /// not record by record.
+    pub raws: Vec<RawRecord>,
+    /// What conversion and transforms made of each record, in the order of `raws`.
+    pub processed: Vec<Processed>,
     pub trace: BatchTrace,
     pub group: Option<ConsumerGroupMetadata>,
 }

@@ -55,9 +55,7 @@ use crate::lock_retry::{
     commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure,
     GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
 };
-use crate::messages::{
-    Acknowledged, Entry, Failing, Finish, Outcomes, SinkBatch, TaskFailure, Verdict,
-};
+use crate::messages::{Acknowledged, Failing, Finish, Outcomes, SinkBatch, TaskFailure, Verdict};
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
@@ -118,7 +116,8 @@ pub struct SinkActor {
 /// or releases it whatever `run_batch` comes to).
 struct PutBatch {
     changes: Vec<AssignmentChange>,
-    entries: Vec<Entry>,
+    raws: Vec<RawRecord>,
+    processed: Vec<Processed>,
     trace: BatchTrace,
     group: Option<ConsumerGroupMetadata>,
 }
@@ -205,7 +204,8 @@ impl Handler<SinkBatch> for SinkActor {
         let SinkBatch {
             ack,
             changes,
-            entries,
+            raws,
+            processed,
             trace,
             group,
         } = batch;
@@ -231,7 +231,8 @@ impl Handler<SinkBatch> for SinkActor {
         let sink_ctx = Rc::clone(&self.ctx);
         let work = PutBatch {
             changes,
-            entries,
+            raws,
+            processed,
             trace,
             group,
         };
@@ -387,16 +388,16 @@ async fn run_batch(
     }
     // The ready records move out of the batch into `put` (no copy); `was_ready` remembers
     // which entries they were.
-    let mut was_ready = vec![false; batch.entries.len()];
+    let mut was_ready = vec![false; batch.raws.len()];
     // Sized for the whole batch: a sink record is several hundred bytes, and growing the list
     // record by record would copy it over and over.
     let mut ready = Ready {
-        indices: Vec::with_capacity(batch.entries.len()),
-        records: Vec::with_capacity(batch.entries.len()),
+        indices: Vec::with_capacity(batch.raws.len()),
+        records: Vec::with_capacity(batch.raws.len()),
     };
-    for (i, e) in batch.entries.iter_mut().enumerate() {
-        if matches!(e.processed, Processed::Ready(_)) {
-            if let Processed::Ready(r) = std::mem::replace(&mut e.processed, Processed::Filtered) {
+    for (i, processed) in batch.processed.iter_mut().enumerate() {
+        if matches!(processed, Processed::Ready(_)) {
+            if let Processed::Ready(r) = std::mem::replace(processed, Processed::Filtered) {
                 was_ready[i] = true;
                 ready.indices.push(i);
                 ready.records.push(r);
@@ -405,7 +406,7 @@ async fn run_batch(
     }
     // Indexed by entry: the put's outcome of each ready record.
     let mut outcomes: Vec<Option<PutOutcome>> = Vec::new();
-    outcomes.resize_with(batch.entries.len(), || None);
+    outcomes.resize_with(batch.raws.len(), || None);
     let put_span = batch.trace.span(BatchStage::Put);
     let mut pause_fetch_until = None;
     let mut slow_batch = None;
@@ -426,7 +427,7 @@ async fn run_batch(
         let mut next_offsets: Vec<(&str, i32, i64)> = Vec::new();
         for (i, outcome) in outcomes.iter().enumerate() {
             if outcome.as_ref().is_some_and(PutOutcome::is_ok) {
-                let c = &batch.entries[i].raw;
+                let c = &batch.raws[i];
                 match next_offsets
                     .iter_mut()
                     .find(|(t, p, _)| *p == c.partition && *t == c.topic)
@@ -466,16 +467,23 @@ async fn run_batch(
     }
     let mut fail_task = None;
     let mut fail_for_good = false;
-    let mut verdicts = Vec::with_capacity(batch.entries.len());
-    for (i, entry) in batch.entries.into_iter().enumerate() {
-        let record = entry.raw.coordinates();
-        let last_delivery = ctx.share && is_last_delivery(&entry.raw, ctx.delivery_attempt_limit);
+    let mut verdicts = Vec::with_capacity(batch.raws.len());
+    // Entries are visited in place: moving each out of the list copied several hundred bytes
+    // per record only to read its coordinates.
+    for (i, (raw, processed)) in batch
+        .raws
+        .iter_mut()
+        .zip(batch.processed.iter_mut())
+        .enumerate()
+    {
+        let record = raw.coordinates();
+        let last_delivery = ctx.share && is_last_delivery(raw, ctx.delivery_attempt_limit);
         let outcome = outcomes[i].take();
         // A ready record's `processed` was moved into the put: it is the outcome that counts.
         let processed = if was_ready[i] {
             None
         } else {
-            Some(entry.processed)
+            Some(std::mem::replace(processed, Processed::Filtered))
         };
         let failure = match (processed, outcome) {
             (Some(Processed::Filtered), _) => {
@@ -520,10 +528,13 @@ async fn run_batch(
             continue;
         };
         let limit = last_delivery.then(|| LastDelivery {
-            count: entry.raw.delivery_count.unwrap_or(1),
+            count: raw.delivery_count.unwrap_or(1),
             limit: ctx.delivery_attempt_limit,
         });
-        let (verdict, fatal) = failed_verdict(ctx, entry.raw, stage, &error, limit);
+        // The raw record goes to the verdict (its dead letter); the batch keeps a placeholder.
+        let placeholder = RawRecord::new(record.topic.clone(), record.partition, record.offset);
+        let raw = std::mem::replace(raw, placeholder);
+        let (verdict, fatal) = failed_verdict(ctx, raw, stage, &error, limit);
         verdicts.push(verdict);
         if fatal && fail_task.is_none() {
             fail_task = Some(match limit {
@@ -576,19 +587,19 @@ fn task_level_failure(
     let mut at_limit = Vec::new();
     let cause = ConnectError::Sink(error.clone());
     let verdicts = batch
-        .entries
+        .raws
         .into_iter()
-        .map(|entry| {
-            if ctx.share && is_last_delivery(&entry.raw, ctx.delivery_attempt_limit) {
-                at_limit.push(entry.raw.coordinates());
+        .map(|raw| {
+            if ctx.share && is_last_delivery(&raw, ctx.delivery_attempt_limit) {
+                at_limit.push(raw.coordinates());
                 let limit = LastDelivery {
-                    count: entry.raw.delivery_count.unwrap_or(1),
+                    count: raw.delivery_count.unwrap_or(1),
                     limit: ctx.delivery_attempt_limit,
                 };
-                failed_verdict(ctx, entry.raw, Stage::TaskPut, &cause, Some(limit)).0
+                failed_verdict(ctx, raw, Stage::TaskPut, &cause, Some(limit)).0
             } else {
                 Verdict {
-                    record: entry.raw.coordinates(),
+                    record: raw.coordinates(),
                     disposition: Disposition::Release,
                     dead_letter: None,
                 }
@@ -654,10 +665,10 @@ fn lock_refusal(task: &dyn SinkTask, ctx: &SinkContext) -> Option<String> {
 fn give_back(batch: PutBatch, message: String) -> Decided {
     error!(trace = %message, "the share group's lock is too short for this connector; the task fails");
     let verdicts = batch
-        .entries
+        .raws
         .iter()
-        .map(|e| Verdict {
-            record: e.raw.coordinates(),
+        .map(|raw| Verdict {
+            record: raw.coordinates(),
             disposition: Disposition::Release,
             dead_letter: None,
         })

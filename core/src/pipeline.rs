@@ -49,6 +49,9 @@ impl RecordPipeline {
     /// Takes `raw` by reference so the caller keeps the original bytes for a dead letter.
     pub fn process(&self, raw: &RawRecord) -> Processed {
         let record = match self.converter.convert(raw) {
+            // No transforms: the record goes straight out, wrapped where it was built (each
+            // pass through the chain moves it twice).
+            Ok(record) if self.transforms.is_empty() => return Processed::Ready(record),
             Ok(record) => record,
             Err(e) => {
                 return Processed::Failed {
@@ -57,11 +60,6 @@ impl RecordPipeline {
                 }
             }
         };
-        if self.transforms.is_empty() {
-            // No transforms: the record goes straight out (a sink record is several hundred
-            // bytes, and each pass through the chain moves it twice).
-            return Processed::Ready(record);
-        }
         match self.transforms.apply(record) {
             Ok(Some(record)) => Processed::Ready(record),
             Ok(None) => Processed::Filtered,

@@ -6,6 +6,7 @@
 //! one [`BatchAck`](crate::ack::BatchAck) per batch beside the records instead.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -140,15 +141,19 @@ impl Header {
 }
 
 /// A record as a sink task receives it: converted and transformed.
+///
+/// The schemas are shared (`Arc`): converters hand every record of a kind the same one, and a
+/// transform that changes a schema makes a new one. Sharing keeps the record small, and it is
+/// moved through every stage of the pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinkRecord {
     /// Topic after transforms (`RegexRouter` may rename it); see `original` for where it was read.
     pub topic: Topic,
     pub partition: i32,
     pub offset: i64,
-    pub key_schema: Option<Schema>,
+    pub key_schema: Option<Arc<Schema>>,
     pub key: Value,
-    pub value_schema: Option<Schema>,
+    pub value_schema: Option<Arc<Schema>>,
     pub value: Value,
     pub headers: Vec<Header>,
     pub timestamp: Option<i64>,

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, LazyLock};
 
 use crate::data::Value;
 
@@ -91,6 +92,19 @@ pub struct Schema {
     pub parameters: BTreeMap<String, String>,
     /// Used in place of a `null` value when the schema is optional.
     pub default: Option<Box<Value>>,
+}
+
+/// Connect's `OPTIONAL_STRING_SCHEMA`, shared: the `string` converter gives every key or
+/// value this one schema rather than a copy per record.
+pub fn optional_string_schema() -> Arc<Schema> {
+    static SCHEMA: LazyLock<Arc<Schema>> = LazyLock::new(|| Arc::new(Schema::string().optional()));
+    Arc::clone(&SCHEMA)
+}
+
+/// Connect's `OPTIONAL_BYTES_SCHEMA`, shared as [`optional_string_schema`] is.
+pub fn optional_bytes_schema() -> Arc<Schema> {
+    static SCHEMA: LazyLock<Arc<Schema>> = LazyLock::new(|| Arc::new(Schema::bytes().optional()));
+    Arc::clone(&SCHEMA)
 }
 
 impl Schema {

@@ -12,7 +12,7 @@ use crate::http::config::BatchFormat;
 /// The record's value as JSON text.
 pub fn value_json(converter: &JsonConverter, record: &SinkRecord) -> Result<Bytes, String> {
     converter
-        .from_connect(&record.topic, record.value_schema.as_ref(), &record.value)
+        .from_connect(&record.topic, record.value_schema.as_deref(), &record.value)
         .map(|json| json.unwrap_or_else(|| Bytes::from_static(b"null")))
         .map_err(|e| e.to_string())
 }
@@ -82,6 +82,7 @@ pub fn idempotency_key<'a>(
 mod tests {
     use super::*;
     use spillway_core::{Field, Schema, Struct, Value};
+    use std::sync::Arc;
 
     fn coordinates(list: &[(&str, i32, i64)]) -> Vec<RecordCoordinates> {
         list.iter()
@@ -145,10 +146,10 @@ mod tests {
             0,
             Value::Struct(Struct::new().with("id", 7.into()).with("name", "x".into())),
         );
-        record.value_schema = Some(Schema::structure(vec![
+        record.value_schema = Some(Arc::new(Schema::structure(vec![
             Field::new("id", Schema::int32()),
             Field::new("name", Schema::string()),
-        ]));
+        ])));
         assert_eq!(
             value_json(&value_converter(), &record).expect("json"),
             Bytes::from_static(b"{\"id\":7,\"name\":\"x\"}")

@@ -68,7 +68,9 @@ pub fn row_of<'a>(
         };
         return Ok((shape, values));
     }
-    let (Value::Struct(value), Some(value_schema)) = (&record.value, &record.value_schema) else {
+    let (Value::Struct(value), Some(value_schema)) =
+        (&record.value, record.value_schema.as_deref())
+    else {
         return Err(format!(
             "its value is a {}{}; the PostgreSQL sink needs a struct with a schema (JSON with a \
              schema envelope: value.converter=json and value.converter.schemas.enable=true)",
@@ -132,7 +134,7 @@ fn key_columns<'a>(
     config: &PostgresSinkConfig,
     record: &'a SinkRecord,
 ) -> Result<(Vec<Column>, Vec<&'a Value>), String> {
-    match (&record.key, &record.key_schema) {
+    match (&record.key, record.key_schema.as_deref()) {
         (Value::Null, _) => {
             Err("its key is null, but pk.mode=record_key takes the primary key from it".into())
         }
@@ -220,7 +222,7 @@ mod tests {
             id,
             Value::Struct(Struct::new().with("id", id.into()).with("qty", qty.into())),
         );
-        record.value_schema = Some(schema);
+        record.value_schema = Some(schema.into());
         record
     }
 

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use crate::convert::{Converter, SchemaAndValue};
 use crate::data::Value;
 use crate::error::{ConvertError, RecordPart};
-use crate::schema::{Schema, SchemaType};
+use crate::schema::{optional_bytes_schema, Schema, SchemaType};
 
 #[derive(Debug, Clone)]
 pub struct ByteArrayConverter {
@@ -33,7 +33,7 @@ impl Converter for ByteArrayConverter {
             Some(d) => Value::Bytes(Bytes::copy_from_slice(d)),
             None => Value::Null,
         };
-        Ok(SchemaAndValue::new(Some(Schema::bytes().optional()), value))
+        Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
     }
 
     /// Only bytes (or null) can be written; a transform that changed the type needs another
@@ -77,9 +77,9 @@ mod tests {
         let c = ByteArrayConverter::new(RecordPart::Value);
         let raw = b"\x00\x01\xffanything";
         let got = c.to_connect("t", Some(raw)).expect("any bytes");
-        assert_eq!(got.schema, Some(Schema::bytes().optional()));
+        assert_eq!(got.schema.as_deref(), Some(&Schema::bytes().optional()));
         let back = c
-            .from_connect("t", got.schema.as_ref(), &got.value)
+            .from_connect("t", got.schema.as_deref(), &got.value)
             .expect("bytes");
         assert_eq!(back.as_deref(), Some(&raw[..]));
     }

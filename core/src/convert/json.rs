@@ -2,6 +2,8 @@
 //! (the default) each key or value is an envelope `{"schema": ..., "payload": ...}` that
 //! carries its own schema; with `false` it is plain JSON read without a schema.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::{json, Value as Json};
 
@@ -150,7 +152,7 @@ impl Converter for JsonConverter {
                     .map_err(|e| self.read_error(topic, format!("bad schema: {e}")))?;
                 let value = value_from_json(&schema, payload, self.replace_null_with_default)
                     .map_err(|e| self.read_error(topic, e))?;
-                Ok(SchemaAndValue::new(Some(schema), value))
+                Ok(SchemaAndValue::new(Some(Arc::new(schema)), value))
             }
         }
     }
@@ -253,7 +255,7 @@ mod tests {
         let back = with_schemas()
             .to_connect("t", Some(&bytes))
             .expect("readable");
-        assert_eq!(back, SchemaAndValue::new(Some(schema), value));
+        assert_eq!(back, SchemaAndValue::new(Some(Arc::new(schema)), value));
     }
 
     #[test]

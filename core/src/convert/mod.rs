@@ -31,20 +31,24 @@ pub use json_schema::{schema_from_json, schema_to_json};
 pub use record_converter::RecordConverter;
 pub use string::StringConverter;
 
+use std::sync::Arc;
+
 use crate::config::{ConfigDef, ConfigMap};
 use crate::data::Value;
 use crate::error::{ConfigError, ConvertError, RecordPart};
 use crate::schema::Schema;
 
-/// A converted key or value and its schema (`None` for schemaless data).
+/// A converted key or value and its schema (`None` for schemaless data). The schema is
+/// shared: a converter whose every value has the same schema (`string`, `bytearray`) hands out
+/// one, as Connect's return a constant like `OPTIONAL_STRING_SCHEMA`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchemaAndValue {
-    pub schema: Option<Schema>,
+    pub schema: Option<Arc<Schema>>,
     pub value: Value,
 }
 
 impl SchemaAndValue {
-    pub fn new(schema: Option<Schema>, value: Value) -> Self {
+    pub fn new(schema: Option<Arc<Schema>>, value: Value) -> Self {
         SchemaAndValue { schema, value }
     }
 

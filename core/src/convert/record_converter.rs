@@ -32,6 +32,8 @@ impl RecordConverter {
 
     /// [`to_sink_record`](Self::to_sink_record) from a borrowed record, which the caller keeps
     /// (for a dead letter): only what the sink record owns is copied.
+    // Inlined so that the record is built where its caller keeps it, not built and moved.
+    #[inline]
     pub fn convert(&self, raw: &RawRecord) -> Result<SinkRecord, ConvertError> {
         let key = self.key.to_connect(&raw.topic, raw.key.as_deref())?;
         let value = self.value.to_connect(&raw.topic, raw.value.as_deref())?;
@@ -66,10 +68,10 @@ impl RecordConverter {
             offset: record.offset,
             key: self
                 .key
-                .from_connect(topic, record.key_schema.as_ref(), &record.key)?,
+                .from_connect(topic, record.key_schema.as_deref(), &record.key)?,
             value: self
                 .value
-                .from_connect(topic, record.value_schema.as_ref(), &record.value)?,
+                .from_connect(topic, record.value_schema.as_deref(), &record.value)?,
             headers,
             timestamp: record.timestamp,
             timestamp_type: record.timestamp_type,

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use crate::convert::{converter_key, Converter, SchemaAndValue};
 use crate::data::Value;
 use crate::error::{ConvertError, RecordPart};
-use crate::schema::Schema;
+use crate::schema::{optional_string_schema, Schema};
 
 #[derive(Debug, Clone)]
 pub struct StringConverter {
@@ -26,7 +26,7 @@ impl Converter for StringConverter {
 
     /// Invalid UTF-8 is refused rather than replaced, so no byte is silently lost.
     fn to_connect(&self, topic: &str, data: Option<&[u8]>) -> Result<SchemaAndValue, ConvertError> {
-        let schema = Some(Schema::string().optional());
+        let schema = Some(optional_string_schema());
         let Some(data) = data else {
             return Ok(SchemaAndValue::new(schema, Value::Null));
         };
@@ -72,7 +72,7 @@ mod tests {
         let got = converter()
             .to_connect("t", Some("héllo".as_bytes()))
             .expect("UTF-8");
-        assert_eq!(got.schema, Some(Schema::string().optional()));
+        assert_eq!(got.schema.as_deref(), Some(&Schema::string().optional()));
         assert_eq!(got.value, Value::from("héllo"));
     }
 

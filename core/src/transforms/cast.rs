@@ -304,6 +304,7 @@ impl Transformation for Cast {
 mod tests {
     use super::*;
     use crate::transforms::testkit::config;
+    use std::sync::Arc;
 
     fn cast(spec: &str) -> Cast {
         Cast::configure(Side::Value, &config(&[("spec", spec)]), "").expect("valid spec")
@@ -346,14 +347,14 @@ mod tests {
                     .with("s", "x".into()),
             ),
         );
-        r.value_schema = Some(schema);
+        r.value_schema = Some(Arc::new(schema));
         let out = cast("n:string").apply(r).expect("casts").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Schema::structure(vec![
+            Some(Arc::new(Schema::structure(vec![
                 Field::new("n", Schema::string().optional()),
                 Field::new("s", Schema::string())
-            ]))
+            ])))
         );
         assert_eq!(
             out.value,
@@ -364,11 +365,11 @@ mod tests {
     #[test]
     fn a_whole_value_cast_changes_value_and_schema() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Float64(2.9));
-        r.value_schema = Some(Schema::float64());
+        r.value_schema = Some(Arc::new(Schema::float64()));
         let out = cast("int32").apply(r).expect("casts").expect("kept");
         assert_eq!(
             (out.value_schema, out.value),
-            (Some(Schema::int32()), Value::Int32(2))
+            (Some(Arc::new(Schema::int32())), Value::Int32(2))
         );
     }
 

@@ -248,6 +248,7 @@ mod tests {
     use crate::schema::Field;
     use crate::transforms::testkit::config;
     use bytes::Bytes;
+    use std::sync::Arc;
 
     #[test]
     fn insert_header_adds_a_string_header() {
@@ -331,14 +332,17 @@ mod tests {
                     .with("n", 1.into()),
             ),
         );
-        r.value_schema = Some(Schema::structure(vec![
+        r.value_schema = Some(Arc::new(Schema::structure(vec![
             Field::new("trace", Schema::string()),
             Field::new("n", Schema::int32()),
-        ]));
+        ])));
         let out = t.apply(r).expect("struct").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Schema::structure(vec![Field::new("n", Schema::int32())]))
+            Some(Arc::new(Schema::structure(vec![Field::new(
+                "n",
+                Schema::int32()
+            )])))
         );
         assert_eq!(out.value, Value::Struct(Struct::new().with("n", 1.into())));
         let header = out.header("traceparent").expect("moved");

@@ -62,6 +62,7 @@ impl Transformation for HoistField {
 mod tests {
     use super::*;
     use crate::transforms::testkit::config;
+    use std::sync::Arc;
 
     fn transform() -> HoistField {
         HoistField::configure(Side::Value, &config(&[("field", "line")]), "").expect("valid")
@@ -79,11 +80,14 @@ mod tests {
     #[test]
     fn a_schema_value_is_wrapped_in_a_struct_with_one_field() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Int64(3));
-        r.value_schema = Some(Schema::int64());
+        r.value_schema = Some(Arc::new(Schema::int64()));
         let out = transform().apply(r).expect("any").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Schema::structure(vec![Field::new("line", Schema::int64())]))
+            Some(Arc::new(Schema::structure(vec![Field::new(
+                "line",
+                Schema::int64()
+            )])))
         );
         assert_eq!(
             out.value,

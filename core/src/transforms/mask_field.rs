@@ -97,7 +97,7 @@ impl Transformation for MaskField {
         if value.is_null() {
             return Ok(Some(record));
         }
-        let schema = self.side.schema(&record).cloned();
+        let schema = self.side.shared_schema(&record);
         let masks = |name: &str| self.fields.iter().any(|f| f == name);
         let out = match &schema {
             None => {
@@ -128,7 +128,7 @@ impl Transformation for MaskField {
                 Value::Struct(out)
             }
         };
-        self.side.set(&mut record, schema, out);
+        self.side.set_shared(&mut record, schema, out);
         Ok(Some(record))
     }
 }
@@ -137,6 +137,7 @@ impl Transformation for MaskField {
 mod tests {
     use super::*;
     use crate::transforms::testkit::config;
+    use std::sync::Arc;
 
     fn value() -> Value {
         Value::string_map([
@@ -210,9 +211,9 @@ mod tests {
             0,
             Value::Struct(Struct::new().with("card", "4111".into())),
         );
-        r.value_schema = Some(schema.clone());
+        r.value_schema = Some(Arc::new(schema.clone()));
         let out = t.apply(r).expect("struct").expect("kept");
-        assert_eq!(out.value_schema, Some(schema));
+        assert_eq!(out.value_schema, Some(Arc::new(schema)));
         assert_eq!(
             out.value,
             Value::Struct(Struct::new().with("card", "".into()))

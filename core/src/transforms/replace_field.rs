@@ -151,6 +151,7 @@ mod tests {
     use super::*;
     use crate::schema::Schema;
     use crate::transforms::testkit::config;
+    use std::sync::Arc;
 
     fn value() -> Value {
         Value::string_map([
@@ -207,14 +208,17 @@ mod tests {
             0,
             Value::Struct(Struct::new().with("a", 1.into()).with("b", 2.into())),
         );
-        r.value_schema = Some(Schema::structure(vec![
+        r.value_schema = Some(Arc::new(Schema::structure(vec![
             Field::new("a", Schema::int32()),
             Field::new("b", Schema::int32()),
-        ]));
+        ])));
         let out = t.apply(r).expect("struct").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Schema::structure(vec![Field::new("x", Schema::int32())]))
+            Some(Arc::new(Schema::structure(vec![Field::new(
+                "x",
+                Schema::int32()
+            )])))
         );
         assert_eq!(out.value, Value::Struct(Struct::new().with("x", 1.into())));
     }

@@ -1,6 +1,7 @@
 //! Which part of a record a transform works on: Connect's `$Key` and `$Value` variants.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::data::{Struct, Value};
 use crate::record::SinkRecord;
@@ -23,8 +24,16 @@ impl Side {
 
     pub fn schema(self, record: &SinkRecord) -> Option<&Schema> {
         match self {
-            Side::Key => record.key_schema.as_ref(),
-            Side::Value => record.value_schema.as_ref(),
+            Side::Key => record.key_schema.as_deref(),
+            Side::Value => record.value_schema.as_deref(),
+        }
+    }
+
+    /// This side's schema, shared rather than copied, for a transform that keeps it.
+    pub fn shared_schema(self, record: &SinkRecord) -> Option<Arc<Schema>> {
+        match self {
+            Side::Key => record.key_schema.clone(),
+            Side::Value => record.value_schema.clone(),
         }
     }
 
@@ -37,6 +46,11 @@ impl Side {
 
     /// Replaces this side's schema and value.
     pub fn set(self, record: &mut SinkRecord, schema: Option<Schema>, value: Value) {
+        self.set_shared(record, schema.map(Arc::new), value)
+    }
+
+    /// [`set`](Self::set) with a schema that is already shared (one the record had).
+    pub fn set_shared(self, record: &mut SinkRecord, schema: Option<Arc<Schema>>, value: Value) {
         match self {
             Side::Key => {
                 record.key_schema = schema;

@@ -1,6 +1,8 @@
 //! `ValueToKey`: replaces the key with the listed fields of the value (a map, or a struct with
 //! its own schema).
 
+use std::sync::Arc;
+
 use crate::config::{ConfigDef, ConfigKey, ConfigMap, ConfigType, Importance, Validator};
 use crate::data::{Struct, Value};
 use crate::error::{ConfigError, TransformError};
@@ -83,7 +85,7 @@ impl Transformation for ValueToKey {
                     fields.push(Field::new(name.clone(), field.schema.clone()));
                     key.put(name.clone(), s.get(name).cloned().unwrap_or(Value::Null));
                 }
-                record.key_schema = Some(Schema::structure(fields));
+                record.key_schema = Some(Arc::new(Schema::structure(fields)));
                 record.key = Value::Struct(key);
             }
         }
@@ -95,6 +97,7 @@ impl Transformation for ValueToKey {
 mod tests {
     use super::*;
     use crate::transforms::testkit::config;
+    use std::sync::Arc;
 
     fn transform() -> ValueToKey {
         ValueToKey::configure(&config(&[("fields", "id,region")]), "").expect("valid")
@@ -136,14 +139,14 @@ mod tests {
                     .with("x", "y".into()),
             ),
         );
-        r.value_schema = Some(schema);
+        r.value_schema = Some(Arc::new(schema));
         let out = transform().apply(r).expect("struct").expect("kept");
         assert_eq!(
             out.key_schema,
-            Some(Schema::structure(vec![
+            Some(Arc::new(Schema::structure(vec![
                 Field::new("id", Schema::int64()),
                 Field::new("region", Schema::string().optional())
-            ]))
+            ])))
         );
         assert_eq!(
             out.key,
@@ -158,7 +161,10 @@ mod tests {
     #[test]
     fn a_field_missing_from_the_schema_is_named() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Struct(Struct::new().with("id", 1.into())));
-        r.value_schema = Some(Schema::structure(vec![Field::new("id", Schema::int32())]));
+        r.value_schema = Some(Arc::new(Schema::structure(vec![Field::new(
+            "id",
+            Schema::int32(),
+        )])));
         let err = transform().apply(r).expect_err("region missing");
         assert_eq!(
             err.to_string(),
