@@ -1374,10 +1374,15 @@ mod tests {
 
     fn batch(offsets: &[i64], compression: Compression) -> Bytes {
         let records: Vec<Record> = offsets.iter().map(|o| record(*o, false)).collect();
+        encoded(&records, compression)
+    }
+
+    /// `records` as one v2 record batch.
+    fn encoded(records: &[Record], compression: Compression) -> Bytes {
         let mut buf = BytesMut::new();
         RecordBatchEncoder::encode(
             &mut buf,
-            &records,
+            records,
             &RecordEncodeOptions {
                 version: 2,
                 compression,
@@ -1445,17 +1450,7 @@ mod tests {
                 r
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .unwrap();
-        buf.freeze()
+        encoded(&records, compression)
     }
 
     /// The whole batches in `bytes`, as `absorb_partition` cuts them.
@@ -1522,17 +1517,7 @@ mod tests {
         // The encoder's map cannot repeat a name: write the record by hand.
         let mut r = record(0, false);
         r.headers.clear();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &[r],
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        let mut bytes = buf.to_vec();
+        let mut bytes = encoded(&[r], Compression::None).to_vec();
         // The record: headers a=1, b=2, a=3.
         // Attributes 0, timestamp delta 0, offset delta 0, key null (-1 is zigzag 1), value
         // "v0" (2 is zigzag 4), then the headers (name and value lengths 1: zigzag 2).
@@ -1588,17 +1573,7 @@ mod tests {
         assert!(acquired_in_place(&varied_batch(Compression::Gzip), i64::MAX, |_| true).is_none());
         let control = {
             let records = [record(5, true)];
-            let mut buf = BytesMut::new();
-            RecordBatchEncoder::encode(
-                &mut buf,
-                &records,
-                &RecordEncodeOptions {
-                    version: 2,
-                    compression: Compression::None,
-                },
-            )
-            .unwrap();
-            buf.freeze()
+            encoded(&records, Compression::None)
         };
         assert!(
             acquired_in_place(&control, i64::MAX, |_| true).is_none(),
@@ -1746,16 +1721,7 @@ mod tests {
     fn a_control_batch_with_a_zero_crc_is_a_gap_not_an_error() {
         // The dev broker writes transaction markers with CRC 0.
         let mut ledger = Ledger::default();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &[record(4, true)],
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
+        let mut buf = BytesMut::from(&encoded(&[record(4, true)], Compression::None)[..]);
         buf[17..21].copy_from_slice(&[0, 0, 0, 0]);
         let (out, r) = absorb(&mut ledger, &[acquired(4, 4, 1)], buf.freeze());
         r.expect("not corrupt: a marker");
@@ -1766,18 +1732,8 @@ mod tests {
     #[test]
     fn control_records_are_acknowledged_as_gap_not_delivered() {
         let mut ledger = Ledger::default();
-        let mut buf = BytesMut::new();
-        let records = vec![record(4, true)];
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        let (out, r) = absorb(&mut ledger, &[acquired(4, 4, 1)], buf.freeze());
+        let buf = encoded(&[record(4, true)], Compression::None);
+        let (out, r) = absorb(&mut ledger, &[acquired(4, 4, 1)], buf);
         r.unwrap();
         assert!(out.is_empty());
         assert_eq!(pending(&mut ledger), [(4, GAP)].into_iter().collect());
