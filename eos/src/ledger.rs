@@ -28,12 +28,18 @@ pub fn ledger_key(record: &RecordCoordinates) -> Bytes {
 
 /// The source record a ledger key names; `None` for a key this module did not write.
 pub fn parse_ledger_key(key: &[u8]) -> Option<RecordCoordinates> {
+    let (topic, partition, offset) = ledger_key_parts(key)?;
+    Some(RecordCoordinates::new(topic, partition, offset))
+}
+
+/// The topic, partition and offset a ledger key names, borrowed from it.
+pub fn ledger_key_parts(key: &[u8]) -> Option<(&str, i32, i64)> {
     let text = std::str::from_utf8(key).ok()?;
     let mut parts = text.rsplitn(3, '/');
     let offset = parts.next()?.parse().ok()?;
     let partition = parts.next()?.parse().ok()?;
     let topic = parts.next()?;
-    (!topic.is_empty()).then(|| RecordCoordinates::new(topic, partition, offset))
+    (!topic.is_empty()).then_some((topic, partition, offset))
 }
 
 /// Classic mode: the ledger key of a source partition's checkpoint,

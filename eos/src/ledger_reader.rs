@@ -23,6 +23,7 @@ use spillway_kafka::cluster::Cluster;
 use spillway_kafka::error_name;
 use spillway_kafka::security::ClientSecurity;
 
+use crate::claims::ClaimWindow;
 use crate::ledger::{
     checkpoint_key, ledger_key, ledger_partition, parse_checkpoint_value, LogRecord, Marker,
     PartitionReplay, WRITER_HEADER,
@@ -118,6 +119,16 @@ pub struct LedgerReader {
     partitions: i32,
     replays: BTreeMap<i32, PartitionReplay>,
     cache: LedgerCache,
+    /// Per ledger partition, what the claim check has read (it reads on its own, from where the
+    /// replay was when the reader opened: the replay only moves on a lookup).
+    scans: BTreeMap<i32, ClaimScan>,
+}
+
+/// The claim check's place in one ledger partition and the other writers' entries it has read.
+#[derive(Debug)]
+struct ClaimScan {
+    next_offset: i64,
+    window: ClaimWindow,
 }
 
 impl LedgerReader {
@@ -184,6 +195,7 @@ impl LedgerReader {
             partitions,
             replays: BTreeMap::new(),
             cache,
+            scans: BTreeMap::new(),
         };
         for partition in 0..partitions {
             let start = reader.earliest(partition).await?;
@@ -191,6 +203,14 @@ impl LedgerReader {
                 .replays
                 .insert(partition, PartitionReplay::starting_at(start));
             reader.catch_up(partition, &[], None).await?;
+            let next_offset = reader.replays[&partition].next_offset;
+            reader.scans.insert(
+                partition,
+                ClaimScan {
+                    next_offset,
+                    window: ClaimWindow::default(),
+                },
+            );
         }
         Ok(reader)
     }
@@ -365,6 +385,122 @@ impl LedgerReader {
             .collect()
     }
 
+    /// Share mode, before a commit: of `claims` (this writer's entries in its open transaction:
+    /// the record, its entry's ledger partition and offset), those another entry competes with
+    /// (see [`crate::claims`]). `written` holds every ledger offset of the open transaction
+    /// (entries and tombstones), which are not read as claims. Each ledger partition involved is
+    /// read past the writer's entries; what was read is kept for `retention`.
+    pub async fn competing_claims(
+        &mut self,
+        claims: &[(RecordCoordinates, i32, i64)],
+        written: &[(i32, i64)],
+        retention: Duration,
+    ) -> Result<Vec<RecordCoordinates>, LedgerError> {
+        let mut own: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for (partition, offset) in written {
+            own.entry(*partition).or_default().push(*offset);
+        }
+        let mut found = Vec::new();
+        for (partition, offsets) in &mut own {
+            offsets.sort_unstable();
+            let Some(&last) = offsets.last() else {
+                continue;
+            };
+            self.scan_claims(*partition, offsets, last + 1).await?;
+            let mine: Vec<(RecordCoordinates, i64)> = claims
+                .iter()
+                .filter(|(_, p, _)| p == partition)
+                .map(|(record, _, offset)| (record.clone(), *offset))
+                .collect();
+            let scan = self
+                .scans
+                .get_mut(partition)
+                .expect("scanned partitions have a window");
+            scan.window.prune(Instant::now(), retention);
+            found.extend(scan.window.conflicts(&mine));
+        }
+        Ok(found)
+    }
+
+    /// Reads `partition` for the claim check up to `target`, passing over the offsets in `own`
+    /// (sorted): a batch made only of them is not decoded.
+    async fn scan_claims(
+        &mut self,
+        partition: i32,
+        own: &[i64],
+        target: i64,
+    ) -> Result<(), LedgerError> {
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition,
+            reason,
+        };
+        let is_own = |offset: i64| own.binary_search(&offset).is_ok();
+        let only_own = |first: i64, last: i64| {
+            let from = own.partition_point(|o| *o < first);
+            let to = own.partition_point(|o| *o <= last);
+            (to - from) as i64 == last - first + 1
+        };
+        // Past the writer's entries, and on to the end the first Fetch saw: markers written
+        // since (another writer's abort) settle what would otherwise count as open.
+        let mut end = target;
+        let mut first_fetch = true;
+        loop {
+            let Some(next_offset) = self.scans.get(&partition).map(|s| s.next_offset) else {
+                return Err(read_error("no claim scan state".into()));
+            };
+            if next_offset >= end {
+                return Ok(());
+            }
+            let (records, high_watermark) = match self.fetch_raw(partition, next_offset).await? {
+                Fetched::OutOfRange { .. } => {
+                    // Below the log start (retention took it): read on from there.
+                    let start = self.earliest(partition).await?;
+                    if start <= next_offset {
+                        return Err(read_error(format!(
+                            "offset {next_offset} is out of range, and the log starts at {start}"
+                        )));
+                    }
+                    if let Some(scan) = self.scans.get_mut(&partition) {
+                        scan.next_offset = start;
+                    }
+                    continue;
+                }
+                Fetched::Records {
+                    records,
+                    high_watermark,
+                } => (records, high_watermark),
+            };
+            if first_fetch {
+                end = end.max(high_watermark);
+                first_fetch = false;
+            }
+            let (records, next) = decode_log(records, only_own).map_err(read_error)?;
+            let now = Instant::now();
+            let Some(scan) = self.scans.get_mut(&partition) else {
+                return Err(read_error("no claim scan state".into()));
+            };
+            for record in records.iter().filter(|r| !is_own(r.offset)) {
+                if record.offset >= scan.next_offset {
+                    scan.window.observe(record, now);
+                }
+            }
+            match next {
+                Some(next) => scan.next_offset = scan.next_offset.max(next),
+                None if high_watermark <= next_offset => {
+                    if next_offset >= target {
+                        return Ok(());
+                    }
+                    return Err(read_error(format!(
+                        "the partition ends at offset {high_watermark}, before this writer's entries (up to offset {})",
+                        target - 1
+                    )));
+                }
+                None => {}
+            }
+        }
+    }
+
     /// Reads `partition` up to the end it had when called, then on while one of `keys` is in
     /// an open transaction (until `wait_until`).
     async fn catch_up(
@@ -407,6 +543,48 @@ impl LedgerReader {
             reason,
         };
         let next_offset = self.replays[&partition].next_offset;
+        let (records, high_watermark) = match self.fetch_raw(partition, next_offset).await? {
+            Fetched::OutOfRange { high_watermark } => {
+                // Older data is gone (retention): start over from the log start. Entries lost
+                // that way are the duplicate window docs/exactly-once.md names.
+                let start = self.earliest(partition).await?;
+                tracing::warn!(topic = %self.topic, partition, from = next_offset, to = start,
+                    "ledger data before the log start is gone; replaying from the log start");
+                if let Some(replay) = self.replays.get_mut(&partition) {
+                    replay.reset(start);
+                }
+                return Ok(high_watermark.max(start));
+            }
+            Fetched::Records {
+                records,
+                high_watermark,
+            } => (records, high_watermark),
+        };
+        let (records, next) = decode_log(records, |_, _| false).map_err(read_error)?;
+        let replay = self
+            .replays
+            .get_mut(&partition)
+            .ok_or_else(|| read_error("no replay state".into()))?;
+        let mut changes = Vec::new();
+        for record in records {
+            changes.extend(replay.apply(record));
+        }
+        if let Some(next) = next {
+            // Past the whole batch, also when compaction removed its last records.
+            replay.next_offset = replay.next_offset.max(next);
+        }
+        self.cache.apply(changes).await?;
+        Ok(high_watermark)
+    }
+
+    /// One Fetch of `partition` from `offset` (read_uncommitted): its record bytes and high
+    /// watermark.
+    async fn fetch_raw(&self, partition: i32, offset: i64) -> Result<Fetched, LedgerError> {
+        let read_error = |reason: String| LedgerError::Read {
+            topic: self.topic.clone(),
+            partition,
+            reason,
+        };
         let conn = self.leader(partition).await?;
         let request = FetchRequest::default()
             .with_max_wait_ms(0)
@@ -416,7 +594,7 @@ impl LedgerReader {
                 .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
                 .with_partitions(vec![FetchPartition::default()
                     .with_partition(partition)
-                    .with_fetch_offset(next_offset)
+                    .with_fetch_offset(offset)
                     .with_partition_max_bytes(PARTITION_MAX_BYTES)])]);
         let (response, _) = conn
             .request_in_range(
@@ -444,42 +622,22 @@ impl LedgerReader {
             ));
         };
         match data.error_code {
-            0 => {}
-            OFFSET_OUT_OF_RANGE => {
-                // Older data is gone (retention): start over from the log start. Entries lost
-                // that way are the duplicate window docs/exactly-once.md names.
-                let start = self.earliest(partition).await?;
-                tracing::warn!(topic = %self.topic, partition, from = next_offset, to = start,
-                    "ledger data before the log start is gone; replaying from the log start");
-                if let Some(replay) = self.replays.get_mut(&partition) {
-                    replay.reset(start);
-                }
-                return Ok(data.high_watermark.max(start));
-            }
+            0 => Ok(Fetched::Records {
+                records: data.records.unwrap_or_default(),
+                high_watermark: data.high_watermark,
+            }),
+            OFFSET_OUT_OF_RANGE => Ok(Fetched::OutOfRange {
+                high_watermark: data.high_watermark,
+            }),
             NOT_LEADER_OR_FOLLOWER => {
                 self.cluster
                     .refresh_metadata(std::slice::from_ref(&self.topic))
                     .await
                     .map_err(|e| read_error(e.to_string()))?;
-                return Err(read_error("the partition's leader moved; try again".into()));
+                Err(read_error("the partition's leader moved; try again".into()))
             }
-            code => return Err(read_error(format!("Fetch answered {}", error_name(code)))),
+            code => Err(read_error(format!("Fetch answered {}", error_name(code)))),
         }
-        let (records, next) = decode_log(data.records.unwrap_or_default()).map_err(read_error)?;
-        let replay = self
-            .replays
-            .get_mut(&partition)
-            .ok_or_else(|| read_error("no replay state".into()))?;
-        let mut changes = Vec::new();
-        for record in records {
-            changes.extend(replay.apply(record));
-        }
-        if let Some(next) = next {
-            // Past the whole batch, also when compaction removed its last records.
-            replay.next_offset = replay.next_offset.max(next);
-        }
-        self.cache.apply(changes).await?;
-        Ok(data.high_watermark)
     }
 
     async fn leader(
@@ -543,10 +701,26 @@ impl LedgerReader {
     }
 }
 
+/// What one Fetch of a ledger partition brought.
+enum Fetched {
+    Records {
+        records: Bytes,
+        high_watermark: i64,
+    },
+    /// The offset asked for is below the log start (or past the end).
+    OutOfRange {
+        high_watermark: i64,
+    },
+}
+
 /// The records of the whole batches in `bytes` (a partial batch at the end, cut by the fetch
 /// size, is left for the next fetch), and the offset after the last whole batch. A data batch
-/// that does not decode is an error: skipping it could hide a ledger entry.
-fn decode_log(mut bytes: Bytes) -> Result<(Vec<LogRecord>, Option<i64>), String> {
+/// that does not decode is an error: skipping it could hide a ledger entry. Data batches whose
+/// offsets (first, last) `pass_over` names are not decoded.
+fn decode_log(
+    mut bytes: Bytes,
+    pass_over: impl Fn(i64, i64) -> bool,
+) -> Result<(Vec<LogRecord>, Option<i64>), String> {
     let mut out = Vec::new();
     let mut next = None;
     // Batch header: baseOffset int64, batchLength int32, ..., lastOffsetDelta int32 at byte 23.
@@ -571,6 +745,8 @@ fn decode_log(mut bytes: Bytes) -> Result<(Vec<LogRecord>, Option<i64>), String>
             if let Some(marker) = decode_marker(&batch) {
                 out.push(marker);
             }
+        } else if total >= 27 && pass_over(base, base + last_delta) {
+            // Not needed: the caller's own records.
         } else {
             let set = RecordBatchDecoder::decode(&mut batch)
                 .map_err(|e| format!("the batch at offset {base} does not decode: {e}"))?;
@@ -704,7 +880,7 @@ mod tests {
         let mut marker = encode(&[record(9, &[0, 0, 0, 1], Some(&[0, 0, 0, 0, 0, 0]), true)]);
         marker[17..21].copy_from_slice(&[0, 0, 0, 0]);
         log.extend_from_slice(&marker);
-        let (records, next) = decode_log(log.freeze()).expect("decodes");
+        let (records, next) = decode_log(log.freeze(), |_, _| false).expect("decodes");
         assert_eq!(next, Some(10));
         assert_eq!(records.len(), 3);
         assert_eq!(records[0].key.as_deref(), Some(&b"t/0/1"[..]));
@@ -722,11 +898,25 @@ mod tests {
     }
 
     #[test]
+    fn batches_passed_over_are_not_decoded_but_read_past() {
+        let mut log = encode(&[
+            record(7, b"t/0/1", Some(b"x"), false),
+            record(8, b"t/0/2", Some(b"x"), false),
+        ]);
+        log.extend_from_slice(&encode(&[record(9, b"t/0/3", Some(b"x"), false)]));
+        let (records, next) =
+            decode_log(log.freeze(), |first, last| first >= 7 && last <= 8).expect("decodes");
+        assert_eq!(next, Some(10));
+        let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![9]);
+    }
+
+    #[test]
     fn a_corrupt_data_batch_is_an_error_not_a_skip() {
         let mut log = encode(&[record(0, b"t/0/1", Some(b"x"), false)]);
         let n = log.len();
         log[n - 2] ^= 0xff;
-        let err = decode_log(log.freeze()).expect_err("corrupt");
+        let err = decode_log(log.freeze(), |_, _| false).expect_err("corrupt");
         assert!(err.contains("offset 0"), "{err}");
     }
 

@@ -104,6 +104,14 @@ pub struct ExactlyOnceWriter {
     open: bool,
     /// Ledger entries written in the open transaction.
     entries_in_txn: Vec<RecordCoordinates>,
+    /// Share mode: the open transaction's entries with their ledger partition and offset, for
+    /// the claim check before the commit ([`crate::claims`]).
+    claims_in_txn: Vec<(RecordCoordinates, i32, i64)>,
+    /// Share mode: every ledger offset the open transaction wrote (entries and tombstones).
+    ledger_written_in_txn: Vec<(i32, i64)>,
+    /// How long the claim check keeps other writers' entries: longer than any record held
+    /// now can have been held (its lock, as seen on its deadlines).
+    claim_retention: Duration,
     /// Tombstones written in the open transaction.
     tombstones_in_txn: Vec<RecordCoordinates>,
     /// The earliest acquisition-lock deadline of the records in the open transaction.
@@ -129,10 +137,17 @@ pub struct WriterStats {
     pub tombstones_committed: u64,
     /// Classic mode: records read again below their partition's checkpoint, not written.
     pub checkpoint_skips: u64,
+    /// Share mode: records of transactions aborted before their commit because another
+    /// writer's ledger entry for them came first (their hold on them had ended unseen).
+    pub claim_conflicts: u64,
 }
 
 /// How long opening waits for a predecessor's open transactions to show their abort markers.
 const PREDECESSOR_WAIT: Duration = Duration::from_secs(10);
+
+/// The claim check keeps other writers' entries at least this long, and this much longer than
+/// the longest lock time left seen on a record.
+const CLAIM_RETENTION: Duration = Duration::from_secs(60);
 
 fn ledger_error(e: LedgerError) -> SinkError {
     match e {
@@ -183,6 +198,9 @@ impl ExactlyOnceWriter {
             mode: Mode::Unknown,
             open: false,
             entries_in_txn: Vec::new(),
+            claims_in_txn: Vec::new(),
+            ledger_written_in_txn: Vec::new(),
+            claim_retention: CLAIM_RETENTION,
             tombstones_in_txn: Vec::new(),
             deadline: None,
             standing: HashSet::new(),
@@ -429,6 +447,7 @@ impl ExactlyOnceWriter {
                 });
             }
         }
+        let now = Instant::now();
         if let Mode::Share(reader, _) = &self.mode {
             let value = entry_value(self.producer.transactional_id());
             let ledger_topic = Topic::from(reader.topic());
@@ -443,6 +462,9 @@ impl ExactlyOnceWriter {
                 self.entries_in_txn.push(source.clone());
                 if let Some(d) = deadline {
                     self.deadline = Some(self.deadline.map_or(*d, |e| e.min(*d)));
+                    self.claim_retention = self
+                        .claim_retention
+                        .max(d.saturating_duration_since(now) + CLAIM_RETENTION);
                 }
             }
             for done in std::mem::take(&mut self.to_tombstone) {
@@ -459,7 +481,23 @@ impl ExactlyOnceWriter {
         let ledger_results = self.producer.send_all(&batch).await;
         let results = match ledger_results.iter().find_map(|r| r.as_ref().err()) {
             Some(_) => ledger_results,
-            None => self.producer.send_all(out).await,
+            None => {
+                if matches!(self.mode, Mode::Share(..)) {
+                    // Where the entries landed: the claim check reads past them.
+                    for (i, written) in ledger_results.iter().flatten().enumerate() {
+                        self.ledger_written_in_txn
+                            .push((written.partition, written.offset));
+                        if let Some((source, _)) = sources.get(i) {
+                            self.claims_in_txn.push((
+                                source.clone(),
+                                written.partition,
+                                written.offset,
+                            ));
+                        }
+                    }
+                }
+                self.producer.send_all(out).await
+            }
         };
         if let Some(failed) = results.iter().find_map(|r| r.as_ref().err()) {
             let error = self.abort_after_failure(failed.to_string()).await;
@@ -512,6 +550,7 @@ impl ExactlyOnceWriter {
         if !self.open {
             return Ok(());
         }
+        self.check_claims().await?;
         if let (Mode::Share(_, settings), Some(deadline)) = (&self.mode, self.deadline) {
             let margin = settings.lock_margin;
             if Instant::now() + margin >= deadline {
@@ -552,6 +591,8 @@ impl ExactlyOnceWriter {
                 self.stats.records_committed += self.entries_in_txn.len() as u64;
                 self.stats.tombstones_committed += self.tombstones_in_txn.len() as u64;
                 self.standing.extend(self.entries_in_txn.drain(..));
+                self.claims_in_txn.clear();
+                self.ledger_written_in_txn.clear();
                 self.tombstones_in_txn.clear();
                 Ok(())
             }
@@ -563,6 +604,50 @@ impl ExactlyOnceWriter {
         }
     }
 
+    /// Share mode, before a commit: aborts the open transaction when another writer's ledger
+    /// entry competes with one of its own ([`crate::claims`]): that writer held the records
+    /// after this one's hold ended (a lost share session releases them before their lock
+    /// deadline), and only the first entry in the log may commit.
+    async fn check_claims(&mut self) -> Result<(), SinkError> {
+        let Mode::Share(reader, _) = &mut self.mode else {
+            return Ok(());
+        };
+        if self.claims_in_txn.is_empty() {
+            return Ok(());
+        }
+        let competing = match reader
+            .competing_claims(
+                &self.claims_in_txn,
+                &self.ledger_written_in_txn,
+                self.claim_retention,
+            )
+            .await
+        {
+            Ok(competing) if competing.is_empty() => return Ok(()),
+            Ok(competing) => competing,
+            Err(e) => {
+                let error = ledger_error(e);
+                self.abort().await?;
+                return Err(error);
+            }
+        };
+        self.stats.claim_conflicts += competing.len() as u64;
+        let total = self.claims_in_txn.len();
+        let first = &competing[0];
+        tracing::warn!(
+            records = competing.len(),
+            of = total,
+            first = %first,
+            "another task wrote ledger entries for records of this transaction first (this task's hold on them ended unseen, e.g. with its share session); aborting the transaction and releasing the records"
+        );
+        let message = format!(
+            "{} of the transaction's {total} records (first {first}) were written by another task first: this task's hold on them had ended (a lost share session releases records before their lock deadline). The transaction is aborted and the records released; their next delivery finds the other task's output in the ledger",
+            competing.len()
+        );
+        self.abort().await?;
+        Err(SinkError::retriable(message))
+    }
+
     /// Aborts the open transaction; its tombstones are due again.
     pub async fn abort(&mut self) -> Result<(), SinkError> {
         if !self.open {
@@ -571,6 +656,8 @@ impl ExactlyOnceWriter {
         self.open = false;
         self.deadline = None;
         self.entries_in_txn.clear();
+        self.claims_in_txn.clear();
+        self.ledger_written_in_txn.clear();
         self.to_tombstone.append(&mut self.tombstones_in_txn);
         self.stats.aborted_transactions += 1;
         self.producer.abort().await.map_err(txn_error)

@@ -19,6 +19,8 @@ use spillway_connectors::kafka::{
 };
 use spillway_core::{Assignment, ConfigMap, RecordCoordinates, SinkRecord, SinkTask, Value};
 use spillway_eos::ledger_reader::LedgerReader;
+use spillway_eos::writer::{ExactlyOnceWriter, GroupOffsets, LedgerSettings, WriterSettings};
+use spillway_kafka::producer::OutRecord;
 use spillway_tests::{produce, read_committed, DevBroker, TestRecord};
 
 type Source = (String, i32, i64);
@@ -227,12 +229,14 @@ async fn of_two_instances_of_a_task_only_one_commits_the_records() {
         .records_committed;
     // The successor aborted the zombie's open transaction when it started, so it wrote the
     // records itself. Kafka also fences the zombie's producer: its commit fails for good. The
-    // dev broker does not fence, and acknowledges the zombie's commit of the aborted
-    // transaction; the output below shows that it stays aborted.
+    // dev broker does not fence; there the zombie's claim check finds the successor's committed
+    // ledger entries and it aborts instead of committing (retriable: the records are released).
     assert_eq!(successor_wrote, 10, "the successor wrote every record");
-    if let Err(e) = &zombie_result {
-        assert!(!e.is_retriable(), "fencing is fatal for the zombie: {e}");
-    }
+    let err = zombie_result.expect_err("the zombie does not commit");
+    assert!(
+        !err.is_retriable() || err.message().contains("written by another task first"),
+        "fenced, or stopped by its claim check: {err}"
+    );
     successor.stop().await.expect("stops");
 
     let expected: BTreeSet<Source> = (0..10).map(|o| ("src".to_owned(), 0, o)).collect();
@@ -519,6 +523,214 @@ async fn a_ledger_lookup_waits_for_another_tasks_open_transaction() {
         "out.src",
         "pending-reader",
         6,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_exactly_once(&read, &expected);
+}
+
+/// A task's hold on records can end before their lock deadline without the task seeing it:
+/// the broker releases them when the task's share session goes (on Kafka when the connection
+/// that opened it closes; on the dev broker when any connection to that broker closes). Here the
+/// records went to a second task, whose ledger lookup found nothing, and it committed them; the
+/// first task, still holding the batch it read before, must not commit it too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_whose_hold_ended_unseen_does_not_commit_records_another_task_wrote_first() {
+    let broker = eos_broker();
+    let cache = tempfile::tempdir().expect("tempdir");
+    let mut first = started_share_task(&eos_task_config(&broker, "mirror", 0, cache.path())).await;
+    let mut second = started_share_task(&eos_task_config(&broker, "mirror", 1, cache.path())).await;
+
+    let again: Vec<SinkRecord> = (0..5)
+        .map(|o| sink_record(2, o, 2, Duration::from_secs(60)))
+        .collect();
+    assert!(second
+        .put(&again)
+        .await
+        .expect("puts")
+        .iter()
+        .all(|o| o.is_ok()));
+    second.flush(&BTreeMap::new()).await.expect("commits");
+
+    // The first task's batch: read on the first delivery, so never looked up.
+    let held: Vec<SinkRecord> = (0..7)
+        .map(|o| sink_record(2, o, 1, Duration::from_secs(60)))
+        .collect();
+    assert!(first
+        .put(&held)
+        .await
+        .expect("writes")
+        .iter()
+        .all(|o| o.is_ok()));
+    let err = first
+        .flush(&BTreeMap::new())
+        .await
+        .expect_err("another task wrote five of these records first");
+    assert!(err.is_retriable(), "the batch is released: {err}");
+    assert!(
+        err.message().contains("written by another task first"),
+        "{err}"
+    );
+    let stats = first.exactly_once_stats().expect("exactly-once");
+    assert_eq!(
+        (stats.claim_conflicts, stats.committed_transactions),
+        (5, 0)
+    );
+
+    // Released and delivered again: five are found in the ledger, two are written.
+    let redelivered: Vec<SinkRecord> = (0..7)
+        .map(|o| sink_record(2, o, 2, Duration::from_secs(60)))
+        .collect();
+    assert!(first
+        .put(&redelivered)
+        .await
+        .expect("puts")
+        .iter()
+        .all(|o| o.is_ok()));
+    first.flush(&BTreeMap::new()).await.expect("commits");
+    let stats = first.exactly_once_stats().expect("exactly-once");
+    assert_eq!((stats.ledger_hits, stats.records_committed), (5, 2));
+    first.stop().await.expect("stops");
+    second.stop().await.expect("stops");
+
+    let expected: BTreeSet<Source> = (0..7).map(|o| ("src".to_owned(), 2, o)).collect();
+    let read = read_committed_sources(
+        &broker,
+        "out.src",
+        "unseen-reader",
+        7,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_exactly_once(&read, &expected);
+}
+
+/// The writer's view of the race in the test above when both transactions are open at once:
+/// the redelivery's lookup comes before the first holder's entries, and its entries after them.
+/// The entry first in the ledger's log commits; the later one aborts while the first is open,
+/// and commits when the first aborted.
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_open_transactions_writing_a_record_only_the_first_in_the_ledger_commits() {
+    let broker = eos_broker();
+    let cache = tempfile::tempdir().expect("tempdir");
+    let writer = |task: u32| {
+        let bootstrap = broker.bootstrap();
+        let cache = cache.path().join(format!("writer-{task}"));
+        async move {
+            let mut writer = ExactlyOnceWriter::start(&WriterSettings {
+                bootstrap,
+                transactional_id: format!("claims-{task}"),
+                producer_overrides: Vec::new(),
+                step_timeout: Duration::from_secs(10),
+                group_offsets: GroupOffsets::InTransaction,
+            })
+            .await
+            .expect("writer starts");
+            writer
+                .open_share(LedgerSettings {
+                    topic: "ledger".into(),
+                    cache_dir: cache,
+                    lock_margin: Duration::from_secs(1),
+                })
+                .await
+                .expect("ledger opens");
+            writer
+        }
+    };
+    let mut holder = writer(0).await;
+    let mut redelivery = writer(1).await;
+    let deadline = Some(Instant::now() + Duration::from_secs(60));
+    let sources = |range: std::ops::Range<i64>| -> Vec<(RecordCoordinates, Option<Instant>)> {
+        range
+            .map(|o| (RecordCoordinates::new("src", 0, o), deadline))
+            .collect()
+    };
+    let output = |sources: &[(RecordCoordinates, Option<Instant>)]| -> Vec<OutRecord> {
+        sources
+            .iter()
+            .map(|(c, _)| OutRecord {
+                topic: "out.src".into(),
+                partition: Some(c.partition),
+                value: Some(Bytes::from(format!("v{}", c.offset))),
+                headers: vec![
+                    (SOURCE_TOPIC_HEADER.into(), Some(Bytes::from("src"))),
+                    (
+                        SOURCE_PARTITION_HEADER.into(),
+                        Some(Bytes::from(c.partition.to_string())),
+                    ),
+                    (
+                        SOURCE_OFFSET_HEADER.into(),
+                        Some(Bytes::from(c.offset.to_string())),
+                    ),
+                ],
+                ..OutRecord::default()
+            })
+            .collect()
+    };
+    let looked_up = |sources: &[(RecordCoordinates, Option<Instant>)]| {
+        sources
+            .iter()
+            .map(|(c, d)| (c.clone(), Some(2), *d))
+            .collect::<Vec<_>>()
+    };
+
+    // The first holder's entries come first: it commits, the redelivery does not.
+    let first = sources(0..4);
+    let found = redelivery
+        .already_written(&looked_up(&first))
+        .await
+        .expect("looks up");
+    assert!(found.iter().all(|f| !f), "nothing in the ledger yet");
+    assert!(holder
+        .write(&output(&first), &first)
+        .await
+        .iter()
+        .all(|r| r.is_ok()));
+    assert!(redelivery
+        .write(&output(&first), &first)
+        .await
+        .iter()
+        .all(|r| r.is_ok()));
+    let err = redelivery
+        .commit(&BTreeMap::new())
+        .await
+        .expect_err("its entries came second");
+    assert!(err.is_retriable(), "{err}");
+    assert_eq!(redelivery.stats().claim_conflicts, 4);
+    holder
+        .commit(&BTreeMap::new())
+        .await
+        .expect("first: commits");
+
+    // The first holder's entries come first but it aborts: the later writer commits.
+    let second = sources(4..8);
+    redelivery
+        .already_written(&looked_up(&second))
+        .await
+        .expect("looks up");
+    assert!(holder
+        .write(&output(&second), &second)
+        .await
+        .iter()
+        .all(|r| r.is_ok()));
+    assert!(redelivery
+        .write(&output(&second), &second)
+        .await
+        .iter()
+        .all(|r| r.is_ok()));
+    holder.abort().await.expect("aborts");
+    redelivery
+        .commit(&BTreeMap::new())
+        .await
+        .expect("the earlier entries were aborted: commits");
+    assert_eq!(redelivery.stats().claim_conflicts, 4, "no new conflicts");
+
+    let expected: BTreeSet<Source> = (0..8).map(|o| ("src".to_owned(), 0, o)).collect();
+    let read = read_committed_sources(
+        &broker,
+        "out.src",
+        "claims-reader",
+        8,
         Duration::from_secs(20),
     )
     .await;
