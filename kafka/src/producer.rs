@@ -563,9 +563,13 @@ impl TransactionalProducer {
         step_timeout: Duration,
     ) -> Result<TransactionalProducer, TxnError> {
         let mut config = ClientConfig::new();
+        // No linger: a transaction waits for each of its sends (the ledger entries, then the
+        // output) before the next step, so every millisecond a batch lingers is a millisecond
+        // the transaction is open (eos_replication: share 16,700–19,700 → 25,500–26,500
+        // records/s with 5 ms). A producer override still sets it.
         config
             .set("bootstrap.servers", bootstrap)
-            .set("linger.ms", "5")
+            .set("linger.ms", "0")
             .set("message.timeout.ms", "30000")
             .set("transaction.timeout.ms", "60000");
         let context = rdkafka_config(&mut config, overrides).map_err(|e| TxnError {
