@@ -213,6 +213,12 @@ impl PartitionProgress {
         }
     }
 
+    /// `offset` was handed out.
+    fn delivered(&mut self, offset: i64) {
+        self.insert(offset);
+        self.next = self.next.max(offset + 1);
+    }
+
     /// `offset` is in flight (again).
     fn insert(&mut self, offset: i64) {
         match self.find(offset) {
@@ -283,9 +289,22 @@ impl OffsetTracker {
     }
 
     pub fn delivered(&mut self, topic: &str, partition: i32, offset: i64) {
-        let p = self.entry(topic, partition);
-        p.insert(offset);
-        p.next = p.next.max(offset + 1);
+        self.entry(topic, partition).delivered(offset);
+    }
+
+    /// [`delivered`](Self::delivered) for many records: a poll's records come in runs of one
+    /// partition (librdkafka queues a fetched batch at a time), each looked up once.
+    pub fn delivered_all<'a>(&mut self, records: impl IntoIterator<Item = (&'a str, i32, i64)>) {
+        let mut records = records.into_iter().peekable();
+        while let Some((topic, partition, offset)) = records.next() {
+            let p = self.entry(topic, partition);
+            p.delivered(offset);
+            while let Some((_, _, offset)) =
+                records.next_if(|&(t, part, _)| part == partition && t == topic)
+            {
+                p.delivered(offset);
+            }
+        }
     }
 
     /// The record is processed (accepted or rejected); a record of a partition no longer
@@ -296,10 +315,21 @@ impl OffsetTracker {
         }
     }
 
-    /// [`done`](Self::done) for many records.
+    /// [`done`](Self::done) for many records, each run of one partition looked up once.
     pub fn done_all<'a>(&mut self, records: impl IntoIterator<Item = (&'a str, i32, i64)>) {
-        for (topic, partition, offset) in records {
-            self.done(topic, partition, offset);
+        let mut records = records.into_iter().peekable();
+        while let Some((topic, partition, offset)) = records.next() {
+            let mut p = self.get_mut(topic, partition);
+            if let Some(p) = p.as_mut() {
+                p.remove(offset);
+            }
+            while let Some((_, _, offset)) =
+                records.next_if(|&(t, part, _)| part == partition && t == topic)
+            {
+                if let Some(p) = p.as_mut() {
+                    p.remove(offset);
+                }
+            }
         }
     }
 
@@ -790,15 +820,30 @@ impl ClassicSource {
                 if rebalanced || records.len() >= max {
                     break;
                 }
-                let wait = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+                let wait =
+                    deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
                 // The first record waited for (an event on the consumer queue ends the wait
                 // early), then what else is buffered: librdkafka's batch read would wait for
                 // all of `max`.
                 let first = consumer.messages.take(wait, 1);
                 if first.len() > 0 {
-                    read(&consumer, &first, &mut records, &mut copies, &group, &bootstrap)?;
+                    read(
+                        &consumer,
+                        &first,
+                        &mut records,
+                        &mut copies,
+                        &group,
+                        &bootstrap,
+                    )?;
                     let rest = consumer.messages.take(Duration::ZERO, max - records.len());
-                    read(&consumer, &rest, &mut records, &mut copies, &group, &bootstrap)?;
+                    read(
+                        &consumer,
+                        &rest,
+                        &mut records,
+                        &mut copies,
+                        &group,
+                        &bootstrap,
+                    )?;
                     break;
                 }
                 if wait.is_zero() || !records.is_empty() {
@@ -1085,10 +1130,11 @@ fn handed_out(
             .lock()
             .unwrap_or_else(|e| e.into_inner()),
     );
-    let mut t = lock(tracker);
-    for r in &records {
-        t.delivered(&r.topic, r.partition, r.offset);
-    }
+    lock(tracker).delivered_all(
+        records
+            .iter()
+            .map(|r| (r.topic.as_str(), r.partition, r.offset)),
+    );
     ClassicPoll { events, records }
 }
 
@@ -1373,6 +1419,37 @@ mod tests {
         }
         assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 10)]);
         assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn records_of_interleaved_partitions_are_tracked_each_in_its_own_partition() {
+        let mut t = OffsetTracker::default();
+        t.delivered_all([
+            ("a", 0, 0),
+            ("a", 0, 1),
+            ("a", 1, 7),
+            ("b", 1, 3),
+            ("a", 0, 2),
+            ("a", 1, 8),
+        ]);
+        assert_eq!((t.next("a", 0), t.next("a", 1), t.next("b", 1)), (3, 9, 4));
+        assert_eq!(t.in_flight(), 6);
+        t.done_all([
+            ("a", 0, 0),
+            ("a", 0, 1),
+            ("b", 1, 3),
+            ("a", 1, 8),
+            ("z", 0, 1),
+        ]);
+        assert_eq!(
+            t.to_commit(),
+            vec![
+                (("a".to_owned(), 0), 2),
+                (("a".to_owned(), 1), 7),
+                (("b".to_owned(), 1), 4)
+            ]
+        );
+        assert_eq!(t.in_flight(), 2, "a-0@2 and a-1@7");
     }
 
     #[test]

@@ -163,8 +163,15 @@ async fn records_already_fetched_are_taken_at_once_without_a_blocking_thread() {
     assert_eq!(polled.records.len(), 10, "a full poll of max.poll.records");
     let next = read.last().map_or(0, |r| r.offset + 1);
     let offsets: Vec<i64> = polled.records.iter().map(|r| r.offset).collect();
-    assert_eq!(offsets, (next..next + 10).collect::<Vec<_>>(), "in order, none skipped");
-    assert!(polled.records.iter().all(|r| r.topic == "ready" && r.value.is_some()));
+    assert_eq!(
+        offsets,
+        (next..next + 10).collect::<Vec<_>>(),
+        "in order, none skipped"
+    );
+    assert!(polled
+        .records
+        .iter()
+        .all(|r| r.topic == "ready" && r.value.is_some()));
 }
 
 /// A member whose poll waits for records while another member joins: the poll ends at the
@@ -186,7 +193,11 @@ async fn a_rebalance_during_a_waiting_poll_hands_the_partitions_on_from_the_proc
     let mut records = Vec::new();
     while records.len() < 80 {
         records.extend(source.poll(POLL).await.expect("poll").records);
-        assert!(Instant::now() < deadline, "only {} of 80 read", records.len());
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 80 read",
+            records.len()
+        );
     }
     let done = |below: i64| {
         source.mark_done_all(
@@ -200,7 +211,10 @@ async fn a_rebalance_during_a_waiting_poll_hands_the_partitions_on_from_the_proc
     let committed = source.commit().await.expect("commit");
     assert_eq!(
         committed,
-        vec![(("moving".to_owned(), 0), 20), (("moving".to_owned(), 1), 20)]
+        vec![
+            (("moving".to_owned(), 0), 20),
+            (("moving".to_owned(), 1), 20)
+        ]
     );
     // Its answer is served by a poll; then 20..30 are processed too, 30..40 in flight.
     source.poll(POLL).await.expect("poll");
@@ -256,8 +270,15 @@ async fn a_rebalance_during_a_waiting_poll_hands_the_partitions_on_from_the_proc
     }
     let first = joining.await.expect("the joining member");
     assert_eq!(kept.len(), 1, "two members share two partitions: {kept:?}");
-    assert_eq!(first.len(), 1, "the new member owns one partition: {first:?}");
-    assert!(!kept.contains(first.keys().next().expect("one")), "one owner each");
+    assert_eq!(
+        first.len(),
+        1,
+        "the new member owns one partition: {first:?}"
+    );
+    assert!(
+        !kept.contains(first.keys().next().expect("one")),
+        "one owner each"
+    );
     for (partition, offset) in first.iter().chain(reread.iter()) {
         assert!(
             (20..=30).contains(offset),

@@ -114,12 +114,8 @@ impl MessageQueue {
         };
         // SAFETY: the vector has room for `max` pointers; librdkafka writes `n <= max`.
         unsafe {
-            let n = rdsys::rd_kafka_consume_batch_queue(
-                messages,
-                millis,
-                batch.0.as_mut_ptr(),
-                max,
-            );
+            let n =
+                rdsys::rd_kafka_consume_batch_queue(messages, millis, batch.0.as_mut_ptr(), max);
             if n > 0 {
                 batch.0.set_len(n as usize);
             }
@@ -200,11 +196,12 @@ unsafe extern "C" fn answered(
             unsafe { std::slice::from_raw_parts(list.elems, list.cnt.max(0) as usize) }
         };
         for e in elems {
-            let partition_failed =
-                e.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+            let partition_failed = e.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
             if (request_error.is_some() || partition_failed) && e.offset >= 0 && !e.topic.is_null()
             {
-                let topic = unsafe { CStr::from_ptr(e.topic) }.to_string_lossy().into_owned();
+                let topic = unsafe { CStr::from_ptr(e.topic) }
+                    .to_string_lossy()
+                    .into_owned();
                 failed.push(((topic, e.partition), e.offset));
             }
         }
@@ -309,9 +306,7 @@ fn record_of(
     let timestamp = match kind {
         _ if stamp == -1 => None,
         rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => Some((stamp, false)),
-        rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => {
-            Some((stamp, true))
-        }
+        rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => Some((stamp, true)),
         _ => None,
     };
     // SAFETY: key and payload live as long as the message.
