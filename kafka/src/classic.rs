@@ -835,10 +835,9 @@ impl ClassicSource {
                         &group,
                         &bootstrap,
                     )?;
-                    let rest = consumer.messages.take(Duration::ZERO, max - records.len());
-                    read(
+                    read_buffered(
                         &consumer,
-                        &rest,
+                        max,
                         &mut records,
                         &mut copies,
                         &group,
@@ -867,22 +866,20 @@ impl ClassicSource {
         {
             return Ok(None);
         }
-        let batch = member
-            .messages
-            .take(Duration::ZERO, self.config.max_poll_records);
-        if batch.len() == 0 {
-            return Ok(None);
-        }
-        let mut records = Vec::with_capacity(batch.len());
+        let max = self.config.max_poll_records;
+        let mut records = Vec::with_capacity(max.min(MAX_PRESIZED_POLL));
         let mut copies = Copies::new(COPY_CHUNK);
-        read(
+        let taken = read_buffered(
             member,
-            &batch,
+            max,
             &mut records,
             &mut copies,
             &self.config.group_id,
             &self.config.bootstrap_servers,
         )?;
+        if taken == 0 {
+            return Ok(None);
+        }
         Ok(Some(handed_out(member, &self.tracker, records)))
     }
 
@@ -1165,6 +1162,30 @@ fn serve_events(
 
 /// Most events one poll serves before it reads records.
 const MAX_EVENTS_PER_POLL: usize = 1024;
+
+/// Takes what is buffered until `records` holds `max`, without waiting, in calls of at most
+/// [`MAX_PRESIZED_POLL`] messages (however large `max.poll.records` is); returns how many
+/// messages it took, errors included.
+fn read_buffered(
+    consumer: &Member,
+    max: usize,
+    records: &mut Vec<ClassicRecord>,
+    copies: &mut Copies,
+    group: &str,
+    bootstrap: &str,
+) -> Result<usize, ClassicError> {
+    let mut taken = 0;
+    while records.len() < max {
+        let want = (max - records.len()).min(MAX_PRESIZED_POLL);
+        let batch = consumer.messages.take(Duration::ZERO, want);
+        taken += batch.len();
+        read(consumer, &batch, records, copies, group, bootstrap)?;
+        if batch.len() < want {
+            break;
+        }
+    }
+    Ok(taken)
+}
 
 /// Appends `batch`'s records; an error in place of a record fails the poll when it is fatal
 /// and is only news otherwise (the records after it are kept: librdkafka handed them out).
