@@ -21,12 +21,18 @@
 //! the broker's answer. A failed one is sent again by the next commit (its answer arrives
 //! through `poll`); the commits of a revocation and of `close` are synchronous and cover every
 //! tracked partition, so the group's position is on the broker before the partitions move or
-//! the member leaves. rdkafka's `BaseConsumer` blocks in `poll` and in a synchronous commit;
-//! both run on tokio's blocking pool.
+//! the member leaves.
+//!
+//! Records are read from a queue of their own, a poll's worth in one call
+//! ([`message_queue`]); the consumer queue keeps the group's events, which rust-rdkafka's
+//! `BaseConsumer::poll` serves. A poll that finds records waiting and nothing else to do
+//! (no event, seek or resume) takes them on the caller's thread without waiting; otherwise
+//! it runs on tokio's blocking pool, since serving a revocation commits synchronously and
+//! waiting for records blocks, as does a synchronous commit.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
@@ -39,6 +45,10 @@ use tracing::{debug, warn};
 
 use crate::copies::{Copies, COPY_CHUNK};
 use crate::security::{rdkafka_config, SecurityContext};
+
+mod message_queue;
+
+use message_queue::{CommitAnswers, MessageQueue};
 
 /// Errors of the classic consumer-group source.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -203,6 +213,12 @@ impl PartitionProgress {
         }
     }
 
+    /// `offset` was handed out.
+    fn delivered(&mut self, offset: i64) {
+        self.insert(offset);
+        self.next = self.next.max(offset + 1);
+    }
+
     /// `offset` is in flight (again).
     fn insert(&mut self, offset: i64) {
         match self.find(offset) {
@@ -273,9 +289,22 @@ impl OffsetTracker {
     }
 
     pub fn delivered(&mut self, topic: &str, partition: i32, offset: i64) {
-        let p = self.entry(topic, partition);
-        p.insert(offset);
-        p.next = p.next.max(offset + 1);
+        self.entry(topic, partition).delivered(offset);
+    }
+
+    /// [`delivered`](Self::delivered) for many records: a poll's records come in runs of one
+    /// partition (librdkafka queues a fetched batch at a time), each looked up once.
+    pub fn delivered_all<'a>(&mut self, records: impl IntoIterator<Item = (&'a str, i32, i64)>) {
+        let mut records = records.into_iter().peekable();
+        while let Some((topic, partition, offset)) = records.next() {
+            let p = self.entry(topic, partition);
+            p.delivered(offset);
+            while let Some((_, _, offset)) =
+                records.next_if(|&(t, part, _)| part == partition && t == topic)
+            {
+                p.delivered(offset);
+            }
+        }
     }
 
     /// The record is processed (accepted or rejected); a record of a partition no longer
@@ -286,10 +315,21 @@ impl OffsetTracker {
         }
     }
 
-    /// [`done`](Self::done) for many records.
+    /// [`done`](Self::done) for many records, each run of one partition looked up once.
     pub fn done_all<'a>(&mut self, records: impl IntoIterator<Item = (&'a str, i32, i64)>) {
-        for (topic, partition, offset) in records {
-            self.done(topic, partition, offset);
+        let mut records = records.into_iter().peekable();
+        while let Some((topic, partition, offset)) = records.next() {
+            let mut p = self.get_mut(topic, partition);
+            if let Some(p) = p.as_mut() {
+                p.remove(offset);
+            }
+            while let Some((_, _, offset)) =
+                records.next_if(|&(t, part, _)| part == partition && t == topic)
+            {
+                if let Some(p) = p.as_mut() {
+                    p.remove(offset);
+                }
+            }
         }
     }
 
@@ -425,8 +465,32 @@ struct GroupContext {
     commit_offsets: bool,
     tracker: Arc<Mutex<OffsetTracker>>,
     events: Mutex<Vec<RebalanceEvent>>,
+    /// Where assigned partitions' messages go (set once the consumer exists, before it
+    /// subscribes).
+    messages: OnceLock<Arc<MessageQueue>>,
     /// OAUTHBEARER tokens and the security failures librdkafka logs.
     security: SecurityContext,
+}
+
+/// The answer to an asynchronous commit: the partitions of a failed one are committed again
+/// by the next commit (the records are processed; only their offsets are not on the broker
+/// yet).
+fn commit_answered(
+    group: &str,
+    tracker: &Mutex<OffsetTracker>,
+    request_error: Option<KafkaError>,
+    failed: &[((String, i32), i64)],
+) {
+    if let Some(e) = &request_error {
+        warn!(group = %group, offsets = %describe(failed), error = %e,
+            "committing offsets failed; the next commit sends them again");
+    } else if !failed.is_empty() {
+        warn!(group = %group, offsets = %describe(failed),
+            "committing some partitions' offsets failed; the next commit sends them again");
+    }
+    if !failed.is_empty() {
+        lock(tracker).commit_failed(failed);
+    }
 }
 
 impl ClientContext for GroupContext {
@@ -449,9 +513,8 @@ impl ClientContext for GroupContext {
 }
 
 impl ConsumerContext for GroupContext {
-    /// The answer to a commit, delivered by `poll`: the partitions of a failed one are
-    /// committed again by the next commit (the records are processed; only their offsets are
-    /// not on the broker yet).
+    /// The answer to a commit that went through the consumer queue (the source's own
+    /// asynchronous commits answer on its message queue: [`commit_answered`]).
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         let failed: Vec<((String, i32), i64)> = offsets
             .elements()
@@ -462,19 +525,21 @@ impl ConsumerContext for GroupContext {
                 _ => None,
             })
             .collect();
-        if let Err(e) = &result {
-            warn!(group = %self.group, offsets = %describe(&failed), error = %e,
-                "committing offsets failed; the next commit sends them again");
-        } else if !failed.is_empty() {
-            warn!(group = %self.group, offsets = %describe(&failed),
-                "committing some partitions' offsets failed; the next commit sends them again");
-        }
-        if !failed.is_empty() {
-            lock(&self.tracker).commit_failed(&failed);
-        }
+        commit_answered(&self.group, &self.tracker, result.err(), &failed);
     }
 
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            // Before the assignment starts fetching: no message of these partitions may
+            // reach the consumer queue, which a poll only serves for events.
+            if let Some(messages) = self.messages.get() {
+                let elements = tpl.elements();
+                messages.route(
+                    consumer.client().native_ptr(),
+                    elements.iter().map(|e| (e.topic(), e.partition())),
+                );
+            }
+        }
         if let Rebalance::Revoke(tpl) = rebalance {
             let revoked = partitions_of(tpl);
             let commit = lock(&self.tracker).forget(&revoked);
@@ -514,6 +579,8 @@ impl ConsumerContext for GroupContext {
 pub struct ClassicSource {
     consumer: ClosedOffThread,
     tracker: Arc<Mutex<OffsetTracker>>,
+    /// Hears the answers of the asynchronous commits (served by the polls).
+    answers: Arc<CommitAnswers>,
     config: ClassicConfig,
     /// The partitions `keep_alive` paused; the next `poll` resumes them.
     paused: Arc<Mutex<BTreeSet<(String, i32)>>>,
@@ -538,19 +605,47 @@ const MAX_PRESIZED_POLL: usize = 1024;
 /// How long a seek may wait for librdkafka's fetcher (on a blocking thread).
 const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The consumer and the queue its records are read from. The queue's handles are destroyed
+/// first, before the consumer closes: librdkafka wants every queue handle gone before the
+/// client is destroyed, and the close serves the revocation through the consumer queue alone.
+struct Member {
+    messages: Arc<MessageQueue>,
+    consumer: BaseConsumer<GroupContext>,
+}
+
+impl Member {
+    fn native(&self) -> *mut rdkafka::bindings::rd_kafka_t {
+        self.consumer.client().native_ptr()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.messages.shutdown();
+    }
+}
+
+impl std::ops::Deref for Member {
+    type Target = BaseConsumer<GroupContext>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.consumer
+    }
+}
+
 /// The consumer, whose last handle is dropped on a blocking thread: closing a librdkafka
 /// consumer leaves the group and waits for the broker's answer, which must not hold up the
 /// (shared) thread a task's source is dropped on when the task is killed.
-struct ClosedOffThread(Option<Arc<BaseConsumer<GroupContext>>>);
+struct ClosedOffThread(Option<Arc<Member>>);
 
 impl ClosedOffThread {
-    fn take(mut self) -> Arc<BaseConsumer<GroupContext>> {
+    fn take(mut self) -> Arc<Member> {
         self.0.take().expect("the consumer is only taken once")
     }
 }
 
 impl std::ops::Deref for ClosedOffThread {
-    type Target = Arc<BaseConsumer<GroupContext>>;
+    type Target = Arc<Member>;
 
     fn deref(&self) -> &Self::Target {
         self.0
@@ -620,6 +715,7 @@ impl ClassicSource {
             commit_offsets: config.commit_offsets,
             tracker: Arc::clone(&tracker),
             events: Mutex::new(Vec::new()),
+            messages: OnceLock::new(),
             security,
         };
         let consumer: BaseConsumer<GroupContext> =
@@ -630,9 +726,30 @@ impl ClassicSource {
                     bootstrap: config.bootstrap_servers.clone(),
                     reason: e.to_string(),
                 })?;
+        let create_error = |reason: &str| ClassicError::Create {
+            group: config.group_id.clone(),
+            bootstrap: config.bootstrap_servers.clone(),
+            reason: reason.to_owned(),
+        };
+        let messages = MessageQueue::new(consumer.client().native_ptr())
+            .map(Arc::new)
+            .ok_or_else(|| create_error("librdkafka made no consumer queue"))?;
+        if consumer
+            .context()
+            .messages
+            .set(Arc::clone(&messages))
+            .is_err()
+        {
+            return Err(create_error("the consumer's message queue was set twice"));
+        }
+        let answers = Arc::new(CommitAnswers {
+            group: config.group_id.clone(),
+            tracker: Arc::clone(&tracker),
+        });
         Ok(ClassicSource {
-            consumer: ClosedOffThread(Some(Arc::new(consumer))),
+            consumer: ClosedOffThread(Some(Arc::new(Member { messages, consumer }))),
             tracker,
+            answers,
             config,
             paused: Arc::new(Mutex::new(BTreeSet::new())),
             seeks: Arc::default(),
@@ -672,6 +789,9 @@ impl ClassicSource {
     /// Waits up to `timeout` for records, then takes what else is already buffered, up to
     /// `max_poll_records`. Rebalances that happened meanwhile come first in the answer.
     pub async fn poll(&self, timeout: Duration) -> Result<ClassicPoll, ClassicError> {
+        if let Some(ready) = self.poll_ready()? {
+            return Ok(ready);
+        }
         let consumer = Arc::clone(&self.consumer);
         let tracker = Arc::clone(&self.tracker);
         let max = self.config.max_poll_records;
@@ -692,60 +812,75 @@ impl ClassicSource {
             }
             // Sized for a full poll (up to a bound): no regrowth, each a copy of the records.
             let mut records = Vec::with_capacity(max.min(MAX_PRESIZED_POLL));
-            let mut last_topic = None;
             let mut copies = Copies::new(COPY_CHUNK);
-            let mut wait = timeout;
-            let mut empty_polls = 0;
-            while records.len() < max {
-                match consumer.poll(wait) {
-                    // rdkafka answers `None` for an event it consumed (a commit's answer, a
-                    // rebalance) as for an empty queue: one more look before ending the batch.
-                    None => {
-                        empty_polls += 1;
-                        if empty_polls > 1 || wait > Duration::ZERO {
-                            break;
-                        }
-                        continue;
-                    }
-                    Some(Ok(message)) => {
-                        empty_polls = 0;
-                        records.push(owned(&message, &mut last_topic, &mut copies))
-                    }
-                    Some(Err(e)) => {
-                        if let Some(reason) = refused_join(&group, &e) {
-                            return Err(ClassicError::Fatal { group, reason });
-                        }
-                        if let KafkaError::MessageConsumptionFatal(code) = e {
-                            return Err(ClassicError::Fatal {
-                                group,
-                                reason: code.to_string(),
-                            });
-                        }
-                        if is_fatal(&e) {
-                            return Err(ClassicError::Fatal {
-                                group,
-                                reason: e.to_string(),
-                            });
-                        }
-                        // Refused credentials or certificates: librdkafka would retry forever.
-                        let security = &consumer.context().security;
-                        if let Some(reason) = security
-                            .security_failure(&e)
-                            .or_else(|| security.diagnose(&bootstrap, &e))
-                        {
-                            return Err(ClassicError::Fatal { group, reason });
-                        }
-                        // librdkafka retries transient errors itself; they are only news.
-                        debug!(group = %group, error = %e, "consumer reported an error");
-                        break;
-                    }
+            let deadline = Instant::now().checked_add(timeout);
+            loop {
+                serve_events(&consumer, &group, &bootstrap, &mut records, &mut copies)?;
+                let rebalanced = !lock(&consumer.context().events).is_empty();
+                if rebalanced || records.len() >= max {
+                    break;
                 }
-                wait = Duration::ZERO;
+                let wait =
+                    deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+                // The first record waited for (an event on the consumer queue ends the wait
+                // early), then what else is buffered: librdkafka's batch read would wait for
+                // all of `max`.
+                let first = consumer.messages.take(wait, 1);
+                if first.len() > 0 {
+                    read(
+                        &consumer,
+                        &first,
+                        &mut records,
+                        &mut copies,
+                        &group,
+                        &bootstrap,
+                    )?;
+                    read_buffered(
+                        &consumer,
+                        max,
+                        &mut records,
+                        &mut copies,
+                        &group,
+                        &bootstrap,
+                    )?;
+                    break;
+                }
+                if wait.is_zero() || !records.is_empty() {
+                    break;
+                }
             }
             Ok(handed_out(&consumer, &tracker, records))
         })
         .await
         .map_err(|e| ClassicError::Cancelled(e.to_string()))?
+    }
+
+    /// The records already waiting, taken on the caller's thread, when there is nothing else
+    /// to do first (no event to serve, no seek to make, no partition to resume): none of it
+    /// blocks, and the poll needs no hand-off to a blocking thread and back.
+    fn poll_ready(&self) -> Result<Option<ClassicPoll>, ClassicError> {
+        let member = &**self.consumer;
+        if member.messages.events_waiting()
+            || !lock(&self.seeks).is_empty()
+            || !lock(&self.paused).is_empty()
+        {
+            return Ok(None);
+        }
+        let max = self.config.max_poll_records;
+        let mut records = Vec::with_capacity(max.min(MAX_PRESIZED_POLL));
+        let mut copies = Copies::new(COPY_CHUNK);
+        let taken = read_buffered(
+            member,
+            max,
+            &mut records,
+            &mut copies,
+            &self.config.group_id,
+            &self.config.bootstrap_servers,
+        )?;
+        if taken == 0 {
+            return Ok(None);
+        }
+        Ok(Some(handed_out(member, &self.tracker, records)))
     }
 
     /// Serves the group without taking records: pauses every assigned partition (those
@@ -759,6 +894,7 @@ impl ClassicSource {
         let consumer = Arc::clone(&self.consumer);
         let tracker = Arc::clone(&self.tracker);
         let group = self.config.group_id.clone();
+        let bootstrap = self.config.bootstrap_servers.clone();
         let paused = Arc::clone(&self.paused);
         let seeks = Arc::clone(&self.seeks);
         tokio::task::spawn_blocking(move || {
@@ -778,24 +914,15 @@ impl ClassicSource {
                     warn!(group = %group, error = %e, "reading the assignment to pause it failed")
                 }
             }
+            // Only the consumer queue: the records wait in the message queue for `poll`.
             let mut records = Vec::new();
-            match consumer.poll(Duration::ZERO) {
-                Some(Ok(message)) => records.push(owned(&message, &mut None, &mut Copies::new(0))),
-                Some(Err(e)) if refused_join(&group, &e).is_some() => {
-                    return Err(ClassicError::Fatal {
-                        reason: refused_join(&group, &e).unwrap_or_default(),
-                        group,
-                    })
-                }
-                Some(Err(e)) if is_fatal(&e) => {
-                    return Err(ClassicError::Fatal {
-                        group,
-                        reason: e.to_string(),
-                    })
-                }
-                Some(Err(e)) => debug!(group = %group, error = %e, "consumer reported an error"),
-                None => {}
-            }
+            serve_events(
+                &consumer,
+                &group,
+                &bootstrap,
+                &mut records,
+                &mut Copies::new(0),
+            )?;
             Ok(handed_out(&consumer, &tracker, records))
         })
         .await
@@ -870,8 +997,13 @@ impl ClassicSource {
         if offsets.is_empty() || !self.config.commit_offsets {
             return Ok(offsets);
         }
-        // Queueing does not wait for the broker: no blocking thread needed.
-        match self.consumer.commit(&tpl_of(&offsets), CommitMode::Async) {
+        // Queueing does not wait for the broker: no blocking thread needed. The answer comes
+        // to the message queue, served by a poll.
+        let consumer = &**self.consumer;
+        match consumer
+            .messages
+            .commit(consumer.native(), &tpl_of(&offsets), &self.answers)
+        {
             Ok(()) => {
                 lock(&self.tracker).committed(&offsets);
                 Ok(offsets)
@@ -995,11 +1127,116 @@ fn handed_out(
             .lock()
             .unwrap_or_else(|e| e.into_inner()),
     );
-    let mut t = lock(tracker);
-    for r in &records {
-        t.delivered(&r.topic, r.partition, r.offset);
-    }
+    lock(tracker).delivered_all(
+        records
+            .iter()
+            .map(|r| (r.topic.as_str(), r.partition, r.offset)),
+    );
     ClassicPoll { events, records }
+}
+
+/// Serves what waits on the consumer queue (rebalances, errors, commit answers): at least one
+/// poll without waiting, which also counts as a poll for `max.poll.interval.ms`. A message
+/// found there (none should be: assigned partitions are routed to the message queue) is
+/// handed out with the rest.
+fn serve_events(
+    consumer: &Member,
+    group: &str,
+    bootstrap: &str,
+    records: &mut Vec<ClassicRecord>,
+    copies: &mut Copies,
+) -> Result<(), ClassicError> {
+    // Each poll takes one event; the bound only guards against a queue that never empties.
+    for _ in 0..MAX_EVENTS_PER_POLL {
+        match consumer.poll(Duration::ZERO) {
+            None => {}
+            Some(Ok(message)) => records.push(owned(&message, &mut None, copies)),
+            Some(Err(e)) => consumer_error(consumer, group, bootstrap, e)?,
+        }
+        if !consumer.messages.events_waiting() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Most events one poll serves before it reads records.
+const MAX_EVENTS_PER_POLL: usize = 1024;
+
+/// Takes what is buffered until `records` holds `max`, without waiting, in calls of at most
+/// [`MAX_PRESIZED_POLL`] messages (however large `max.poll.records` is); returns how many
+/// messages it took, errors included.
+fn read_buffered(
+    consumer: &Member,
+    max: usize,
+    records: &mut Vec<ClassicRecord>,
+    copies: &mut Copies,
+    group: &str,
+    bootstrap: &str,
+) -> Result<usize, ClassicError> {
+    let mut taken = 0;
+    while records.len() < max {
+        let want = (max - records.len()).min(MAX_PRESIZED_POLL);
+        let batch = consumer.messages.take(Duration::ZERO, want);
+        taken += batch.len();
+        read(consumer, &batch, records, copies, group, bootstrap)?;
+        if batch.len() < want {
+            break;
+        }
+    }
+    Ok(taken)
+}
+
+/// Appends `batch`'s records; an error in place of a record fails the poll when it is fatal
+/// and is only news otherwise (the records after it are kept: librdkafka handed them out).
+fn read(
+    consumer: &Member,
+    batch: &message_queue::Batch,
+    records: &mut Vec<ClassicRecord>,
+    copies: &mut Copies,
+    group: &str,
+    bootstrap: &str,
+) -> Result<(), ClassicError> {
+    for record in batch.records(copies) {
+        match record {
+            Ok(record) => records.push(record),
+            Err(e) => consumer_error(consumer, group, bootstrap, e)?,
+        }
+    }
+    Ok(())
+}
+
+/// An error the consumer reported: fatal ones fail the poll, the rest librdkafka retries
+/// itself.
+fn consumer_error(
+    consumer: &Member,
+    group: &str,
+    bootstrap: &str,
+    e: KafkaError,
+) -> Result<(), ClassicError> {
+    let fatal = |reason: String| ClassicError::Fatal {
+        group: group.to_owned(),
+        reason,
+    };
+    if let Some(reason) = refused_join(group, &e) {
+        return Err(fatal(reason));
+    }
+    if let KafkaError::MessageConsumptionFatal(code) = e {
+        return Err(fatal(code.to_string()));
+    }
+    if is_fatal(&e) {
+        return Err(fatal(e.to_string()));
+    }
+    // Refused credentials or certificates: librdkafka would retry forever.
+    let security = &consumer.context().security;
+    if let Some(reason) = security
+        .security_failure(&e)
+        .or_else(|| security.diagnose(bootstrap, &e))
+    {
+        return Err(fatal(reason));
+    }
+    debug!(group = %group, error = %e, "consumer reported an error");
+    Ok(())
 }
 
 /// The coordinator's refusal of this member because a group of another type holds the id
@@ -1203,6 +1440,37 @@ mod tests {
         }
         assert_eq!(t.to_commit(), vec![(("t".to_owned(), 0), 10)]);
         assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn records_of_interleaved_partitions_are_tracked_each_in_its_own_partition() {
+        let mut t = OffsetTracker::default();
+        t.delivered_all([
+            ("a", 0, 0),
+            ("a", 0, 1),
+            ("a", 1, 7),
+            ("b", 1, 3),
+            ("a", 0, 2),
+            ("a", 1, 8),
+        ]);
+        assert_eq!((t.next("a", 0), t.next("a", 1), t.next("b", 1)), (3, 9, 4));
+        assert_eq!(t.in_flight(), 6);
+        t.done_all([
+            ("a", 0, 0),
+            ("a", 0, 1),
+            ("b", 1, 3),
+            ("a", 1, 8),
+            ("z", 0, 1),
+        ]);
+        assert_eq!(
+            t.to_commit(),
+            vec![
+                (("a".to_owned(), 0), 2),
+                (("a".to_owned(), 1), 7),
+                (("b".to_owned(), 1), 4)
+            ]
+        );
+        assert_eq!(t.in_flight(), 2, "a-0@2 and a-1@7");
     }
 
     #[test]

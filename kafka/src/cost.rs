@@ -174,12 +174,11 @@ pub fn classic_cycles(records: usize, batch: usize) -> usize {
             .iter()
             .map(|m| owned(m, &mut last_topic, &mut copies))
             .collect();
-        {
-            let mut t = lock();
-            for r in &polled {
-                t.delivered(&r.topic, r.partition, r.offset);
-            }
-        }
+        lock().delivered_all(
+            polled
+                .iter()
+                .map(|r| (r.topic.as_str(), r.partition, r.offset)),
+        );
         // The source's settle: every record done, under one lock.
         lock().done_all(
             polled

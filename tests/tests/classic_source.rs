@@ -1,6 +1,11 @@
 //! `ClassicSource` (rdkafka) against the dev broker: what `keep_alive` leaves behind when the
-//! group moves partitions while they are paused.
+//! group moves partitions while they are paused; records read a poll's worth at a time from a
+//! queue of their own, with the group's rebalances still served between them.
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use spillway_kafka::classic::{ClassicConfig, ClassicPoll, ClassicSource, RebalanceEvent};
@@ -121,4 +126,164 @@ async fn dropping_a_source_does_not_wait_for_its_consumer_to_close() {
         took < Duration::from_millis(500),
         "dropping the source held its thread for {took:?}"
     );
+}
+
+/// The future's answer if it has one the first time it is polled.
+fn at_once<F: Future>(future: F) -> Option<F::Output> {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => Some(out),
+        Poll::Pending => None,
+    }
+}
+
+/// Records librdkafka already fetched are taken by the poll itself, in one call, on the
+/// caller's thread: no hand-off to tokio's blocking pool and back (issue 18). Only a poll that
+/// must wait, seek, resume or serve the group's events goes to a blocking thread.
+#[tokio::test(flavor = "current_thread")]
+async fn records_already_fetched_are_taken_at_once_without_a_blocking_thread() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("ready", 1);
+    let bootstrap = broker.bootstrap();
+    produce(&bootstrap, "ready", numbered_records(100, 16, 1), "none").await;
+    let mut config = ClassicConfig::new(&bootstrap, "ready");
+    config.max_poll_records = 10;
+    let source = ClassicSource::connect(config).expect("consumer");
+    source.subscribe(&["ready".to_owned()]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = Vec::new();
+    while read.is_empty() {
+        read.extend(source.poll(POLL).await.expect("poll").records);
+        assert!(Instant::now() < deadline, "nothing read");
+    }
+    // librdkafka fetched the rest of the partition meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let polled = at_once(source.poll(POLL))
+        .expect("records were waiting, yet the poll did not answer at once")
+        .expect("poll");
+    assert_eq!(polled.records.len(), 10, "a full poll of max.poll.records");
+    let next = read.last().map_or(0, |r| r.offset + 1);
+    let offsets: Vec<i64> = polled.records.iter().map(|r| r.offset).collect();
+    assert_eq!(
+        offsets,
+        (next..next + 10).collect::<Vec<_>>(),
+        "in order, none skipped"
+    );
+    assert!(polled
+        .records
+        .iter()
+        .all(|r| r.topic == "ready" && r.value.is_some()));
+}
+
+/// A member whose poll waits for records while another member joins: the poll ends at the
+/// revocation (an event on the consumer queue wakes the wait on the message queue), and the
+/// new owner of a partition reads on from what was committed: the asynchronous commit of
+/// offsets 0..20 (its answer served by a poll of the message queue) or the revocation's of
+/// 0..30 (the dev broker refuses a commit during a rebalance: REBALANCE_IN_PROGRESS), never
+/// past a record still in flight, never before the last commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebalance_during_a_waiting_poll_hands_the_partitions_on_from_the_processed_records() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("moving", 2);
+    let bootstrap = broker.bootstrap();
+    produce(&bootstrap, "moving", numbered_records(80, 16, 2), "none").await;
+    let source =
+        ClassicSource::connect(ClassicConfig::new(&bootstrap, "moving")).expect("consumer");
+    source.subscribe(&["moving".to_owned()]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut records = Vec::new();
+    while records.len() < 80 {
+        records.extend(source.poll(POLL).await.expect("poll").records);
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 80 read",
+            records.len()
+        );
+    }
+    let done = |below: i64| {
+        source.mark_done_all(
+            records
+                .iter()
+                .filter(|r| r.offset < below)
+                .map(|r| (r.topic.as_str(), r.partition, r.offset)),
+        )
+    };
+    done(20);
+    let committed = source.commit().await.expect("commit");
+    assert_eq!(
+        committed,
+        vec![
+            (("moving".to_owned(), 0), 20),
+            (("moving".to_owned(), 1), 20)
+        ]
+    );
+    // Its answer is served by a poll; then 20..30 are processed too, 30..40 in flight.
+    source.poll(POLL).await.expect("poll");
+    done(30);
+
+    let joining = tokio::spawn(async move {
+        let other =
+            ClassicSource::connect(ClassicConfig::new(&bootstrap, "moving")).expect("consumer");
+        other.subscribe(&["moving".to_owned()]).expect("subscribe");
+        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+        while first.is_empty() {
+            for r in other.poll(POLL).await.expect("poll").records {
+                first.entry(r.partition).or_insert(r.offset);
+            }
+            assert!(Instant::now() < deadline, "the joining member read nothing");
+        }
+        other.close().await.expect("close");
+        first
+    });
+
+    // Nothing left to read: this poll waits, until the group takes the partitions back.
+    let started = Instant::now();
+    let polled = source.poll(Duration::from_secs(40)).await.expect("poll");
+    let waited = started.elapsed();
+    assert!(
+        revoked(&polled, "moving"),
+        "the poll ended without the revocation: {:?}",
+        polled.events
+    );
+    assert!(
+        waited < Duration::from_secs(20),
+        "the revocation waited {waited:?} for the poll's timeout"
+    );
+    // Serving the group until the new member has read.
+    let mut kept: Vec<i32> = Vec::new();
+    let mut reread: BTreeMap<i32, i64> = BTreeMap::new();
+    while !joining.is_finished() {
+        let polled = source.poll(POLL).await.expect("poll");
+        for event in &polled.events {
+            if let RebalanceEvent::Assigned(list) = event {
+                kept = list.iter().map(|(_, p)| *p).collect();
+            }
+        }
+        for r in &polled.records {
+            assert!(
+                kept.contains(&r.partition),
+                "a record of partition {} was handed out after it was revoked",
+                r.partition
+            );
+            reread.entry(r.partition).or_insert(r.offset);
+        }
+        assert!(Instant::now() < deadline, "the new member never read");
+    }
+    let first = joining.await.expect("the joining member");
+    assert_eq!(kept.len(), 1, "two members share two partitions: {kept:?}");
+    assert_eq!(
+        first.len(),
+        1,
+        "the new member owns one partition: {first:?}"
+    );
+    assert!(
+        !kept.contains(first.keys().next().expect("one")),
+        "one owner each"
+    );
+    for (partition, offset) in first.iter().chain(reread.iter()) {
+        assert!(
+            (20..=30).contains(offset),
+            "partition {partition} was read again from {offset}: before the last commit (20) \
+             or past a record in flight (30)"
+        );
+    }
 }
