@@ -969,6 +969,33 @@ mod tests {
         assert!(text.contains("no.such.setting"), "{text}");
     }
 
+    #[test]
+    fn each_topic_gets_one_librdkafka_handle_kept_for_the_producer() {
+        let producer = IdempotentProducer::new("127.0.0.1:1", []).expect("created");
+        let native = &producer.inner;
+        let client = native.producer.client().native_ptr();
+        let orders = native
+            .topics
+            .get(client, &Topic::from("orders"))
+            .expect("handle");
+        let again = native
+            .topics
+            .get(client, &Topic::from("orders"))
+            .expect("handle");
+        let other = native
+            .topics
+            .get(client, &Topic::from("payments"))
+            .expect("handle");
+        assert!(Arc::ptr_eq(&orders, &again));
+        assert_ne!(orders.0, other.0);
+        let refused = native
+            .topics
+            .get(client, &Topic::from("bad\0topic"))
+            .err()
+            .expect("a NUL cannot name a topic");
+        assert!(matches!(refused, KafkaError::Nul(_)), "{refused}");
+    }
+
     #[tokio::test]
     async fn a_record_to_an_unreachable_cluster_fails_naming_its_topic() {
         let producer = IdempotentProducer::new("127.0.0.1:1", [("message.timeout.ms", "300")])
