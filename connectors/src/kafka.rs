@@ -360,8 +360,8 @@ impl TopicNames {
     }
 }
 
-/// `n` in decimal, as one exact allocation.
-fn decimal(n: i64) -> Bytes {
+/// Appends `n` in decimal to `out`.
+fn write_decimal(n: i64, out: &mut Vec<u8>) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut rest = n.unsigned_abs();
@@ -374,21 +374,48 @@ fn decimal(n: i64) -> Bytes {
         }
     }
     if n < 0 {
-        let mut out = Vec::with_capacity(digits.len() - at + 1);
         out.push(b'-');
-        out.extend_from_slice(&digits[at..]);
-        return Bytes::from(out);
     }
-    Bytes::copy_from_slice(&digits[at..])
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// The source offsets of one `put`'s records in decimal, in one buffer: each record's offset
+/// header is a slice of it (a reference count), not an allocation of its own.
+struct Decimals {
+    text: Bytes,
+    /// Where each number ends in `text`; it starts where the one before ends.
+    ends: Vec<usize>,
+}
+
+impl Decimals {
+    fn of(offsets: impl ExactSizeIterator<Item = i64>) -> Decimals {
+        let mut text = Vec::with_capacity(offsets.len() * 8);
+        let mut ends = Vec::with_capacity(offsets.len());
+        for n in offsets {
+            write_decimal(n, &mut text);
+            ends.push(text.len());
+        }
+        Decimals {
+            text: Bytes::from(text),
+            ends,
+        }
+    }
+
+    /// The `i`th number's digits.
+    fn get(&self, i: usize) -> Bytes {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.text.slice(start..self.ends[i])
+    }
 }
 
 /// Headers of `record` with its source coordinates set (replacing older ones of those names);
-/// `names` holds the source topic's shared bytes. The source headers' names are borrowed
-/// constants, the record's own names moved.
+/// `names` holds the source topic's shared bytes, `offset` the source offset in decimal. The
+/// source headers' names are borrowed constants, the record's own names moved.
 fn with_source_headers(
     headers: Vec<(String, Option<Bytes>)>,
     source: &RecordCoordinates,
     names: &mut TopicNames,
+    offset: Bytes,
 ) -> Vec<(Cow<'static, str>, Option<Bytes>)> {
     // Collected in place (a `Cow<str>` is the size of a `String`).
     let mut out: Vec<(Cow<'static, str>, Option<Bytes>)> = headers
@@ -407,10 +434,7 @@ fn with_source_headers(
         Cow::Borrowed(SOURCE_PARTITION_HEADER),
         Some(names.partition_header(source.partition)),
     ));
-    out.push((
-        Cow::Borrowed(SOURCE_OFFSET_HEADER),
-        Some(decimal(source.offset)),
-    ));
+    out.push((Cow::Borrowed(SOURCE_OFFSET_HEADER), Some(offset)));
     out
 }
 
@@ -851,6 +875,7 @@ impl SinkTask for KafkaSinkTask {
         let mut out = Vec::with_capacity(records.len());
         let mut sources = Vec::with_capacity(records.len());
         let mut positions = Vec::with_capacity(records.len());
+        let offsets = Decimals::of(records.iter().map(|r| r.original.offset));
         // The runtime's `put` span is current here (it enters it around `put`).
         let trace_context = opentelemetry::Context::current();
         for (i, record) in records.iter().enumerate() {
@@ -875,7 +900,12 @@ impl SinkTask for KafkaSinkTask {
                         partition: state.keep_partition.then_some(record.partition),
                         key: raw.key,
                         value: raw.value,
-                        headers: with_source_headers(raw.headers, &record.original, names),
+                        headers: with_source_headers(
+                            raw.headers,
+                            &record.original,
+                            names,
+                            offsets.get(i),
+                        ),
                         timestamp: raw.timestamp,
                     });
                     sources.push((record.original.clone(), record.lock_deadline));
@@ -1113,6 +1143,7 @@ mod tests {
             headers,
             &RecordCoordinates::new("orders", 4, 99),
             names.names("${topic}", &Topic::from("orders")),
+            Bytes::from_static(b"99"),
         );
         assert_eq!(
             out,
@@ -1132,9 +1163,11 @@ mod tests {
     }
 
     #[test]
-    fn offsets_are_written_in_decimal() {
-        for n in [0, 7, 10, 99, 1234567890123, i64::MAX, -1, i64::MIN] {
-            assert_eq!(&decimal(n)[..], n.to_string().as_bytes(), "{n}");
+    fn offsets_are_written_in_decimal_each_as_its_own_header_value() {
+        let offsets = [0, 7, 10, 99, 1234567890123, i64::MAX, -1, i64::MIN];
+        let decimals = Decimals::of(offsets.iter().copied());
+        for (i, n) in offsets.into_iter().enumerate() {
+            assert_eq!(&decimals.get(i)[..], n.to_string().as_bytes(), "{n}");
         }
     }
 

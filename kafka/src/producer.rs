@@ -9,24 +9,27 @@
 
 use std::borrow::Cow;
 use std::error::Error;
+use std::ffi::CString;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rdkafka::bindings as rdsys;
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::classic::GroupMetadata;
 use crate::security::{rdkafka_config, SecurityContext};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::Producer;
+use rustc_hash::FxHashMap;
 use spillway_core::Topic;
 
 /// Why a record was not written.
@@ -80,10 +83,215 @@ pub struct Written {
 /// reports land in the sending batch ([`Reports`]).
 type RdProducer = ThreadedProducer<ReportingContext>;
 
+/// The rdkafka producer and the librdkafka topic handles records are produced with.
+struct Native {
+    /// Declared before `producer`, so every handle is released before the client is destroyed.
+    topics: TopicHandles,
+    producer: RdProducer,
+}
+
+impl Native {
+    fn new(producer: RdProducer) -> Native {
+        Native {
+            topics: TopicHandles::default(),
+            producer,
+        }
+    }
+}
+
+/// librdkafka topic handles by name, each made the first time the producer writes to its topic
+/// and kept while the producer lives (a producer writes to the few topics its configuration
+/// names). Producing with a handle saves what producing with a name costs every record: the
+/// name's copy into a C string, and librdkafka's lookup of the topic under its client-wide lock.
+#[derive(Default)]
+struct TopicHandles {
+    by_name: Mutex<FxHashMap<Topic, Arc<TopicHandle>>>,
+}
+
+/// One application reference to a librdkafka topic, released on drop.
+struct TopicHandle(NonNull<rdsys::rd_kafka_topic_t>);
+
+// SAFETY: librdkafka topic handles may be used and released from any thread (the topic is
+// reference-counted and locked inside librdkafka).
+unsafe impl Send for TopicHandle {}
+unsafe impl Sync for TopicHandle {}
+
+impl Drop for TopicHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `rd_kafka_topic_new` and is released once, here.
+        unsafe { rdsys::rd_kafka_topic_destroy(self.0.as_ptr()) };
+    }
+}
+
+impl TopicHandles {
+    /// `topic`'s handle on `client` (the client these handles belong to).
+    fn get(
+        &self,
+        client: *mut rdsys::rd_kafka_t,
+        topic: &Topic,
+    ) -> Result<Arc<TopicHandle>, KafkaError> {
+        let mut by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(handle) = by_name.get(topic.as_str()) {
+            return Ok(Arc::clone(handle));
+        }
+        let name = CString::new(topic.as_str())?;
+        // SAFETY: `client` is a live producer; a null configuration takes the producer's
+        // default topic configuration, as producing with the topic's name does.
+        let handle = NonNull::new(unsafe {
+            rdsys::rd_kafka_topic_new(client, name.as_ptr(), std::ptr::null_mut())
+        })
+        .map(TopicHandle)
+        // librdkafka refuses a name longer than it allows (`rd_kafka_last_error`).
+        .ok_or_else(|| {
+            KafkaError::MessageProduction(RDKafkaErrorCode::from(unsafe {
+                rdsys::rd_kafka_last_error()
+            }))
+        })?;
+        let handle = Arc::new(handle);
+        by_name.insert(topic.clone(), Arc::clone(&handle));
+        Ok(handle)
+    }
+}
+
+/// librdkafka's `RD_KAFKA_PARTITION_UA`: the partitioner chooses.
+const PARTITION_UNASSIGNED: i32 = -1;
+
+/// Offers `record` to `native`'s librdkafka on `topic` (a handle of `native`'s) with `opaque`
+/// for its delivery report. librdkafka copies key and value (`RD_KAFKA_MSG_F_COPY`, as
+/// rdkafka's `send`) and takes `headers` only when it accepts the record.
+fn produce(
+    native: &Native,
+    topic: &TopicHandle,
+    record: &OutRecord,
+    headers: &mut Option<NativeHeaders>,
+    opaque: usize,
+) -> Result<(), KafkaError> {
+    use rdsys::rd_kafka_vtype_t as V;
+    use rdsys::rd_kafka_vu_s__bindgen_ty_1 as U;
+    let vu = |vtype, u| rdsys::rd_kafka_vu_t { vtype, u };
+    let mem = |bytes: &Option<Bytes>| U {
+        mem: rdsys::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+            ptr: bytes.as_ref().map_or(std::ptr::null_mut(), |b| {
+                b.as_ptr() as *mut std::ffi::c_void
+            }),
+            size: bytes.as_ref().map_or(0, Bytes::len),
+        },
+    };
+    let vus = [
+        vu(
+            V::RD_KAFKA_VTYPE_RKT,
+            U {
+                rkt: topic.0.as_ptr(),
+            },
+        ),
+        vu(
+            V::RD_KAFKA_VTYPE_PARTITION,
+            U {
+                i32_: record.partition.unwrap_or(PARTITION_UNASSIGNED),
+            },
+        ),
+        vu(
+            V::RD_KAFKA_VTYPE_MSGFLAGS,
+            U {
+                i: rdsys::RD_KAFKA_MSG_F_COPY as std::ffi::c_int,
+            },
+        ),
+        vu(V::RD_KAFKA_VTYPE_VALUE, mem(&record.value)),
+        vu(V::RD_KAFKA_VTYPE_KEY, mem(&record.key)),
+        vu(
+            V::RD_KAFKA_VTYPE_OPAQUE,
+            U {
+                ptr: opaque as *mut std::ffi::c_void,
+            },
+        ),
+        // 0: librdkafka stamps the current time.
+        vu(
+            V::RD_KAFKA_VTYPE_TIMESTAMP,
+            U {
+                i64_: record.timestamp.unwrap_or(0),
+            },
+        ),
+        vu(
+            V::RD_KAFKA_VTYPE_HEADERS,
+            U {
+                headers: headers
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |h| h.0.as_ptr()),
+            },
+        ),
+    ];
+    // Without headers the last entry is left out (a null header list is not allowed).
+    let count = if headers.is_some() {
+        vus.len()
+    } else {
+        vus.len() - 1
+    };
+    let client = native.producer.client().native_ptr();
+    // SAFETY: `client` and `topic` are live; every pointer in `vus` outlives the call (librdkafka
+    // copies the bytes it keeps, and owns `headers` only on success).
+    let error = unsafe { rdsys::rd_kafka_produceva(client, vus.as_ptr(), count) };
+    if error.is_null() {
+        // librdkafka owns the headers now and frees them with the message.
+        if let Some(h) = headers.take() {
+            std::mem::forget(h);
+        }
+        return Ok(());
+    }
+    // SAFETY: a non-null error is ours to read and destroy.
+    let code = unsafe {
+        let code = rdsys::rd_kafka_error_code(error);
+        rdsys::rd_kafka_error_destroy(error);
+        code
+    };
+    Err(KafkaError::MessageProduction(RDKafkaErrorCode::from(code)))
+}
+
+/// A record's headers in librdkafka's form, destroyed on drop unless librdkafka took them.
+struct NativeHeaders(NonNull<rdsys::rd_kafka_headers_t>);
+
+impl NativeHeaders {
+    /// `None` for no headers (librdkafka then allocates no list).
+    fn of(record: &OutRecord) -> Option<NativeHeaders> {
+        if record.headers.is_empty() {
+            return None;
+        }
+        // SAFETY: a new list of the exact size (librdkafka aborts rather than return null).
+        let list = unsafe { rdsys::rd_kafka_headers_new(record.headers.len()) };
+        let headers = NativeHeaders(NonNull::new(list)?);
+        for (name, value) in &record.headers {
+            let (ptr, len) = value.as_ref().map_or((std::ptr::null(), 0), |v| {
+                (v.as_ptr() as *const std::ffi::c_void, v.len() as isize)
+            });
+            // SAFETY: librdkafka copies the name (its length given) and the value. It fails
+            // only for a read-only list, which a new one is not.
+            unsafe {
+                rdsys::rd_kafka_header_add(
+                    list,
+                    name.as_ptr() as *const std::ffi::c_char,
+                    name.len() as isize,
+                    ptr,
+                    len,
+                )
+            };
+        }
+        Some(headers)
+    }
+}
+
+// SAFETY: the list is owned by this value alone until librdkafka takes it.
+unsafe impl Send for NativeHeaders {}
+
+impl Drop for NativeHeaders {
+    fn drop(&mut self) {
+        // SAFETY: still ours: `produce` forgets the value once librdkafka owns the list.
+        unsafe { rdsys::rd_kafka_headers_destroy(self.0.as_ptr()) };
+    }
+}
+
 /// An idempotent producer. Cheap to clone (the rdkafka handle is shared).
 #[derive(Clone)]
 pub struct IdempotentProducer {
-    inner: Arc<RdProducer>,
+    inner: Arc<Native>,
     context: SecurityContext,
     bootstrap: String,
 }
@@ -124,7 +332,7 @@ impl IdempotentProducer {
                 reason: e.to_string(),
             })?;
         Ok(IdempotentProducer {
-            inner: Arc::new(inner),
+            inner: Arc::new(Native::new(inner)),
             context,
             bootstrap: bootstrap.to_owned(),
         })
@@ -157,11 +365,14 @@ impl IdempotentProducer {
 
     /// Waits until everything sent so far is confirmed (blocking: call it off the async path).
     pub fn flush(&self, timeout: Duration) -> Result<(), ProduceError> {
-        self.inner.flush(timeout).map_err(|e| ProduceError::Flush {
-            bootstrap: self.bootstrap.clone(),
-            timeout,
-            reason: e.to_string(),
-        })
+        self.inner
+            .producer
+            .flush(timeout)
+            .map_err(|e| ProduceError::Flush {
+                bootstrap: self.bootstrap.clone(),
+                timeout,
+                reason: e.to_string(),
+            })
     }
 }
 
@@ -175,13 +386,14 @@ const NEW_PARTITION_WAIT: Duration = Duration::from_secs(10);
 /// Between two metadata requests for a partition the producer does not know yet.
 const NEW_PARTITION_BACKOFF: Duration = Duration::from_millis(250);
 
-/// Asks the cluster for `topic`'s metadata through `producer`, whose cached partition count
+/// Asks the cluster for `topic`'s metadata through `native`'s producer, whose cached partition count
 /// librdkafka updates from the answer; then waits a little before the caller tries again.
-async fn refresh_topic_metadata(producer: &Arc<RdProducer>, topic: &str) {
-    let client = Arc::clone(producer);
+async fn refresh_topic_metadata(native: &Arc<Native>, topic: &str) {
+    let native = Arc::clone(native);
     let topic = topic.to_owned();
     let refreshed = tokio::task::spawn_blocking(move || {
-        client
+        native
+            .producer
             .client()
             .fetch_metadata(Some(&topic), Duration::from_secs(5))
             .map(|_| ())
@@ -376,51 +588,43 @@ impl Reports {
 /// reports: no future per record (a `join_all` of hundreds of futures cost more instructions
 /// per record than queueing it, bench/README.md), and no channel per record.
 async fn send_all(
-    producer: &Arc<RdProducer>,
+    native: &Arc<Native>,
     context: &SecurityContext,
     records: &[OutRecord],
 ) -> Vec<Result<Written, ProduceError>> {
     let reports = Reports::new(records.len());
     // Records librdkafka refused, by index.
     let mut refused: Vec<(usize, KafkaError)> = Vec::new();
+    // The last record's topic and handle: a batch mostly writes to one topic.
+    let mut current: Option<(&Topic, Arc<TopicHandle>)> = None;
     for (i, record) in records.iter().enumerate() {
-        // The opaque is set right before each attempt to queue it.
-        let mut base: BaseRecord<'_, [u8], [u8], usize> =
-            BaseRecord::with_opaque_to(&record.topic, 0);
-        if let Some(p) = record.partition {
-            base = base.partition(p);
-        }
-        if let Some(k) = &record.key {
-            base = base.key(k.as_ref());
-        }
-        if let Some(v) = &record.value {
-            base = base.payload(v.as_ref());
-        }
-        if let Some(ts) = record.timestamp {
-            base = base.timestamp(ts);
-        }
-        if !record.headers.is_empty() {
-            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-            for (name, value) in &record.headers {
-                headers = headers.insert(Header {
-                    key: name.as_ref(),
-                    value: value.as_deref(),
-                });
+        if !matches!(&current, Some((name, _)) if **name == record.topic) {
+            match native
+                .topics
+                .get(native.producer.client().native_ptr(), &record.topic)
+            {
+                Ok(handle) => current = Some((&record.topic, handle)),
+                Err(e) => {
+                    refused.push((i, e));
+                    continue;
+                }
             }
-            base = base.headers(headers);
         }
+        let Some((_, topic)) = &current else {
+            unreachable!("set above for this record's topic")
+        };
+        let mut headers = NativeHeaders::of(record);
         // Waits for queue space rather than failing when the local queue is full.
         let mut new_partition_wait: Option<Instant> = None;
         loop {
             // A report is expected only while the record is in librdkafka's hands, so
             // dropping this future while it waits below leaves no reference behind.
-            base.delivery_opaque = reports.expect(i);
-            let (e, back) = match producer.send(base) {
+            let opaque = reports.expect(i);
+            let e = match produce(native, topic, record, &mut headers, opaque) {
                 Ok(()) => break,
-                Err(refused) => refused,
+                Err(e) => e,
             };
             reports.not_queued();
-            base = back;
             match e {
                 KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
@@ -438,7 +642,7 @@ async fn send_all(
                             .elapsed()
                             < NEW_PARTITION_WAIT =>
                 {
-                    refresh_topic_metadata(producer, &record.topic).await;
+                    refresh_topic_metadata(native, &record.topic).await;
                 }
                 e => {
                     refused.push((i, e));
@@ -535,7 +739,7 @@ impl TxnError {
 /// The transaction steps block inside librdkafka, so they run on tokio's blocking pool.
 #[derive(Clone)]
 pub struct TransactionalProducer {
-    inner: Arc<RdProducer>,
+    inner: Arc<Native>,
     context: SecurityContext,
     bootstrap: String,
     transactional_id: String,
@@ -592,7 +796,7 @@ impl TransactionalProducer {
                 kind: TxnErrorKind::Fatal,
             })?;
         let producer = TransactionalProducer {
-            inner: Arc::new(inner),
+            inner: Arc::new(Native::new(inner)),
             context,
             bootstrap: bootstrap.to_owned(),
             transactional_id: transactional_id.to_owned(),
@@ -621,7 +825,7 @@ impl TransactionalProducer {
         let inner = Arc::clone(&self.inner);
         let timeout = self.step_timeout;
         let id = self.transactional_id.clone();
-        tokio::task::spawn_blocking(move || f(&inner, timeout))
+        tokio::task::spawn_blocking(move || f(&inner.producer, timeout))
             .await
             .map_err(|e| TxnError {
                 step,
@@ -643,6 +847,7 @@ impl TransactionalProducer {
     pub async fn begin(&self) -> Result<(), TxnError> {
         // Local state change only; no need for the blocking pool.
         self.inner
+            .producer
             .begin_transaction()
             .map_err(|e| TxnError::from_kafka("begin_transaction", &self.transactional_id, e))
     }
@@ -766,6 +971,33 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("127.0.0.1:1"), "{text}");
         assert!(text.contains("no.such.setting"), "{text}");
+    }
+
+    #[test]
+    fn each_topic_gets_one_librdkafka_handle_kept_for_the_producer() {
+        let producer = IdempotentProducer::new("127.0.0.1:1", []).expect("created");
+        let native = &producer.inner;
+        let client = native.producer.client().native_ptr();
+        let orders = native
+            .topics
+            .get(client, &Topic::from("orders"))
+            .expect("handle");
+        let again = native
+            .topics
+            .get(client, &Topic::from("orders"))
+            .expect("handle");
+        let other = native
+            .topics
+            .get(client, &Topic::from("payments"))
+            .expect("handle");
+        assert!(Arc::ptr_eq(&orders, &again));
+        assert_ne!(orders.0, other.0);
+        let refused = native
+            .topics
+            .get(client, &Topic::from("bad\0topic"))
+            .err()
+            .expect("a NUL cannot name a topic");
+        assert!(matches!(refused, KafkaError::Nul(_)), "{refused}");
     }
 
     #[tokio::test]
