@@ -195,19 +195,7 @@ mod tests {
         }
     }
 
-    fn marker(offset: i64, pid: i64, m: Marker) -> LogRecord {
-        LogRecord {
-            offset,
-            producer_id: pid,
-            producer_epoch: 0,
-            transactional: true,
-            control: Some(m),
-            key: None,
-            present: false,
-            value: None,
-            writer: None,
-        }
-    }
+    use crate::ledger::marker_record as marker;
 
     fn own(source_offset: i64, ledger_offset: i64) -> (RecordCoordinates, i64) {
         (

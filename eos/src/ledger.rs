@@ -227,6 +227,22 @@ pub fn pending_among<'a>(replay: &PartitionReplay, keys: &'a [Bytes]) -> HashSet
     keys.iter().filter(|k| replay.is_pending(k)).collect()
 }
 
+/// A transaction marker of `producer_id` at `offset`, as the log reader makes it (for tests).
+#[cfg(test)]
+pub(crate) fn marker_record(offset: i64, producer_id: i64, marker: Marker) -> LogRecord {
+    LogRecord {
+        offset,
+        producer_id,
+        producer_epoch: 3,
+        transactional: true,
+        control: Some(marker),
+        key: None,
+        present: false,
+        value: None,
+        writer: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,19 +261,7 @@ mod tests {
         }
     }
 
-    fn marker(offset: i64, pid: i64, m: Marker) -> LogRecord {
-        LogRecord {
-            offset,
-            producer_id: pid,
-            producer_epoch: 3,
-            transactional: true,
-            control: Some(m),
-            key: None,
-            present: false,
-            value: None,
-            writer: None,
-        }
-    }
+    use super::marker_record as marker;
 
     fn key(s: &str) -> Bytes {
         Bytes::from(s.to_owned())

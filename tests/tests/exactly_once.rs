@@ -87,6 +87,20 @@ fn assert_exactly_once(sources: &[Source], expected: &BTreeSet<Source>) {
     );
 }
 
+/// Reads `out.src` through the read_committed share group `group` and checks that it holds
+/// every record of `expected` once, and nothing else.
+async fn assert_output_exactly_once(broker: &DevBroker, group: &str, expected: &BTreeSet<Source>) {
+    let read = read_committed_sources(
+        broker,
+        "out.src",
+        group,
+        expected.len(),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_exactly_once(&read, expected);
+}
+
 /// Records read with read_uncommitted by a classic consumer (the dev broker's classic Fetch
 /// never filters): what was written, committed or not.
 fn count_written(broker: &DevBroker, topic: &str, partitions: i32) -> usize {
@@ -240,15 +254,7 @@ async fn of_two_instances_of_a_task_only_one_commits_the_records() {
     successor.stop().await.expect("stops");
 
     let expected: BTreeSet<Source> = (0..10).map(|o| ("src".to_owned(), 0, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "zombie-reader",
-        10,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "zombie-reader", &expected).await;
 }
 
 /// A task that stalls (or dies) between its writes and its commit leaves a transaction open.
@@ -288,15 +294,7 @@ async fn a_predecessors_open_transaction_is_aborted_when_the_task_restarts() {
     successor.stop().await.expect("stops");
 
     let expected: BTreeSet<Source> = (0..20).map(|o| ("src".to_owned(), 1, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "restart-reader",
-        20,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "restart-reader", &expected).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -346,15 +344,7 @@ async fn a_transaction_past_the_lock_margin_is_aborted_not_committed() {
     task.stop().await.expect("stops");
 
     let expected: BTreeSet<Source> = (0..5).map(|o| ("src".to_owned(), 1, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "lock-reader",
-        5,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "lock-reader", &expected).await;
     assert_eq!(
         count_written(&broker, "out.src", 3),
         10,
@@ -429,15 +419,7 @@ async fn a_redelivered_record_in_the_ledger_is_accepted_without_writing_it_again
     );
 
     let expected: BTreeSet<Source> = (0..7).map(|o| ("src".to_owned(), 2, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "ledger-reader",
-        7,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "ledger-reader", &expected).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -518,15 +500,7 @@ async fn a_ledger_lookup_waits_for_another_tasks_open_transaction() {
     checker.stop().await.expect("stops");
 
     let expected: BTreeSet<Source> = (0..6).map(|o| ("src".to_owned(), 0, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "pending-reader",
-        6,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "pending-reader", &expected).await;
 }
 
 /// A task's hold on records can end before their lock deadline without the task seeing it:
@@ -594,15 +568,7 @@ async fn a_task_whose_hold_ended_unseen_does_not_commit_records_another_task_wro
     second.stop().await.expect("stops");
 
     let expected: BTreeSet<Source> = (0..7).map(|o| ("src".to_owned(), 2, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "unseen-reader",
-        7,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "unseen-reader", &expected).await;
 }
 
 /// The writer's view of the race in the test above when both transactions are open at once:
@@ -726,15 +692,7 @@ async fn of_two_open_transactions_writing_a_record_only_the_first_in_the_ledger_
     assert_eq!(redelivery.stats().claim_conflicts, 4, "no new conflicts");
 
     let expected: BTreeSet<Source> = (0..8).map(|o| ("src".to_owned(), 0, o)).collect();
-    let read = read_committed_sources(
-        &broker,
-        "out.src",
-        "claims-reader",
-        8,
-        Duration::from_secs(20),
-    )
-    .await;
-    assert_exactly_once(&read, &expected);
+    assert_output_exactly_once(&broker, "claims-reader", &expected).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
