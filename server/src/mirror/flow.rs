@@ -108,6 +108,9 @@ pub fn connector_config(
             }
         }
     }
+    // Off unless asked for: MM2's copies carry no provenance headers, and they cost librdkafka
+    // an allocation each per record.
+    config.insert("source.headers".into(), flow.source_headers.to_string());
     // MM2's connector keys naming the flow: the sink records MM2's metrics under them.
     config.insert("source.cluster.alias".into(), flow.source.clone());
     config.insert("target.cluster.alias".into(), flow.target.clone());
@@ -790,6 +793,33 @@ mod tests {
             !cfg.keys().any(|k| k.starts_with("offset.syncs.bootstrap")
                 || k.starts_with("offset.syncs.producer.")),
             "{cfg:?}"
+        );
+    }
+
+    #[test]
+    fn copies_carry_no_source_headers_unless_the_flow_asks_for_them() {
+        let cfg = |extra: &str| {
+            let c = config(extra);
+            let flow = c.flow("A->B").expect("flow");
+            connector_config(
+                flow,
+                c.cluster("A"),
+                c.cluster("B"),
+                "mirror-A-B",
+                "A.${topic}",
+                &["orders".into()],
+            )
+        };
+        assert_eq!(cfg("")["source.headers"], "false", "MM2's copies have none");
+        assert_eq!(
+            cfg("A->B.source.headers.enabled = true\n")["source.headers"],
+            "true"
+        );
+        assert_eq!(
+            cfg("source.headers.enabled = true\nA->B.source.headers.enabled = false\n")
+                ["source.headers"],
+            "false",
+            "the flow's key wins"
         );
     }
 
