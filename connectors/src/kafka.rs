@@ -5,9 +5,11 @@
 //! Key, value, headers and timestamp are written as read: the record is serialized back with
 //! the connector's own converters (the `bytearray` default passes the original bytes through).
 //! The partition is kept (`target.partition=keep`, the target topic needs at least as many
-//! partitions) or chosen by hashing the key (`hash`). Every written record carries where it was
-//! read as headers ([`SOURCE_TOPIC_HEADER`] and friends, the original coordinates, before
-//! transforms), replacing headers of those names it had.
+//! partitions) or chosen by hashing the key (`hash`). With `source.headers` (the default), every
+//! written record also carries where it was read as headers ([`SOURCE_TOPIC_HEADER`] and
+//! friends, the original coordinates, before transforms), replacing headers of those names it
+//! had; without, it carries its own headers only, as MirrorMaker 2's copies do (mirror flows'
+//! default: the three headers cost librdkafka an allocation each per record).
 //!
 //! `delivery.guarantee`:
 //! - `at_least_once` (default): an idempotent producer; `put` returns only once the target
@@ -67,8 +69,9 @@ pub const LEDGER_CACHE_DIR: &str = "delivery.ledger.cache.dir";
 pub const LOCK_MARGIN_MS: &str = "delivery.lock.margin.ms";
 pub const TRANSACTION_TIMEOUT_MS: &str = "delivery.transaction.step.timeout.ms";
 pub const TRANSACTIONAL_ID_PREFIX: &str = "transactional.id.prefix";
+pub const SOURCE_HEADERS: &str = "source.headers";
 
-/// Headers every written record carries: where its source record was read.
+/// Headers a written record carries with `source.headers`: where its source record was read.
 pub const SOURCE_TOPIC_HEADER: &str = "spillway.source.topic";
 pub const SOURCE_PARTITION_HEADER: &str = "spillway.source.partition";
 pub const SOURCE_OFFSET_HEADER: &str = "spillway.source.offset";
@@ -114,6 +117,20 @@ fn config_def() -> ConfigDef {
             .default("keep")
             .validator(Validator::OneOf(&["keep", "hash"]))
             .display_name("Target partition"),
+        )
+        .define(
+            ConfigKey::new(
+                SOURCE_HEADERS,
+                ConfigType::Boolean,
+                Importance::Low,
+                "Write the source record's topic, partition and offset (before transforms) as \
+                 headers spillway.source.topic, spillway.source.partition and \
+                 spillway.source.offset on every copy, replacing headers of those names it \
+                 had. false: a copy carries its own headers only (spillway mirror's default, \
+                 as MirrorMaker 2's copies).",
+            )
+            .default("true")
+            .display_name("Source coordinate headers"),
         )
         .define(
             ConfigKey::new(
@@ -408,15 +425,23 @@ impl Decimals {
     }
 }
 
-/// Headers of `record` with its source coordinates set (replacing older ones of those names);
-/// `names` holds the source topic's shared bytes, `offset` the source offset in decimal. The
-/// source headers' names are borrowed constants, the record's own names moved.
-fn with_source_headers(
+/// The headers a copy is written with. With `source.headers` (`offset` is the source offset in
+/// decimal): the record's own with its source coordinates set, replacing older ones of those
+/// names; `names` holds the source topic's shared bytes. Without (`offset` is `None`): the
+/// record's own as they are, as MirrorMaker 2 copies them. The source headers' names are
+/// borrowed constants, the record's own names moved.
+fn copy_headers(
     headers: Vec<(String, Option<Bytes>)>,
     source: &RecordCoordinates,
     names: &mut TopicNames,
-    offset: Bytes,
+    offset: Option<Bytes>,
 ) -> Vec<(Cow<'static, str>, Option<Bytes>)> {
+    let Some(offset) = offset else {
+        return headers
+            .into_iter()
+            .map(|(k, v)| (Cow::Owned(k), v))
+            .collect();
+    };
     // Collected in place (a `Cow<str>` is the size of a `String`).
     let mut out: Vec<(Cow<'static, str>, Option<Bytes>)> = headers
         .into_iter()
@@ -623,6 +648,8 @@ struct Running {
     format: String,
     /// Target topic names and source header bytes, per source topic.
     per_topic: PerTopic,
+    /// `source.headers`: copies carry their source coordinates as headers.
+    source_headers: bool,
     keep_partition: bool,
     /// A mirror flow's MM2 metrics (`source.cluster.alias` and `target.cluster.alias` set).
     mirror_metrics: Option<MirrorMetrics>,
@@ -756,6 +783,7 @@ impl SinkTask for KafkaSinkTask {
                 .unwrap_or("${topic}")
                 .to_owned(),
             per_topic: PerTopic::default(),
+            source_headers: parsed.boolean(SOURCE_HEADERS).map_err(fatal)?,
             keep_partition: parsed.string(TARGET_PARTITION).map_err(fatal)? != Some("hash"),
             mirror_metrics: MirrorMetrics::from_config(config),
             offset_syncs: match parsed.string(OFFSET_SYNCS_TOPIC).map_err(fatal)? {
@@ -875,7 +903,9 @@ impl SinkTask for KafkaSinkTask {
         let mut out = Vec::with_capacity(records.len());
         let mut sources = Vec::with_capacity(records.len());
         let mut positions = Vec::with_capacity(records.len());
-        let offsets = Decimals::of(records.iter().map(|r| r.original.offset));
+        let offsets = state
+            .source_headers
+            .then(|| Decimals::of(records.iter().map(|r| r.original.offset)));
         // The runtime's `put` span is current here (it enters it around `put`).
         let trace_context = opentelemetry::Context::current();
         for (i, record) in records.iter().enumerate() {
@@ -900,11 +930,11 @@ impl SinkTask for KafkaSinkTask {
                         partition: state.keep_partition.then_some(record.partition),
                         key: raw.key,
                         value: raw.value,
-                        headers: with_source_headers(
+                        headers: copy_headers(
                             raw.headers,
                             &record.original,
                             names,
-                            offsets.get(i),
+                            offsets.as_ref().map(|o| o.get(i)),
                         ),
                         timestamp: raw.timestamp,
                     });
@@ -1139,11 +1169,11 @@ mod tests {
             ),
         ];
         let mut names = PerTopic::default();
-        let out = with_source_headers(
+        let out = copy_headers(
             headers,
             &RecordCoordinates::new("orders", 4, 99),
             names.names("${topic}", &Topic::from("orders")),
-            Bytes::from_static(b"99"),
+            Some(Bytes::from_static(b"99")),
         );
         assert_eq!(
             out,
@@ -1160,6 +1190,51 @@ mod tests {
                 (SOURCE_OFFSET_HEADER.into(), Some(Bytes::from_static(b"99"))),
             ]
         );
+    }
+
+    #[test]
+    fn without_source_headers_a_copy_carries_its_own_headers_only() {
+        // A record's own header of a source header's name stays too: it is the record's.
+        let headers = vec![
+            ("trace".to_owned(), Some(Bytes::from_static(b"abc"))),
+            ("empty".to_owned(), None),
+            (
+                SOURCE_OFFSET_HEADER.to_owned(),
+                Some(Bytes::from_static(b"1")),
+            ),
+        ];
+        let mut names = PerTopic::default();
+        let out = copy_headers(
+            headers.clone(),
+            &RecordCoordinates::new("orders", 4, 99),
+            names.names("${topic}", &Topic::from("orders")),
+            None,
+        );
+        let expected: Vec<(Cow<'static, str>, Option<Bytes>)> = headers
+            .into_iter()
+            .map(|(k, v)| (Cow::Owned(k), v))
+            .collect();
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn source_headers_are_on_unless_turned_off() {
+        let def = config_def();
+        let mut config = ConfigMap::new();
+        assert!(def
+            .parse(&config)
+            .expect("valid")
+            .boolean(SOURCE_HEADERS)
+            .expect("declared"));
+        config.insert(SOURCE_HEADERS.into(), "false".into());
+        assert!(!def
+            .parse(&config)
+            .expect("valid")
+            .boolean(SOURCE_HEADERS)
+            .expect("declared"));
+        config.insert(SOURCE_HEADERS.into(), "no".into());
+        let err = def.parse(&config).expect_err("not a boolean");
+        assert!(err.to_string().contains(SOURCE_HEADERS), "{err}");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! Format (Kafka 4.2 `OffsetSync`): key = topic (i16 length + UTF-8) and partition (i32); value =
 //! upstreamOffset (i64) and offset (i64), big-endian. The topic in the key is the source topic.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -119,28 +120,32 @@ impl OffsetSyncs {
             upstream,
             downstream,
         };
-        if !self.partitions.contains_key(topic) {
-            self.partitions.insert(Topic::from(topic), BTreeMap::new());
-        }
-        let states = self.partitions.get_mut(topic).expect("inserted above");
-        let due = match states.get(&partition) {
-            None => true,
-            Some(state) => {
-                upstream - state.synced.upstream >= self.lag_max
+        // One lookup per record when the topic is known (the first copy of a topic adds it).
+        let states = match self.partitions.get_mut(topic) {
+            Some(states) => states,
+            None => self.partitions.entry(Topic::from(topic)).or_default(),
+        };
+        let due = match states.entry(partition) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(PartitionState {
+                    synced: now,
+                    last: now,
+                });
+                true
+            }
+            Entry::Occupied(occupied) => {
+                let state = occupied.into_mut();
+                let due = upstream - state.synced.upstream >= self.lag_max
                     || upstream != state.last.upstream + 1
-                    || downstream != state.last.downstream + 1
+                    || downstream != state.last.downstream + 1;
+                state.last = now;
+                if due {
+                    state.synced = now;
+                }
+                due
             }
         };
-        let state = states.entry(partition).or_insert(PartitionState {
-            synced: now,
-            last: now,
-        });
-        state.last = now;
-        if !due {
-            return None;
-        }
-        state.synced = now;
-        Some(OutRecord {
+        due.then(|| OutRecord {
             topic: self.topic.clone(),
             partition: Some(0),
             key: Some(sync_key(topic, partition)),

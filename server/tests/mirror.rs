@@ -152,18 +152,8 @@ fn assert_copied_once(topic: &str, sent: &[TestRecord], copies: &[Copy]) -> Vec<
             );
             assert_eq!(copy.key, source.key, "{topic} #{n}: key");
             assert_eq!(copy.value, source.value, "{topic} #{n}: value");
-            assert_eq!(
-                copy.headers.first(),
-                source.headers.first(),
-                "{topic} #{n}: the record's own header first"
-            );
-            assert!(
-                copy.headers
-                    .iter()
-                    .any(|(k, v)| k == "spillway.source.topic"
-                        && v.as_deref() == Some(topic.as_bytes())),
-                "{topic} #{n}: source topic header"
-            );
+            // MM2's copies: the record's own headers, no `spillway.source.*` by default.
+            assert_eq!(copy.headers, source.headers, "{topic} #{n}: headers");
             n
         })
         .collect()
@@ -976,11 +966,13 @@ async fn group_fails_over_without_skipping(exactly_once: bool, syncs: Syncs) {
     // Through A's proxy, which learns groups from the requests it forwards.
     commit(&a.bootstrap(), "billing", "orders", &upstream);
     let lag_max = 10;
+    // The copies name their source offsets (`source.headers.enabled`, off by default), so the
+    // check below can tell which source record a consumer on B resumes at.
     let text = format!(
         "{}A->B.enabled = true\nA->B.topics = orders\nemit.heartbeats.enabled = false\n\
          groups = billing\nemit.checkpoints.interval.seconds = 1\n\
          sync.group.offsets.enabled = true\nsync.group.offsets.interval.seconds = 1\n\
-         offset.lag.max = {lag_max}\n{}{}",
+         offset.lag.max = {lag_max}\nA->B.source.headers.enabled = true\n{}{}",
         clusters(&a, &b),
         if exactly_once {
             "B.exactly.once.source.support = enabled\n"

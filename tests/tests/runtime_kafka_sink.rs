@@ -1,5 +1,6 @@
 //! The `kafka` sink replicates MirrorMaker-style: every record reaches the renamed topic with
-//! its key, value, headers, timestamp and partition, plus headers naming its source record.
+//! its key, value, headers, timestamp and partition, plus headers naming its source record
+//! unless `source.headers=false`.
 
 mod runtime_support;
 
@@ -22,6 +23,17 @@ type Copy = (
 
 #[tokio::test(flavor = "multi_thread")]
 async fn records_are_replicated_with_key_value_headers_timestamp_and_partition() {
+    replicate(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_source_headers_copies_carry_their_own_headers_only() {
+    replicate(Some("false")).await;
+}
+
+/// Replicates 300 records with `source.headers` as given (the default when `None`) and checks
+/// every copy: headers are the record's own, then its source coordinates when they are on.
+async fn replicate(source_headers: Option<&str>) {
     let broker = share_broker(1, 5_000, 10_000);
     broker.create_topic("src", 3);
     broker.create_topic("mirror.src", 3);
@@ -39,15 +51,17 @@ async fn records_are_replicated_with_key_value_headers_timestamp_and_partition()
         .collect();
     produce(&broker.bootstrap(), "src", records.clone(), "none").await;
     let worker = worker(&broker);
+    let mut keys = vec![
+        ("name", "mirror"),
+        ("connector.class", "kafka"),
+        ("topics", "src"),
+        ("tasks.max", "2"),
+        ("topic.rename.format", "mirror.${topic}"),
+        ("consumer.override.group.protocol", "share"),
+    ];
+    keys.extend(source_headers.map(|v| ("source.headers", v)));
     worker
-        .start_connector(config(&[
-            ("name", "mirror"),
-            ("connector.class", "kafka"),
-            ("topics", "src"),
-            ("tasks.max", "2"),
-            ("topic.rename.format", "mirror.${topic}"),
-            ("consumer.override.group.protocol", "share"),
-        ]))
+        .start_connector(config(&keys))
         .await
         .expect("connector starts");
     wait_until(Duration::from_secs(30), "300 records replicated", || {
@@ -103,17 +117,23 @@ async fn records_are_replicated_with_key_value_headers_timestamp_and_partition()
         assert_eq!(copy.2, r.value, "record {i}: value (tombstones stay null)");
         // Produced round-robin over 3 partitions, so record i is the (i/3)-th of partition i%3.
         let mut headers = r.headers.clone();
-        headers.extend([
-            ("spillway.source.topic".to_owned(), Some(b"src".to_vec())),
-            (
-                "spillway.source.partition".to_owned(),
-                Some(format!("{}", i % 3).into_bytes()),
-            ),
-            (
-                "spillway.source.offset".to_owned(),
-                Some(format!("{}", i / 3).into_bytes()),
-            ),
-        ]);
+        let with_source = source_headers != Some("false");
+        headers.extend(
+            with_source
+                .then_some([
+                    ("spillway.source.topic".to_owned(), Some(b"src".to_vec())),
+                    (
+                        "spillway.source.partition".to_owned(),
+                        Some(format!("{}", i % 3).into_bytes()),
+                    ),
+                    (
+                        "spillway.source.offset".to_owned(),
+                        Some(format!("{}", i / 3).into_bytes()),
+                    ),
+                ])
+                .into_iter()
+                .flatten(),
+        );
         assert_eq!(
             copy.3, headers,
             "record {i}: headers, then the source coordinates"

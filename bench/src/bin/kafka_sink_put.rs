@@ -1,6 +1,7 @@
 //! Issue 18 item 3, the kafka sink alone: records fed from memory to one `kafka` sink task
 //! configured as `spillway mirror` configures a flow's (bytearray converters, same partition,
-//! `A.${topic}`, MM2's metrics and offset syncs on the source location), writing to a dev
+//! `A.${topic}`, MM2's metrics and offset syncs on the source location, no `spillway.source.*`
+//! headers unless `--source-headers`), writing to a dev
 //! broker. It isolates the sink's per-record path (`put` and the producer it calls) from the
 //! consumer and the actors, for instruction counts under callgrind (bench/README.md):
 //!
@@ -51,6 +52,10 @@ struct Args {
     /// flow's): each put is one transaction, committed by `flush` as the runtime does.
     #[arg(long)]
     exactly_once: bool,
+    /// Write the `spillway.source.*` headers (the kafka sink's default; a mirror flow's only
+    /// with `source.headers.enabled=true`).
+    #[arg(long)]
+    source_headers: bool,
 }
 
 /// One batch of source records `first..first + n`, as the bytearray converter hands them over.
@@ -113,6 +118,10 @@ async fn main() -> Result<()> {
             "org.apache.kafka.connect.converters.ByteArrayConverter",
         ),
         ("delivery.guarantee", guarantee),
+        (
+            "source.headers",
+            if args.source_headers { "true" } else { "false" },
+        ),
         ("source.cluster.alias", "A"),
         ("target.cluster.alias", "B"),
         ("offset.syncs.topic", "mm2-offset-syncs.B.internal"),

@@ -136,6 +136,9 @@ const FLOW_KEYS: &[(&str, Kind, &str)] = &[
         Kind::OneOf(&["enabled", "preparing", "disabled"]),
         "disabled",
     ),
+    // Spillway's own: copies carry `spillway.source.*` headers (the kafka sink's
+    // `source.headers`). Off by default, as MM2's copies carry their own headers only.
+    ("source.headers.enabled", Kind::Bool, "false"),
 ];
 
 /// MM2 keys that Spillway reads but that change nothing here, with why.
@@ -324,6 +327,8 @@ pub struct FlowSettings {
     pub offset_syncs_location: OffsetSyncsLocation,
     pub tasks_max: usize,
     pub exactly_once: bool,
+    /// `source.headers.enabled`: copies carry their source coordinates as headers.
+    pub source_headers: bool,
     pub mode: ConsumeMode,
     /// Consumer keys for the source (`A.consumer.*`, `consumer.*`, `A->B.consumer.*`).
     pub consumer: ConfigMap,
@@ -807,6 +812,7 @@ fn flow_settings(
         },
         tasks_max: read.long("tasks.max")? as usize,
         exactly_once: eos == "enabled",
+        source_headers: read.bool("source.headers.enabled")?,
         mode,
         consumer,
         producer,
@@ -854,6 +860,10 @@ mod tests {
         assert!(ab.sync_topic_configs);
         assert!(!ab.sync_group_offsets);
         assert!(!ab.exactly_once);
+        assert!(
+            !ab.source_headers,
+            "MM2's copies carry no provenance headers"
+        );
         assert_eq!(ab.mode, ConsumeMode::Classic);
         assert_eq!(ab.tasks_max, 1);
         assert!(ab.topics.matches("orders"));

@@ -108,6 +108,9 @@ pub fn connector_config(
             }
         }
     }
+    // Off unless asked for: MM2's copies carry no provenance headers, and they cost librdkafka
+    // an allocation each per record.
+    config.insert("source.headers".into(), flow.source_headers.to_string());
     // MM2's connector keys naming the flow: the sink records MM2's metrics under them.
     config.insert("source.cluster.alias".into(), flow.source.clone());
     config.insert("target.cluster.alias".into(), flow.target.clone());
@@ -721,6 +724,20 @@ mod tests {
         MirrorConfig::parse(&parse_properties(&text).expect("props").to_map()).expect("valid")
     }
 
+    /// The connector config of flow A->B copying `orders` under `extra` keys.
+    fn orders_connector(extra: &str) -> ConfigMap {
+        let c = config(extra);
+        let flow = c.flow("A->B").expect("flow");
+        connector_config(
+            flow,
+            c.cluster("A"),
+            c.cluster("B"),
+            "mirror-A-B",
+            "A.${topic}",
+            &["orders".into()],
+        )
+    }
+
     #[test]
     fn the_connector_copies_into_remote_names_on_the_same_partition_with_target_security() {
         let c = config(
@@ -756,16 +773,7 @@ mod tests {
 
     #[test]
     fn offset_syncs_go_to_the_source_with_its_security_unless_the_target_is_asked_for() {
-        let c = config("A.security.protocol = SASL_PLAINTEXT\nA.sasl.mechanism = PLAIN\nA.sasl.username = a\nA.sasl.password = p\nA.producer.linger.ms = 7\n");
-        let flow = c.flow("A->B").expect("flow");
-        let cfg = connector_config(
-            flow,
-            c.cluster("A"),
-            c.cluster("B"),
-            "mirror-A-B",
-            "A.${topic}",
-            &["orders".into()],
-        );
+        let cfg = orders_connector("A.security.protocol = SASL_PLAINTEXT\nA.sasl.mechanism = PLAIN\nA.sasl.username = a\nA.sasl.password = p\nA.producer.linger.ms = 7\n");
         assert_eq!(cfg["offset.syncs.topic"], "mm2-offset-syncs.B.internal");
         assert_eq!(cfg["offset.syncs.bootstrap.servers"], "a:1");
         assert_eq!(cfg["offset.syncs.producer.sasl.username"], "a");
@@ -775,22 +783,26 @@ mod tests {
             "the copies go to B"
         );
 
-        let c = config("offset-syncs.topic.location = target\n");
-        let flow = c.flow("A->B").expect("flow");
-        let cfg = connector_config(
-            flow,
-            c.cluster("A"),
-            c.cluster("B"),
-            "mirror-A-B",
-            "A.${topic}",
-            &["orders".into()],
-        );
+        let cfg = orders_connector("offset-syncs.topic.location = target\n");
         assert_eq!(cfg["offset.syncs.topic"], "mm2-offset-syncs.A.internal");
         assert!(
             !cfg.keys().any(|k| k.starts_with("offset.syncs.bootstrap")
                 || k.starts_with("offset.syncs.producer.")),
             "{cfg:?}"
         );
+    }
+
+    #[test]
+    fn copies_carry_no_source_headers_unless_the_flow_asks_for_them() {
+        let headers = |extra: &str| orders_connector(extra)["source.headers"].clone();
+        assert_eq!(headers(""), "false", "MM2's copies have none");
+        assert_eq!(headers("A->B.source.headers.enabled = true\n"), "true");
+        assert_eq!(
+            headers("source.headers.enabled = true\nA->B.source.headers.enabled = false\n"),
+            "false",
+            "the flow's key wins"
+        );
+        assert_eq!(headers("source.headers.enabled = true\n"), "true");
     }
 
     #[test]
