@@ -57,6 +57,10 @@ struct Args {
     /// so per transaction under exactly once. Unset: the runtime's default (500).
     #[arg(long)]
     max_poll_records: Option<usize>,
+    /// More lines for the mirror's mm2.properties (`KEY = VALUE`), for example
+    /// `--property "A->B.producer.linger.ms = 0"`; may be given several times.
+    #[arg(long = "property")]
+    properties: Vec<String>,
     /// Run as the mirror process with this mm2.properties (internal).
     #[arg(long, hide = true)]
     mirror_process: Option<PathBuf>,
@@ -140,6 +144,7 @@ fn mm2_properties(
     b: &ProxiedDevBroker,
     exactly_once: bool,
     max_poll_records: Option<usize>,
+    properties: &[String],
 ) -> String {
     let mut text = format!(
         "clusters = A, B\nA.bootstrap.servers = {}\nB.bootstrap.servers = {}\n\
@@ -154,6 +159,10 @@ fn mm2_properties(
     }
     if let Some(n) = max_poll_records {
         text.push_str(&format!("A->B.consumer.max.poll.records = {n}\n"));
+    }
+    for line in properties {
+        text.push_str(line);
+        text.push('\n');
     }
     text
 }
@@ -177,7 +186,13 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     });
     std::fs::write(
         &properties,
-        mm2_properties(&a, &b, exactly_once, args.max_poll_records),
+        mm2_properties(
+            &a,
+            &b,
+            exactly_once,
+            args.max_poll_records,
+            &args.properties,
+        ),
     )?;
     let mut child = MirrorChild(
         Command::new(std::env::current_exe()?)
