@@ -219,7 +219,8 @@ fn next_sample(start: Option<(Instant, u64)>, now: Instant, accepted: u64, total
 /// The system allocator, counting the bytes allocated now and at most since the last
 /// [`HeapCounter::reset_peak`]: what a process's data takes, apart from what the allocator
 /// keeps from the operating system besides (RSS). A benchmark binary installs it with
-/// `#[global_allocator]`.
+/// `#[global_allocator]`. Its `malloc` is jemalloc's in every binary that links
+/// `spillway_actors` (`spillway_actors::allocator`).
 pub struct HeapCounter;
 
 static HEAP_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

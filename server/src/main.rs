@@ -110,7 +110,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    spillway_actors::allocator::keep_freed_memory_for_reuse();
+    spillway_actors::allocator::use_jemalloc();
     let cli = Cli::parse();
     // Logs for every subcommand; traces (OTEL_* variables) for those that run connectors.
     let mut telemetry_config = spillway::telemetry::TelemetryConfig::from_env()?;

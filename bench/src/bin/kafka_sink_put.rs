@@ -83,6 +83,8 @@ fn batch(topic: &Topic, first: u64, n: u64, partitions: i32, value: &Bytes) -> V
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
+    // As the worker does (`spillway` main).
+    spillway_actors::allocator::use_jemalloc();
     let args = Args::parse();
     let broker = DevBroker::try_start(
         1,

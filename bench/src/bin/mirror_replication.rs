@@ -317,7 +317,7 @@ fn high_watermarks(bootstrap: &str, partitions: i32) -> Result<u64> {
 #[tokio::main]
 async fn main() -> Result<()> {
     // As the `spillway` binary does.
-    spillway_actors::allocator::keep_freed_memory_for_reuse();
+    spillway_actors::allocator::use_jemalloc();
     let args = Args::parse();
     if let Some(properties) = args.mirror_process {
         let mut config = spillway::telemetry::TelemetryConfig::from_env()?;

@@ -168,7 +168,7 @@ fn value_buffer(record_bytes: usize) -> Bytes {
 
 fn main() -> Result<()> {
     // As the worker does (`spillway` main).
-    spillway_actors::allocator::keep_freed_memory_for_reuse();
+    spillway_actors::allocator::use_jemalloc();
     let args = Args::parse();
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("ceiling.txt");

@@ -246,7 +246,7 @@ impl Summary {
 #[tokio::main]
 async fn main() -> Result<()> {
     // As the worker does (`spillway` main).
-    spillway_actors::allocator::keep_freed_memory_for_reuse();
+    spillway_actors::allocator::use_jemalloc();
     let args = Args::parse();
     match &args.role {
         Some(Role::Drain {
