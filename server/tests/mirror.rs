@@ -159,6 +159,19 @@ fn assert_copied_once(topic: &str, sent: &[TestRecord], copies: &[Copy]) -> Vec<
         .collect()
 }
 
+/// The first copy of each record (by the number its timestamp encodes), in target order, and
+/// how many later copies were left out.
+fn first_copies(copies: Vec<Copy>) -> (Vec<Copy>, usize) {
+    let total = copies.len();
+    let mut seen = BTreeSet::new();
+    let first: Vec<Copy> = copies
+        .into_iter()
+        .filter(|c| seen.insert(c.timestamp))
+        .collect();
+    let again = total - first.len();
+    (first, again)
+}
+
 /// As [`assert_copied_once`], and in source order per partition (classic mode).
 fn assert_copied_once_in_order(topic: &str, sent: &[TestRecord], copies: &[Copy]) {
     let numbers = assert_copied_once(topic, sent, copies);
@@ -600,6 +613,19 @@ async fn source_topic_grows(exactly_once: bool) {
         read_committed(b.broker(), "A.orders", "committed-orders", sent.len()).await
     } else {
         read_all(&target, "A.orders")
+    };
+    let copies = if exactly_once {
+        copies
+    } else {
+        // At least once, the growth's rebalance (librdkafka's eager protocol) may come while a
+        // batch is in flight: its records are read again from the last commit and copied twice
+        // (docs/runtime.md, "Known: classic duplicates when a second task joins"). Each record's
+        // first copy must still be there, intact and in order; later copies are counted.
+        let (first, again) = first_copies(copies);
+        if again > 0 {
+            eprintln!("orders: {again} record(s) copied again at the rebalance (at least once)");
+        }
+        first
     };
     assert_copied_once_in_order("orders", &sent, &copies);
     for p in 0..4 {
