@@ -102,9 +102,10 @@ mod tests {
 
     #[test]
     fn jemalloc_runs_with_the_compiled_in_settings() {
-        if std::env::var_os("MALLOC_CONF").is_some() {
-            return; // overridden on purpose
-        }
+        assert!(
+            std::env::var_os("MALLOC_CONF").is_none(),
+            "MALLOC_CONF is set and overrides the compiled-in settings this test checks: unset it"
+        );
         assert_eq!(
             in_effect(),
             InEffect {
