@@ -11,7 +11,9 @@ use std::borrow::Cow;
 use std::error::Error;
 use std::ffi::CString;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -88,6 +90,7 @@ struct Native {
     /// Declared before `producer`, so every handle is released before the client is destroyed.
     topics: TopicHandles,
     producer: RdProducer,
+    flusher: Flusher,
 }
 
 impl Native {
@@ -95,6 +98,94 @@ impl Native {
         Native {
             topics: TopicHandles::default(),
             producer,
+            flusher: Flusher::default(),
+        }
+    }
+}
+
+/// Sends what a caller queued at once rather than after `linger.ms`, in as few requests as
+/// librdkafka can make of it.
+///
+/// Every caller waits for all it queued (a put for each of its records, a dead letter for its
+/// confirmation, a transaction for each step), so lingering only waits; yet without a linger
+/// librdkafka's broker thread sends the first record of a put alone and the rest in requests
+/// as small as it can pick them up, at three times the C consume→produce loop's cost in that
+/// thread (bench/README.md). So the producer keeps librdkafka's linger and, while a caller
+/// waits for records it has queued, a blocking thread holds librdkafka's flush
+/// (`rd_kafka_flush`, during which broker threads take `linger.ms` as elapsed). One such
+/// thread per producer at most.
+#[derive(Default)]
+struct Flusher {
+    /// Flushes asked for so far ([`FlushHold`]s taken).
+    asked: AtomicU64,
+    /// Callers waiting for records they queued ([`FlushHold`]s alive).
+    waiting: AtomicUsize,
+    /// A flushing thread runs.
+    running: AtomicBool,
+}
+
+/// Longest one `rd_kafka_flush` call lasts: the flushing thread looks again after it whether
+/// anyone still waits.
+const FLUSH_SLICE: Duration = Duration::from_millis(100);
+
+/// A caller waiting for records it queued: the producer flushes until it is dropped.
+struct FlushHold(Arc<Native>);
+
+impl Drop for FlushHold {
+    fn drop(&mut self) {
+        self.0.flusher.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Native {
+    /// Flushes from now until the returned hold is dropped (see [`Flusher`]).
+    fn hold_flush(self: &Arc<Native>) -> FlushHold {
+        let flusher = &self.flusher;
+        flusher.waiting.fetch_add(1, Ordering::SeqCst);
+        flusher.asked.fetch_add(1, Ordering::SeqCst);
+        let hold = FlushHold(Arc::clone(self));
+        if !flusher.running.swap(true, Ordering::SeqCst) {
+            let native = Arc::clone(self);
+            let flush = move || native.flush_while_waited_for();
+            // Off the async threads: a flush blocks until the records are delivered.
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(flush);
+                }
+                Err(_) => {
+                    std::thread::spawn(flush);
+                }
+            }
+        }
+        hold
+    }
+
+    /// The flushing thread: flushes while a caller waits for records not delivered yet.
+    fn flush_while_waited_for(&self) {
+        let flusher = &self.flusher;
+        let client = self.producer.client().native_ptr();
+        loop {
+            let seen = flusher.asked.load(Ordering::SeqCst);
+            // SAFETY: `client` is this live producer's; flushing is allowed from any thread
+            // (it serves delivery reports as the polling thread does).
+            let outcome = unsafe { rdsys::rd_kafka_flush(client, FLUSH_SLICE.as_millis() as i32) };
+            // Not all delivered within the slice (no connection or producer id yet, a slow
+            // broker): go on while a caller waits. All delivered: the callers waiting now have
+            // their reports; go on only for callers that asked since.
+            let undelivered = outcome != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+            if flusher.asked.load(Ordering::SeqCst) != seen
+                || (undelivered && flusher.waiting.load(Ordering::SeqCst) != 0)
+            {
+                continue;
+            }
+            flusher.running.store(false, Ordering::SeqCst);
+            // A caller that asked between the load and the store found `running` still set
+            // and left the flush to this thread: go on unless another thread took it.
+            if flusher.asked.load(Ordering::SeqCst) == seen
+                || flusher.running.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
         }
     }
 }
@@ -306,17 +397,14 @@ impl std::fmt::Debug for IdempotentProducer {
 
 /// The settings both producers start from, before overrides.
 ///
-/// No linger: every caller waits for all it sent before it sends more (a put for each of its
-/// records, a dead letter for its confirmation, a transaction for each step), so a batch that
-/// lingers only waits, and nothing joins it meanwhile. With librdkafka's 5 ms a mirror flow
-/// waited 5 ms per put of 500 records (`mirror_replication`, at least once: 63,000–75,000
-/// records/s, 287,000–405,000 without; the transactional producer: share exactly-once 16,700–
-/// 19,700 → 25,500–26,500 records/s in `eos_replication`). A producer override still sets it.
+/// librdkafka's (and Kafka 4's Java producer's) 5 ms linger, which gathers a put's records into
+/// few requests; callers do not wait it out, for their records are flushed once queued
+/// ([`Flusher`]). A producer override still sets it.
 fn producer_defaults(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "0")
+        .set("linger.ms", "5")
         .set("message.timeout.ms", "30000");
     config
 }
@@ -608,6 +696,9 @@ async fn send_all(
     let reports = Reports::new(records.len());
     // Records librdkafka refused, by index.
     let mut refused: Vec<(usize, KafkaError)> = Vec::new();
+    // Taken once records are queued (or the queue is full), not before: records queued
+    // while a flush runs go out one by one.
+    let mut flushing: Option<FlushHold> = None;
     // The last record's topic and handle: a batch mostly writes to one topic.
     let mut current: Option<(&Topic, Arc<TopicHandle>)> = None;
     for (i, record) in records.iter().enumerate() {
@@ -640,6 +731,8 @@ async fn send_all(
             reports.not_queued();
             match e {
                 KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
+                    // What is queued drains sooner when it does not linger.
+                    flushing.get_or_insert_with(|| native.hold_flush());
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
                 }
                 // librdkafka refuses at once a partition its cached metadata does not have (it
@@ -664,7 +757,11 @@ async fn send_all(
             }
         }
     }
+    if refused.len() < records.len() {
+        flushing.get_or_insert_with(|| native.hold_flush());
+    }
     reports.all().await;
+    drop(flushing);
     let mut refused = refused.into_iter().peekable();
     let mut results = Vec::with_capacity(records.len());
     for (i, (record, slot)) in records.iter().zip(reports.slots.iter()).enumerate() {
@@ -970,9 +1067,9 @@ mod tests {
     }
 
     #[test]
-    fn producers_send_without_lingering_unless_an_override_says_otherwise() {
+    fn producers_linger_as_librdkafka_does_unless_an_override_says_otherwise() {
         let config = producer_defaults("127.0.0.1:1");
-        assert_eq!(config.get("linger.ms"), Some("0"));
+        assert_eq!(config.get("linger.ms"), Some("5"));
         let mut overridden = producer_defaults("127.0.0.1:1");
         rdkafka_config(&mut overridden, [("linger.ms", "20")]).expect("a valid override");
         assert_eq!(overridden.get("linger.ms"), Some("20"));

@@ -1,0 +1,73 @@
+//! Spillway's producers keep librdkafka's linger, which gathers a put's records into few
+//! produce requests, and flush once a caller has queued its records, so no caller waits the
+//! linger out (kafka/src/producer.rs, `Flusher`).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use spillway_kafka::producer::{IdempotentProducer, OutRecord};
+use spillway_tests::DevBroker;
+
+const PRODUCE: i16 = 0;
+const PARTITIONS: i32 = 4;
+
+fn records(topic: &str, n: usize) -> Vec<OutRecord> {
+    (0..n)
+        .map(|i| OutRecord {
+            topic: topic.into(),
+            partition: Some(i as i32 % PARTITIONS),
+            key: Some(Bytes::from(format!("key-{i}"))),
+            value: Some(Bytes::from(vec![b'v'; 100])),
+            ..OutRecord::default()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_is_confirmed_without_waiting_out_a_long_linger() {
+    let broker = DevBroker::try_start(1, &[("flushed", PARTITIONS)]).expect("a dev cluster");
+    let linger = Duration::from_secs(10);
+    let linger_ms = linger.as_millis().to_string();
+    let producer =
+        IdempotentProducer::new(&broker.bootstrap(), [("linger.ms", linger_ms.as_str())])
+            .expect("producer");
+    // The first put also waits for the connection and the producer id, longer than one
+    // flush: it must not wait out the linger either.
+    for _ in 0..3 {
+        let started = Instant::now();
+        let results = producer.send_all(&records("flushed", 400)).await;
+        let took = started.elapsed();
+        assert_eq!(results.len(), 400);
+        for result in results {
+            result.expect("written");
+        }
+        assert!(
+            took < linger / 4,
+            "a put of 400 records took {took:?}: it waited for linger.ms ({linger:?}) instead of being flushed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_goes_out_in_one_produce_request_per_partition_not_record_by_record() {
+    let broker = DevBroker::try_start(1, &[("batched", PARTITIONS)]).expect("a dev cluster");
+    let producer = IdempotentProducer::new(&broker.bootstrap(), []).expect("producer");
+    for result in producer.send_all(&records("batched", 10)).await {
+        result.expect("written");
+    }
+    let puts = 5;
+    broker.start_request_tracking();
+    for _ in 0..puts {
+        for result in producer.send_all(&records("batched", 500)).await {
+            result.expect("written");
+        }
+    }
+    let produce_requests = broker.request_counts().get(&PRODUCE).copied().unwrap_or(0);
+    // librdkafka makes one request per partition and batch: a put's records for each of the
+    // four partitions fit one; allow one more per put for a record queued after the flush.
+    let at_most = puts * (PARTITIONS as u64 + 1);
+    assert!(
+        produce_requests <= at_most,
+        "{produce_requests} produce requests for {puts} puts of 500 records to {PARTITIONS} partitions (at most {at_most})"
+    );
+}
