@@ -23,7 +23,7 @@ use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -81,24 +81,144 @@ pub struct Written {
     pub offset: i64,
 }
 
-/// The rdkafka producer both producers wrap: a polling thread runs its callbacks, and delivery
-/// reports land in the sending batch ([`Reports`]).
-type RdProducer = ThreadedProducer<ReportingContext>;
+/// The rdkafka producer both producers wrap: a [`PollingThread`] runs its callbacks, and
+/// delivery reports land in the sending batch ([`Reports`]).
+type RdProducer = BaseProducer<ReportingContext>;
 
 /// The rdkafka producer and the librdkafka topic handles records are produced with.
 struct Native {
     /// Declared before `producer`, so every handle is released before the client is destroyed.
     topics: TopicHandles,
-    producer: RdProducer,
+    /// Declared before `producer`: stopped before the producer is destroyed.
+    _polling: PollingThread,
+    producer: Arc<RdProducer>,
     flusher: Flusher,
 }
 
 impl Native {
-    fn new(producer: RdProducer) -> Native {
-        Native {
+    fn new(producer: RdProducer) -> Result<Native, KafkaError> {
+        let producer = Arc::new(producer);
+        Ok(Native {
             topics: TopicHandles::default(),
+            _polling: PollingThread::start(Arc::clone(&producer))?,
             producer,
             flusher: Flusher::default(),
+        })
+    }
+}
+
+/// Serves a producer's events (delivery reports, logs, errors) on a thread of its own, waking
+/// only when librdkafka has queued some.
+///
+/// rdkafka's `ThreadedProducer` polls for 100 ms in a loop, but its poll rounds the time left
+/// down to whole milliseconds: in the last millisecond of every 100 ms it polls librdkafka's
+/// queue with a timeout of 0 over and over. Each of a mirror flow's producers spent 1-2% of a
+/// core that way, idle or not (perf, bench/README.md). Here librdkafka writes a byte to a
+/// socket when its queue gets an event after being served (`rd_kafka_queue_io_event_enable`),
+/// and the thread serves exactly the events queued, then sleeps on the socket again.
+struct PollingThread {
+    stop: Arc<AtomicBool>,
+    /// Declared before `wake`: its wake-ups are turned off before their socket is closed.
+    _queue: EventQueue,
+    /// The end librdkafka writes to; also how [`Drop`] wakes the thread.
+    wake: std::os::unix::net::UnixStream,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A reference to a producer's main (event) queue, released on drop.
+struct EventQueue(NonNull<rdsys::rd_kafka_queue_t>);
+
+// SAFETY: librdkafka queues are locked inside librdkafka; a reference may be used from any thread.
+unsafe impl Send for EventQueue {}
+unsafe impl Sync for EventQueue {}
+
+impl Drop for EventQueue {
+    fn drop(&mut self) {
+        // SAFETY: the reference came from `rd_kafka_queue_get_main` and is released once, here,
+        // after its wake-ups are turned off (the socket they go to is closed next).
+        unsafe {
+            rdsys::rd_kafka_queue_io_event_enable(self.0.as_ptr(), -1, std::ptr::null(), 0);
+            rdsys::rd_kafka_queue_destroy(self.0.as_ptr());
+        }
+    }
+}
+
+impl PollingThread {
+    fn start(producer: Arc<RdProducer>) -> Result<PollingThread, KafkaError> {
+        use std::os::fd::AsRawFd;
+        let failed = |e: std::io::Error| {
+            KafkaError::ClientCreation(format!("cannot start the producer's polling thread: {e}"))
+        };
+        let (wake, mut woken) = std::os::unix::net::UnixStream::pair().map_err(failed)?;
+        // librdkafka writes from its own threads: never block them.
+        wake.set_nonblocking(true).map_err(failed)?;
+        // SAFETY: the producer is live; the reference is released by `EventQueue`'s drop.
+        let queue =
+            NonNull::new(unsafe { rdsys::rd_kafka_queue_get_main(producer.client().native_ptr()) })
+                .map(EventQueue)
+                .ok_or_else(|| {
+                    KafkaError::ClientCreation("the producer has no event queue".into())
+                })?;
+        const WAKE_UP: &[u8] = b"1";
+        // SAFETY: `wake` stays open while the wake-ups are on (`EventQueue`'s drop turns them
+        // off before `wake` is closed, the fields dropping in order); librdkafka copies the
+        // payload.
+        unsafe {
+            rdsys::rd_kafka_queue_io_event_enable(
+                queue.0.as_ptr(),
+                wake.as_raw_fd(),
+                WAKE_UP.as_ptr().cast(),
+                WAKE_UP.len(),
+            )
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let queue = EventQueue(queue.0);
+            std::thread::Builder::new()
+                .name("producer polling".into())
+                .spawn(move || {
+                    // Borrowed from the `PollingThread`, which joins this thread before it
+                    // releases the queue: not released here.
+                    let queue = std::mem::ManuallyDrop::new(queue);
+                    let mut buffer = [0u8; 64];
+                    loop {
+                        // SAFETY: the queue reference is live until this thread is joined.
+                        while unsafe { rdsys::rd_kafka_queue_length(queue.0.as_ptr()) } > 0 {
+                            // Serves one event (a poll whose deadline has passed at once).
+                            producer.poll(Duration::ZERO);
+                        }
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        use std::io::Read;
+                        match woken.read(&mut buffer) {
+                            Ok(0) => return,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .map_err(failed)?
+        };
+        Ok(PollingThread {
+            stop,
+            _queue: queue,
+            wake,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for PollingThread {
+    fn drop(&mut self) {
+        use std::io::Write;
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the thread if it sleeps; a full socket already holds a wake-up.
+        let _ = (&self.wake).write(b"0");
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -424,16 +544,17 @@ impl IdempotentProducer {
         })?;
         // Set last so an override cannot turn it off: callers rely on it.
         config.set("enable.idempotence", "true");
-        let inner: RdProducer = config
+        let inner = config
             .create_with_context(ReportingContext {
                 security: context.clone(),
             })
+            .and_then(Native::new)
             .map_err(|e| ProduceError::Create {
                 bootstrap: bootstrap.to_owned(),
                 reason: e.to_string(),
             })?;
         Ok(IdempotentProducer {
-            inner: Arc::new(Native::new(inner)),
+            inner: Arc::new(inner),
             context,
             bootstrap: bootstrap.to_owned(),
         })
@@ -887,10 +1008,11 @@ impl TransactionalProducer {
         config
             .set("enable.idempotence", "true")
             .set("transactional.id", transactional_id);
-        let inner: RdProducer = config
+        let inner = config
             .create_with_context(ReportingContext {
                 security: context.clone(),
             })
+            .and_then(Native::new)
             .map_err(|e| TxnError {
                 step: "create",
                 transactional_id: transactional_id.to_owned(),
@@ -898,7 +1020,7 @@ impl TransactionalProducer {
                 kind: TxnErrorKind::Fatal,
             })?;
         let producer = TransactionalProducer {
-            inner: Arc::new(Native::new(inner)),
+            inner: Arc::new(inner),
             context,
             bootstrap: bootstrap.to_owned(),
             transactional_id: transactional_id.to_owned(),
