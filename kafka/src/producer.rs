@@ -112,7 +112,7 @@ impl Native {
 ///
 /// rdkafka's `ThreadedProducer` polls for 100 ms in a loop, but its poll rounds the time left
 /// down to whole milliseconds: in the last millisecond of every 100 ms it polls librdkafka's
-/// queue with a timeout of 0 over and over. Each of a mirror flow's producers spent 1-2% of a
+/// queue with a timeout of 0 over and over. Each of a mirror flow's producers spent about 1% of a
 /// core that way, idle or not (perf, bench/README.md). Here librdkafka writes a byte to a
 /// socket when its queue gets an event after being served (`rd_kafka_queue_io_event_enable`),
 /// and the thread serves exactly the events queued, then sleeps on the socket again.
