@@ -59,9 +59,11 @@ async fn a_put_goes_out_at_once_in_one_request_per_partition_under_a_long_linger
         put(500).await;
     }
     let produce_requests = broker.request_counts().get(&PRODUCE).copied().unwrap_or(0);
-    // librdkafka makes one request per partition and batch; one more per put allowed for a
-    // retry.
-    let at_most = puts * (PARTITIONS as u64 + 1);
+    // librdkafka makes one request per partition and batch: 20 when each put's flush alone
+    // sends. A flush still running for the previous put (until its delivery reports are
+    // freed) sends records queued meanwhile at once, in pieces (29 in a loaded CI run); one by
+    // one would be 2,500.
+    let at_most = puts * PARTITIONS as u64 * 4;
     assert!(
         produce_requests <= at_most,
         "{produce_requests} produce requests for {puts} puts of 500 records to {PARTITIONS} partitions (at most {at_most})"
