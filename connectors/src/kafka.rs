@@ -31,7 +31,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -358,8 +358,11 @@ impl PerTopic {
             self.topics.insert(
                 topic.clone(),
                 TopicNames {
-                    target: Topic::from(rename(format, topic)),
-                    header: Bytes::copy_from_slice(topic.as_bytes()),
+                    target: Topic::interned(&rename(format, topic)),
+                    header: topic.as_static().map_or_else(
+                        || Bytes::copy_from_slice(topic.as_bytes()),
+                        |name| Bytes::from_static(name.as_bytes()),
+                    ),
                     partitions: BTreeMap::new(),
                 },
             );
@@ -372,9 +375,36 @@ impl TopicNames {
     fn partition_header(&mut self, partition: i32) -> Bytes {
         self.partitions
             .entry(partition)
-            .or_insert_with(|| Bytes::from(partition.to_string()))
+            .or_insert_with(|| {
+                partition_text(partition).map_or_else(
+                    || Bytes::from(partition.to_string()),
+                    |text| Bytes::from_static(text.as_bytes()),
+                )
+            })
             .clone()
     }
+}
+
+/// Partitions whose header text comes from [`partition_text`].
+const STATIC_PARTITIONS: usize = 10_000;
+
+/// `partition` in decimal, from text made once for the process, so that a header value made
+/// from it is cloned without a reference count (a copy's source headers were three counter
+/// increments and decrements per record; issue 18). `None` past [`STATIC_PARTITIONS`].
+fn partition_text(partition: i32) -> Option<&'static str> {
+    static TEXT: LazyLock<String> =
+        LazyLock::new(|| (0..STATIC_PARTITIONS).map(|n| n.to_string()).collect());
+    let n = usize::try_from(partition)
+        .ok()
+        .filter(|n| *n < STATIC_PARTITIONS)?;
+    // The numbers of one width follow those of the width before: 10 of one digit, 90 of two...
+    let (start, width) = match n {
+        0..=9 => (n, 1),
+        10..=99 => (10 + (n - 10) * 2, 2),
+        100..=999 => (190 + (n - 100) * 3, 3),
+        _ => (2890 + (n - 1000) * 4, 4),
+    };
+    Some(&TEXT[start..start + width])
 }
 
 /// Appends `n` in decimal to `out`.
@@ -1235,6 +1265,21 @@ mod tests {
         config.insert(SOURCE_HEADERS.into(), "no".into());
         let err = def.parse(&config).expect_err("not a boolean");
         assert!(err.to_string().contains(SOURCE_HEADERS), "{err}");
+    }
+
+    #[test]
+    fn partition_headers_read_as_the_partition_in_decimal() {
+        for p in [0, 9, 10, 99, 100, 999, 1000, 4321, 9999] {
+            assert_eq!(partition_text(p), Some(p.to_string().as_str()), "{p}");
+        }
+        assert_eq!(partition_text(10_000), None);
+        assert_eq!(partition_text(-1), None);
+        let mut names = PerTopic::default();
+        let topic = Topic::interned("partition-headers");
+        let names = names.names("${topic}", &topic);
+        assert_eq!(&names.partition_header(123)[..], b"123");
+        assert_eq!(&names.partition_header(12_345)[..], b"12345");
+        assert_eq!(&names.header[..], b"partition-headers");
     }
 
     #[test]

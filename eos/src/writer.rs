@@ -435,7 +435,7 @@ impl ExactlyOnceWriter {
             // In key order, as written before.
             next.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             let writer = Bytes::from(self.producer.transactional_id().to_owned());
-            let ledger_topic = Topic::from(classic.ledger.topic());
+            let ledger_topic = Topic::interned(classic.ledger.topic());
             for ((topic, partition), offset) in next {
                 batch.push(OutRecord {
                     topic: ledger_topic.clone(),
@@ -450,7 +450,7 @@ impl ExactlyOnceWriter {
         let now = Instant::now();
         if let Mode::Share(reader, _) = &self.mode {
             let value = entry_value(self.producer.transactional_id());
-            let ledger_topic = Topic::from(reader.topic());
+            let ledger_topic = Topic::interned(reader.topic());
             for (source, deadline) in sources {
                 batch.push(OutRecord {
                     topic: ledger_topic.clone(),
@@ -693,7 +693,7 @@ impl ExactlyOnceWriter {
         let Mode::Share(reader, _) = &self.mode else {
             return Ok(());
         };
-        let ledger_topic = Topic::from(reader.topic());
+        let ledger_topic = Topic::interned(reader.topic());
         let batch: Vec<OutRecord> = self
             .to_tombstone
             .iter()

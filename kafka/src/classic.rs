@@ -1276,7 +1276,7 @@ fn is_fatal(e: &KafkaError) -> bool {
 fn shared_topic(name: &str, last: &mut Option<Topic>) -> Topic {
     match last {
         Some(topic) if topic.as_str() == name => topic.clone(),
-        _ => last.insert(Topic::from(name)).clone(),
+        _ => last.insert(Topic::interned(name)).clone(),
     }
 }
 

@@ -272,7 +272,7 @@ fn record_of(
         _ => {
             // SAFETY: a fetched message has a topic, alive with the message.
             let name = unsafe { CStr::from_ptr(rdsys::rd_kafka_topic_name(m.rkt)) };
-            let topic = Topic::from(&*name.to_string_lossy());
+            let topic = Topic::interned(&name.to_string_lossy());
             last_topic.insert((m.rkt, topic)).1.clone()
         }
     };
