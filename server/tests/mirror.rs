@@ -733,6 +733,9 @@ async fn a_sasl_target_is_reached_with_its_own_cluster_security() {
     );
 }
 
+/// Kafka's EndTxn API key.
+const END_TXN: i16 = 26;
+
 /// The consumer group an `A->B` flow reads A with (Connect's `connect-<connector>`).
 const AB_GROUP: &str = "connect-mirror-A-B";
 
@@ -824,6 +827,13 @@ impl Drop for MirrorProcess {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exactly_once_flow_killed_three_times_mid_copy_copies_each_record_once() {
     let (a, b, orders) = two_clusters("orders", 3000, plaintext()).await;
+    // Every transaction ends 30 ms late: the copy of the 1,300 records left after the last
+    // kill takes at least 2 s, longer than the committed offsets take to read (a consumer
+    // of its own each time) and the poll between reads. Without it a fast flow (CI: after
+    // interned topic names) finished the copy between two reads, before the kill.
+    b.proxy()
+        .faults()
+        .delay_responses(END_TXN, Duration::from_millis(30));
     // Small batches: many transactions, so each kill lands between two of them or inside one
     // (with the flow's offset syncs in them). A short session, so a restarted member need not
     // wait long for the killed one to go.
