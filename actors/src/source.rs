@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use rustc_hash::FxHashMap;
 use spillway_core::record::TimestampType;
 use spillway_core::{
-    Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates,
+    Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates, Topic,
     TopicPartition,
 };
 use spillway_kafka::classic::{ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent};
@@ -155,6 +155,9 @@ pub struct ShareGroupSource {
     settled: Vec<(RecordCoordinates, bool)>,
     /// Verdicts the consumer refused (the record was no longer held).
     refused: Vec<RecordCoordinates>,
+    /// The last topic name read and its interned form: a batch's records share one name, so
+    /// the interning table is consulted once per run of records, not per record.
+    last_topic: Option<(Arc<str>, Topic)>,
 }
 
 /// Kafka's INVALID_RECORD_STATE: an acknowledgement for a record no longer acquired by this
@@ -237,6 +240,7 @@ impl ShareGroupSource {
             handed_out: HandedOut::default(),
             settled: Vec::new(),
             refused: Vec::new(),
+            last_topic: None,
         }
     }
 
@@ -253,9 +257,22 @@ fn lock_extension_of(consumer: &ShareConsumer) -> LockExtension {
     }
 }
 
-fn raw_from_share(r: ShareRecord) -> RawRecord {
+/// `name` as an interned [`Topic`], so that the record's many clones between source and sink
+/// cost no atomic operation; `last` keeps the name seen before.
+fn interned_topic(last: &mut Option<(Arc<str>, Topic)>, name: &Arc<str>) -> Topic {
+    match last {
+        Some((seen, topic)) if Arc::ptr_eq(seen, name) || **seen == **name => topic.clone(),
+        _ => {
+            let topic = Topic::interned(name);
+            *last = Some((Arc::clone(name), topic.clone()));
+            topic
+        }
+    }
+}
+
+fn raw_from_share(r: ShareRecord, topic: Topic) -> RawRecord {
     RawRecord {
-        topic: r.topic.into(),
+        topic,
         partition: r.partition,
         offset: r.offset,
         key: r.key,
@@ -288,7 +305,8 @@ impl RecordSource for ShareGroupSource {
                 .remember(&r.topic, r.partition, r.offset, r.delivery_count);
             if known != Some(r.delivery_count) {
                 polled.lock_deadlines.push(r.lock_deadline);
-                polled.records.push(raw_from_share(r));
+                let topic = interned_topic(&mut self.last_topic, &r.topic);
+                polled.records.push(raw_from_share(r, topic));
             }
         }
         Ok(polled)
@@ -721,5 +739,25 @@ mod tests {
             "dropped, then remembered"
         );
         assert_eq!(handed.count, 1);
+    }
+
+    #[test]
+    fn share_records_get_interned_topics_named_as_read() {
+        let mut last = None;
+        let orders: Arc<str> = Arc::from("share-orders");
+        let first = interned_topic(&mut last, &orders);
+        assert!(first.is_interned());
+        assert_eq!(first.as_str(), "share-orders");
+        // Another response names the topic with its own Arc: still the same interned name.
+        let again = interned_topic(&mut last, &Arc::from("share-orders"));
+        assert!(again.is_interned());
+        assert!(Arc::ptr_eq(first.as_arc(), again.as_arc()));
+        let refunds = interned_topic(&mut last, &Arc::from("share-refunds"));
+        assert_eq!(
+            refunds.as_str(),
+            "share-refunds",
+            "a new name is not the last one"
+        );
+        assert_eq!(interned_topic(&mut last, &orders), first);
     }
 }
