@@ -3,12 +3,11 @@
 //! sink_put_rate`. Needs the PostgreSQL server on 127.0.0.1:5432 (or
 //! SPILLWAY_TEST_POSTGRES_URL); makes and drops its own database.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spillway_connectors::http::HttpSinkTask;
 use spillway_connectors::postgres::PostgresSinkTask;
-use spillway_core::{Field, Schema, SinkRecord, SinkTask, Struct, Value};
+use spillway_core::{Field, Schema, SchemaRef, SinkRecord, SinkTask, Struct, Value};
 use tokio_postgres::NoTls;
 
 const BATCH: usize = 500;
@@ -26,7 +25,7 @@ fn order_schema() -> Schema {
 }
 
 fn orders(count: usize, version: i32) -> Vec<SinkRecord> {
-    let schema = Arc::new(order_schema());
+    let schema = SchemaRef::new(order_schema());
     (0..count)
         .map(|i| {
             let value = Struct::new()
@@ -37,7 +36,7 @@ fn orders(count: usize, version: i32) -> Vec<SinkRecord> {
                 .with("at", Value::Int64(1_700_000_000_000 + i as i64))
                 .with("tags", Value::Array(vec!["a".into(), "b".into()]));
             let mut record = SinkRecord::new("orders", (i % 8) as i32, i as i64, value.into());
-            record.value_schema = Some(Arc::clone(&schema));
+            record.value_schema = Some(schema.clone());
             record
         })
         .collect()

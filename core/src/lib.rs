@@ -29,5 +29,5 @@ pub use error::{
 };
 pub use pipeline::{Processed, RecordPipeline};
 pub use record::{Header, RawRecord, RecordCoordinates, SinkRecord, TimestampType, TopicPartition};
-pub use schema::{Field, Schema, SchemaType};
+pub use schema::{Field, Schema, SchemaRef, SchemaType};
 pub use topic::Topic;

@@ -6,13 +6,12 @@
 //! one [`BatchAck`](crate::ack::BatchAck) per batch beside the records instead.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use crate::data::Value;
-use crate::schema::Schema;
+use crate::schema::{Schema, SchemaRef};
 use crate::topic::Topic;
 
 /// A topic and partition, the unit of assignment in classic mode.
@@ -151,9 +150,9 @@ pub struct SinkRecord {
     pub topic: Topic,
     pub partition: i32,
     pub offset: i64,
-    pub key_schema: Option<Arc<Schema>>,
+    pub key_schema: Option<SchemaRef>,
     pub key: Value,
-    pub value_schema: Option<Arc<Schema>>,
+    pub value_schema: Option<SchemaRef>,
     pub value: Value,
     pub headers: Vec<Header>,
     pub timestamp: Option<i64>,

@@ -96,15 +96,84 @@ pub struct Schema {
 
 /// Connect's `OPTIONAL_STRING_SCHEMA`, shared: the `string` converter gives every key or
 /// value this one schema rather than a copy per record.
-pub fn optional_string_schema() -> Arc<Schema> {
-    static SCHEMA: LazyLock<Arc<Schema>> = LazyLock::new(|| Arc::new(Schema::string().optional()));
-    Arc::clone(&SCHEMA)
+pub fn optional_string_schema() -> SchemaRef {
+    static SCHEMA: LazyLock<Schema> = LazyLock::new(|| Schema::string().optional());
+    SchemaRef::fixed(&SCHEMA)
 }
 
 /// Connect's `OPTIONAL_BYTES_SCHEMA`, shared as [`optional_string_schema`] is.
-pub fn optional_bytes_schema() -> Arc<Schema> {
-    static SCHEMA: LazyLock<Arc<Schema>> = LazyLock::new(|| Arc::new(Schema::bytes().optional()));
-    Arc::clone(&SCHEMA)
+pub fn optional_bytes_schema() -> SchemaRef {
+    static SCHEMA: LazyLock<Schema> = LazyLock::new(|| Schema::bytes().optional());
+    SchemaRef::fixed(&SCHEMA)
+}
+
+/// A schema shared between records: a converter's constant schema by a static reference
+/// (cloned and dropped without counting, twice per record for a `string` or `bytearray`
+/// key and value), any other by a counted [`Arc`]. It reads as the [`Schema`] it holds.
+#[derive(Clone)]
+pub struct SchemaRef(Held);
+
+#[derive(Clone)]
+enum Held {
+    Fixed(&'static Schema),
+    Shared(Arc<Schema>),
+}
+
+impl SchemaRef {
+    /// A schema kept for the life of the process (a converter's constant).
+    pub fn fixed(schema: &'static Schema) -> Self {
+        SchemaRef(Held::Fixed(schema))
+    }
+
+    pub fn new(schema: Schema) -> Self {
+        SchemaRef(Held::Shared(Arc::new(schema)))
+    }
+
+    /// Whether both hold the very same schema (not only an equal one).
+    pub fn ptr_eq(a: &SchemaRef, b: &SchemaRef) -> bool {
+        std::ptr::eq::<Schema>(&**a, &**b)
+    }
+}
+
+impl std::ops::Deref for SchemaRef {
+    type Target = Schema;
+
+    fn deref(&self) -> &Schema {
+        match &self.0 {
+            Held::Fixed(schema) => schema,
+            Held::Shared(schema) => schema,
+        }
+    }
+}
+
+impl AsRef<Schema> for SchemaRef {
+    fn as_ref(&self) -> &Schema {
+        self
+    }
+}
+
+impl PartialEq for SchemaRef {
+    fn eq(&self, other: &Self) -> bool {
+        SchemaRef::ptr_eq(self, other) || **self == **other
+    }
+}
+
+impl fmt::Debug for SchemaRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl From<Schema> for SchemaRef {
+    fn from(schema: Schema) -> Self {
+        SchemaRef::new(schema)
+    }
+}
+
+impl From<Arc<Schema>> for SchemaRef {
+    fn from(schema: Arc<Schema>) -> Self {
+        SchemaRef(Held::Shared(schema))
+    }
 }
 
 impl Schema {
@@ -211,6 +280,26 @@ impl fmt::Display for Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_converters_fixed_schema_is_one_shared_schema_that_reads_and_compares_as_any() {
+        let (a, b) = (optional_string_schema(), optional_string_schema());
+        assert!(SchemaRef::ptr_eq(&a, &b), "one schema for every record");
+        assert!(matches!(a.0, Held::Fixed(_)), "held without a counter");
+        assert_eq!(a.kind, SchemaType::String);
+        assert!(a.optional);
+        // Equal to a counted copy of the same schema, unequal to another.
+        let counted = SchemaRef::new(Schema::string().optional());
+        assert!(!SchemaRef::ptr_eq(&a, &counted));
+        assert_eq!(a, counted);
+        assert_ne!(optional_bytes_schema(), counted);
+        assert_eq!(
+            format!("{a:?}"),
+            format!("{:?}", Schema::string().optional())
+        );
+        let shared = SchemaRef::from(Arc::new(Schema::int32()));
+        assert!(SchemaRef::ptr_eq(&shared, &shared.clone()));
+    }
 
     #[test]
     fn struct_schema_finds_fields_by_name() {

@@ -81,8 +81,8 @@ pub fn idempotency_key<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spillway_core::SchemaRef;
     use spillway_core::{Field, Schema, Struct, Value};
-    use std::sync::Arc;
 
     fn coordinates(list: &[(&str, i32, i64)]) -> Vec<RecordCoordinates> {
         list.iter()
@@ -146,7 +146,7 @@ mod tests {
             0,
             Value::Struct(Struct::new().with("id", 7.into()).with("name", "x".into())),
         );
-        record.value_schema = Some(Arc::new(Schema::structure(vec![
+        record.value_schema = Some(SchemaRef::new(Schema::structure(vec![
             Field::new("id", Schema::int32()),
             Field::new("name", Schema::string()),
         ])));

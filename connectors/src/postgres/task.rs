@@ -604,8 +604,8 @@ mod tests {
         .expect_err("private");
         assert!(refused && reason.contains("10.0.0.7"), "{reason}");
     }
+    use spillway_core::SchemaRef;
     use spillway_core::{Field, Schema, Struct};
-    use std::sync::Arc;
 
     fn config(pairs: &[(&str, &str)]) -> PostgresSinkConfig {
         let mut props: ConfigMap = pairs
@@ -627,7 +627,7 @@ mod tests {
                     .with("note", note.into()),
             ),
         );
-        r.value_schema = Some(Arc::new(Schema::structure(vec![
+        r.value_schema = Some(SchemaRef::new(Schema::structure(vec![
             Field::new("id", Schema::int64()),
             Field::new("note", Schema::string()),
         ])));

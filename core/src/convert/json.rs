@@ -2,8 +2,6 @@
 //! (the default) each key or value is an envelope `{"schema": ..., "payload": ...}` that
 //! carries its own schema; with `false` it is plain JSON read without a schema.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde_json::{json, Value as Json};
 
@@ -15,7 +13,7 @@ use crate::convert::json_value::{
 use crate::convert::{converter_key, Converter, SchemaAndValue};
 use crate::data::Value;
 use crate::error::{ConfigError, ConvertError, RecordPart};
-use crate::schema::Schema;
+use crate::schema::{Schema, SchemaRef};
 
 const SCHEMAS_ENABLE: &str = "schemas.enable";
 const REPLACE_NULL_WITH_DEFAULT: &str = "replace.null.with.default";
@@ -152,7 +150,7 @@ impl Converter for JsonConverter {
                     .map_err(|e| self.read_error(topic, format!("bad schema: {e}")))?;
                 let value = value_from_json(&schema, payload, self.replace_null_with_default)
                     .map_err(|e| self.read_error(topic, e))?;
-                Ok(SchemaAndValue::new(Some(Arc::new(schema)), value))
+                Ok(SchemaAndValue::new(Some(SchemaRef::new(schema)), value))
             }
         }
     }
@@ -255,7 +253,10 @@ mod tests {
         let back = with_schemas()
             .to_connect("t", Some(&bytes))
             .expect("readable");
-        assert_eq!(back, SchemaAndValue::new(Some(Arc::new(schema)), value));
+        assert_eq!(
+            back,
+            SchemaAndValue::new(Some(SchemaRef::new(schema)), value)
+        );
     }
 
     #[test]

@@ -31,24 +31,22 @@ pub use json_schema::{schema_from_json, schema_to_json};
 pub use record_converter::RecordConverter;
 pub use string::StringConverter;
 
-use std::sync::Arc;
-
 use crate::config::{ConfigDef, ConfigMap};
 use crate::data::Value;
 use crate::error::{ConfigError, ConvertError, RecordPart};
-use crate::schema::Schema;
+use crate::schema::{Schema, SchemaRef};
 
 /// A converted key or value and its schema (`None` for schemaless data). The schema is
 /// shared: a converter whose every value has the same schema (`string`, `bytearray`) hands out
 /// one, as Connect's return a constant like `OPTIONAL_STRING_SCHEMA`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchemaAndValue {
-    pub schema: Option<Arc<Schema>>,
+    pub schema: Option<SchemaRef>,
     pub value: Value,
 }
 
 impl SchemaAndValue {
-    pub fn new(schema: Option<Arc<Schema>>, value: Value) -> Self {
+    pub fn new(schema: Option<SchemaRef>, value: Value) -> Self {
         SchemaAndValue { schema, value }
     }
 

@@ -303,8 +303,8 @@ impl Transformation for Cast {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::SchemaRef;
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn cast(spec: &str) -> Cast {
         Cast::configure(Side::Value, &config(&[("spec", spec)]), "").expect("valid spec")
@@ -347,11 +347,11 @@ mod tests {
                     .with("s", "x".into()),
             ),
         );
-        r.value_schema = Some(Arc::new(schema));
+        r.value_schema = Some(SchemaRef::new(schema));
         let out = cast("n:string").apply(r).expect("casts").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Arc::new(Schema::structure(vec![
+            Some(SchemaRef::new(Schema::structure(vec![
                 Field::new("n", Schema::string().optional()),
                 Field::new("s", Schema::string())
             ])))
@@ -365,11 +365,11 @@ mod tests {
     #[test]
     fn a_whole_value_cast_changes_value_and_schema() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Float64(2.9));
-        r.value_schema = Some(Arc::new(Schema::float64()));
+        r.value_schema = Some(SchemaRef::new(Schema::float64()));
         let out = cast("int32").apply(r).expect("casts").expect("kept");
         assert_eq!(
             (out.value_schema, out.value),
-            (Some(Arc::new(Schema::int32())), Value::Int32(2))
+            (Some(SchemaRef::new(Schema::int32())), Value::Int32(2))
         );
     }
 

@@ -82,9 +82,9 @@ impl Transformation for ExtractField {
 mod tests {
     use super::*;
     use crate::data::Struct;
+    use crate::schema::SchemaRef;
     use crate::schema::{Field, Schema};
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn transform(side: Side) -> ExtractField {
         ExtractField::configure(side, &config(&[("field", "id")]), "").expect("valid")
@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn a_struct_key_is_replaced_by_its_field_and_the_fields_schema() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Null);
-        r.key_schema = Some(Arc::new(Schema::structure(vec![Field::new(
+        r.key_schema = Some(SchemaRef::new(Schema::structure(vec![Field::new(
             "id",
             Schema::string(),
         )])));
@@ -113,13 +113,13 @@ mod tests {
             .expect("struct")
             .expect("kept");
         assert_eq!(out.key, Value::from("k1"));
-        assert_eq!(out.key_schema, Some(Arc::new(Schema::string())));
+        assert_eq!(out.key_schema, Some(SchemaRef::new(Schema::string())));
     }
 
     #[test]
     fn a_field_missing_from_the_schema_is_named() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Struct(Struct::new()));
-        r.value_schema = Some(Arc::new(Schema::structure(vec![]).named("Empty")));
+        r.value_schema = Some(SchemaRef::new(Schema::structure(vec![]).named("Empty")));
         let err = transform(Side::Value).apply(r).expect_err("no field");
         assert_eq!(err.to_string(), "transform ExtractField$Value failed: field 'id' is not in the value schema STRUCT 'Empty'");
     }

@@ -246,9 +246,9 @@ impl Transformation for HeaderFrom {
 mod tests {
     use super::*;
     use crate::schema::Field;
+    use crate::schema::SchemaRef;
     use crate::transforms::testkit::config;
     use bytes::Bytes;
-    use std::sync::Arc;
 
     #[test]
     fn insert_header_adds_a_string_header() {
@@ -332,14 +332,14 @@ mod tests {
                     .with("n", 1.into()),
             ),
         );
-        r.value_schema = Some(Arc::new(Schema::structure(vec![
+        r.value_schema = Some(SchemaRef::new(Schema::structure(vec![
             Field::new("trace", Schema::string()),
             Field::new("n", Schema::int32()),
         ])));
         let out = t.apply(r).expect("struct").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Arc::new(Schema::structure(vec![Field::new(
+            Some(SchemaRef::new(Schema::structure(vec![Field::new(
                 "n",
                 Schema::int32()
             )])))

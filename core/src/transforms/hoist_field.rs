@@ -61,8 +61,8 @@ impl Transformation for HoistField {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::SchemaRef;
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn transform() -> HoistField {
         HoistField::configure(Side::Value, &config(&[("field", "line")]), "").expect("valid")
@@ -80,11 +80,11 @@ mod tests {
     #[test]
     fn a_schema_value_is_wrapped_in_a_struct_with_one_field() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Int64(3));
-        r.value_schema = Some(Arc::new(Schema::int64()));
+        r.value_schema = Some(SchemaRef::new(Schema::int64()));
         let out = transform().apply(r).expect("any").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Arc::new(Schema::structure(vec![Field::new(
+            Some(SchemaRef::new(Schema::structure(vec![Field::new(
                 "line",
                 Schema::int64()
             )])))

@@ -179,9 +179,9 @@ impl Transformation for InsertField {
 mod tests {
     use super::*;
     use crate::data::Struct;
+    use crate::schema::SchemaRef;
     use crate::schema::TIMESTAMP_LOGICAL_NAME;
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn record(value: Value) -> SinkRecord {
         let mut r = SinkRecord::new("orders", 3, 42, value);
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn structs_get_fields_with_schemas_and_required_markers() {
         let mut r = record(Value::Struct(Struct::new().with("a", 1.into())));
-        r.value_schema = Some(Arc::new(
+        r.value_schema = Some(SchemaRef::new(
             Schema::structure(vec![Field::new("a", Schema::int32())]).named("Order"),
         ));
         let out = all_fields().apply(r).expect("struct").expect("kept");

@@ -136,8 +136,8 @@ impl Transformation for MaskField {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::SchemaRef;
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn value() -> Value {
         Value::string_map([
@@ -211,9 +211,9 @@ mod tests {
             0,
             Value::Struct(Struct::new().with("card", "4111".into())),
         );
-        r.value_schema = Some(Arc::new(schema.clone()));
+        r.value_schema = Some(SchemaRef::new(schema.clone()));
         let out = t.apply(r).expect("struct").expect("kept");
-        assert_eq!(out.value_schema, Some(Arc::new(schema)));
+        assert_eq!(out.value_schema, Some(SchemaRef::new(schema)));
         assert_eq!(
             out.value,
             Value::Struct(Struct::new().with("card", "".into()))

@@ -150,8 +150,8 @@ impl Transformation for ReplaceField {
 mod tests {
     use super::*;
     use crate::schema::Schema;
+    use crate::schema::SchemaRef;
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn value() -> Value {
         Value::string_map([
@@ -208,14 +208,14 @@ mod tests {
             0,
             Value::Struct(Struct::new().with("a", 1.into()).with("b", 2.into())),
         );
-        r.value_schema = Some(Arc::new(Schema::structure(vec![
+        r.value_schema = Some(SchemaRef::new(Schema::structure(vec![
             Field::new("a", Schema::int32()),
             Field::new("b", Schema::int32()),
         ])));
         let out = t.apply(r).expect("struct").expect("kept");
         assert_eq!(
             out.value_schema,
-            Some(Arc::new(Schema::structure(vec![Field::new(
+            Some(SchemaRef::new(Schema::structure(vec![Field::new(
                 "x",
                 Schema::int32()
             )])))

@@ -1,11 +1,10 @@
 //! Which part of a record a transform works on: Connect's `$Key` and `$Value` variants.
 
 use std::fmt;
-use std::sync::Arc;
 
 use crate::data::{Struct, Value};
 use crate::record::SinkRecord;
-use crate::schema::Schema;
+use crate::schema::{Schema, SchemaRef};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -30,7 +29,7 @@ impl Side {
     }
 
     /// This side's schema, shared rather than copied, for a transform that keeps it.
-    pub fn shared_schema(self, record: &SinkRecord) -> Option<Arc<Schema>> {
+    pub fn shared_schema(self, record: &SinkRecord) -> Option<SchemaRef> {
         match self {
             Side::Key => record.key_schema.clone(),
             Side::Value => record.value_schema.clone(),
@@ -46,11 +45,11 @@ impl Side {
 
     /// Replaces this side's schema and value.
     pub fn set(self, record: &mut SinkRecord, schema: Option<Schema>, value: Value) {
-        self.set_shared(record, schema.map(Arc::new), value)
+        self.set_shared(record, schema.map(SchemaRef::new), value)
     }
 
     /// [`set`](Self::set) with a schema that is already shared (one the record had).
-    pub fn set_shared(self, record: &mut SinkRecord, schema: Option<Arc<Schema>>, value: Value) {
+    pub fn set_shared(self, record: &mut SinkRecord, schema: Option<SchemaRef>, value: Value) {
         match self {
             Side::Key => {
                 record.key_schema = schema;

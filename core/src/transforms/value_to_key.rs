@@ -1,13 +1,11 @@
 //! `ValueToKey`: replaces the key with the listed fields of the value (a map, or a struct with
 //! its own schema).
 
-use std::sync::Arc;
-
 use crate::config::{ConfigDef, ConfigKey, ConfigMap, ConfigType, Importance, Validator};
 use crate::data::{Struct, Value};
 use crate::error::{ConfigError, TransformError};
 use crate::record::SinkRecord;
-use crate::schema::{Field, Schema};
+use crate::schema::{Field, Schema, SchemaRef};
 use crate::transforms::side::{map_get, require_map, require_struct};
 use crate::transforms::Transformation;
 
@@ -85,7 +83,7 @@ impl Transformation for ValueToKey {
                     fields.push(Field::new(name.clone(), field.schema.clone()));
                     key.put(name.clone(), s.get(name).cloned().unwrap_or(Value::Null));
                 }
-                record.key_schema = Some(Arc::new(Schema::structure(fields)));
+                record.key_schema = Some(SchemaRef::new(Schema::structure(fields)));
                 record.key = Value::Struct(key);
             }
         }
@@ -97,7 +95,6 @@ impl Transformation for ValueToKey {
 mod tests {
     use super::*;
     use crate::transforms::testkit::config;
-    use std::sync::Arc;
 
     fn transform() -> ValueToKey {
         ValueToKey::configure(&config(&[("fields", "id,region")]), "").expect("valid")
@@ -139,11 +136,11 @@ mod tests {
                     .with("x", "y".into()),
             ),
         );
-        r.value_schema = Some(Arc::new(schema));
+        r.value_schema = Some(SchemaRef::new(schema));
         let out = transform().apply(r).expect("struct").expect("kept");
         assert_eq!(
             out.key_schema,
-            Some(Arc::new(Schema::structure(vec![
+            Some(SchemaRef::new(Schema::structure(vec![
                 Field::new("id", Schema::int64()),
                 Field::new("region", Schema::string().optional())
             ])))
@@ -161,7 +158,7 @@ mod tests {
     #[test]
     fn a_field_missing_from_the_schema_is_named() {
         let mut r = SinkRecord::new("t", 0, 0, Value::Struct(Struct::new().with("id", 1.into())));
-        r.value_schema = Some(Arc::new(Schema::structure(vec![Field::new(
+        r.value_schema = Some(SchemaRef::new(Schema::structure(vec![Field::new(
             "id",
             Schema::int32(),
         )])));
