@@ -5,9 +5,9 @@
 //! and the task fails with the panic's message and location.
 
 use actix::prelude::*;
-use spillway_core::RecordPipeline;
+use spillway_core::{Processed, RecordPipeline};
 
-use crate::messages::{Acknowledged, Failing, Finish, SinkBatch, SourceBatch};
+use crate::messages::{Acknowledged, Failing, Finish, Ready, SinkBatch, SourceBatch};
 use crate::panic_guard::guard;
 use crate::sink::SinkActor;
 use crate::telemetry::BatchStage;
@@ -53,19 +53,31 @@ impl Handler<SourceBatch> for ConverterActor {
             let pipeline = &self.pipeline;
             // The raw records stay in their list, which moves on whole with the batch.
             guard(move || {
-                let processed = records
-                    .iter()
-                    .map(|raw| pipeline.process(raw))
-                    .collect::<Vec<_>>();
-                (records, processed)
+                let mut processed = Vec::with_capacity(records.len());
+                let mut ready = Ready {
+                    indices: Vec::with_capacity(records.len()),
+                    records: Vec::with_capacity(records.len()),
+                };
+                for (i, raw) in records.iter().enumerate() {
+                    match pipeline.process(raw) {
+                        Processed::Ready(record) => {
+                            ready.indices.push(i);
+                            ready.records.push(record);
+                            processed.push(Processed::Filtered);
+                        }
+                        other => processed.push(other),
+                    }
+                }
+                (records, processed, ready)
             })
         };
         match converted {
-            Ok((raws, processed)) => self.sink.do_send(SinkBatch {
+            Ok((raws, processed, ready)) => self.sink.do_send(SinkBatch {
                 ack,
                 changes,
                 raws,
                 processed,
+                ready,
                 trace,
                 group,
             }),

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use spillway_core::{
     BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
-    RecordCoordinates, TopicPartition,
+    RecordCoordinates, SinkRecord, TopicPartition,
 };
 
 use crate::source::AssignmentChange;
@@ -44,10 +44,23 @@ pub struct SinkBatch {
     /// The batch's records as read, kept for dead letters; moved here as the consumer's list,
     /// not record by record.
     pub raws: Vec<RawRecord>,
-    /// What conversion and transforms made of each record, in the order of `raws`.
+    /// What conversion and transforms made of each record, in the order of `raws`; a
+    /// record made ready for `put` is in `ready` instead, and its entry here is a placeholder
+    /// (`Filtered`) that is not read.
     pub processed: Vec<Processed>,
+    /// The records ready for `put`, in batch order: the converter pushes each straight into
+    /// this list, which `put` takes whole, so a record (several hundred bytes) is not copied
+    /// from one list into another on its way.
+    pub ready: Ready,
     pub trace: BatchTrace,
     pub group: Option<ConsumerGroupMetadata>,
+}
+
+/// The records a `put` gets, each with its entry's index in the batch.
+#[derive(Default)]
+pub struct Ready {
+    pub indices: Vec<usize>,
+    pub records: Vec<SinkRecord>,
 }
 
 /// ACCEPTs the broker made durable (share mode), passed down the pipeline to the sink task's

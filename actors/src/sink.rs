@@ -55,7 +55,9 @@ use crate::lock_retry::{
     commit_margin, delivery_pause, lock_too_short, lock_too_short_for_batches, AfterFailure,
     GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
 };
-use crate::messages::{Acknowledged, Failing, Finish, Outcomes, SinkBatch, TaskFailure, Verdict};
+use crate::messages::{
+    Acknowledged, Failing, Finish, Outcomes, Ready, SinkBatch, TaskFailure, Verdict,
+};
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
 use crate::status::TaskCounters;
@@ -118,6 +120,7 @@ struct PutBatch {
     changes: Vec<AssignmentChange>,
     raws: Vec<RawRecord>,
     processed: Vec<Processed>,
+    ready: Ready,
     trace: BatchTrace,
     group: Option<ConsumerGroupMetadata>,
 }
@@ -206,6 +209,7 @@ impl Handler<SinkBatch> for SinkActor {
             changes,
             raws,
             processed,
+            ready,
             trace,
             group,
         } = batch;
@@ -233,6 +237,7 @@ impl Handler<SinkBatch> for SinkActor {
             changes,
             raws,
             processed,
+            ready,
             trace,
             group,
         };
@@ -386,24 +391,13 @@ async fn run_batch(
     if let Some(group) = &batch.group {
         task.consumer_group(group);
     }
-    // The ready records move out of the batch into `put` (no copy); `was_ready` remembers
+    // The ready records move from the batch into `put` as one list; `was_ready` remembers
     // which entries they were.
     let mut was_ready = vec![false; batch.raws.len()];
-    // Sized for the whole batch: a sink record is several hundred bytes, and growing the list
-    // record by record would copy it over and over.
-    let mut ready = Ready {
-        indices: Vec::with_capacity(batch.raws.len()),
-        records: Vec::with_capacity(batch.raws.len()),
-    };
-    for (i, processed) in batch.processed.iter_mut().enumerate() {
-        if matches!(processed, Processed::Ready(_)) {
-            if let Processed::Ready(r) = std::mem::replace(processed, Processed::Filtered) {
-                was_ready[i] = true;
-                ready.indices.push(i);
-                ready.records.push(r);
-            }
-        }
+    for &i in &batch.ready.indices {
+        was_ready[i] = true;
     }
+    let ready = std::mem::take(&mut batch.ready);
     // Indexed by entry: the put's outcome of each ready record.
     let mut outcomes: Vec<Option<PutOutcome>> = Vec::new();
     outcomes.resize_with(batch.raws.len(), || None);
@@ -840,13 +834,6 @@ async fn put_with_retries(
         }
         ready = retry;
     }
-}
-
-/// The records a `put` gets, each with its entry's index in the batch.
-#[derive(Default)]
-struct Ready {
-    indices: Vec<usize>,
-    records: Vec<SinkRecord>,
 }
 
 /// The verdict for a record that failed, and whether it fails the task. `last`: share mode,
