@@ -36,6 +36,17 @@ impl Converter for ByteArrayConverter {
         Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
     }
 
+    /// The record's bytes shared, not copied (Connect's converter also hands back the array
+    /// it was given): no allocation per key or value.
+    fn to_connect_shared(
+        &self,
+        _topic: &str,
+        data: Option<&Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        let value = data.map_or(Value::Null, |d| Value::Bytes(d.clone()));
+        Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
+    }
+
     /// Only bytes (or null) can be written; a transform that changed the type needs another
     /// converter.
     fn from_connect(
@@ -82,6 +93,22 @@ mod tests {
             .from_connect("t", got.schema.as_deref(), &got.value)
             .expect("bytes");
         assert_eq!(back.as_deref(), Some(&raw[..]));
+    }
+
+    #[test]
+    fn bytes_read_from_a_record_share_its_buffer() {
+        let c = ByteArrayConverter::new(RecordPart::Value);
+        let raw = Bytes::from_static(b"\x00\x01\xffanything");
+        let got = c.to_connect_shared("t", Some(&raw)).expect("any bytes");
+        assert_eq!(got, c.to_connect("t", Some(&raw)).expect("any bytes"));
+        let Value::Bytes(shared) = &got.value else {
+            panic!("not bytes: {:?}", got.value);
+        };
+        assert_eq!(shared.as_ptr(), raw.as_ptr(), "shared, not copied");
+        assert_eq!(
+            c.to_connect_shared("t", None).expect("null").value,
+            Value::Null
+        );
     }
 
     #[test]

@@ -64,6 +64,16 @@ pub trait Converter: Send + Sync + fmt::Debug {
     /// Reads the bytes of a record from `topic`; `None` is a null key or a tombstone.
     fn to_connect(&self, topic: &str, data: Option<&[u8]>) -> Result<SchemaAndValue, ConvertError>;
 
+    /// [`to_connect`](Self::to_connect) from the record's own buffer, which a converter that
+    /// keeps the bytes as they are can share rather than copy.
+    fn to_connect_shared(
+        &self,
+        topic: &str,
+        data: Option<&Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        self.to_connect(topic, data.map(|d| &d[..]))
+    }
+
     /// Writes a value for `topic`; `Ok(None)` is a null key or a tombstone.
     // Connect's name for the direction, kept so Connect users recognise it.
     #[allow(clippy::wrong_self_convention)]

@@ -35,8 +35,10 @@ impl RecordConverter {
     // Inlined so that the record is built where its caller keeps it, not built and moved.
     #[inline]
     pub fn convert(&self, raw: &RawRecord) -> Result<SinkRecord, ConvertError> {
-        let key = self.key.to_connect(&raw.topic, raw.key.as_deref())?;
-        let value = self.value.to_connect(&raw.topic, raw.value.as_deref())?;
+        let key = self.key.to_connect_shared(&raw.topic, raw.key.as_ref())?;
+        let value = self
+            .value
+            .to_connect_shared(&raw.topic, raw.value.as_ref())?;
         Ok(SinkRecord {
             original: raw.coordinates(),
             key_schema: key.schema,
@@ -133,6 +135,26 @@ mod tests {
             .to_sink_record(original.clone())
             .expect("converts");
         assert_eq!(converter.to_raw_record(&record), Ok(original));
+    }
+
+    #[test]
+    fn bytearray_records_share_the_raw_records_buffers() {
+        let converter =
+            RecordConverter::from_config(&ConfigMap::new(), &ConfigMap::new()).expect("defaults");
+        let original = raw(b"\x01k", b"\xffvalue");
+        let record = converter.convert(&original).expect("converts");
+        let pointer = |v: &Value| match v {
+            Value::Bytes(b) => b.as_ptr(),
+            other => panic!("not bytes: {other:?}"),
+        };
+        assert_eq!(
+            pointer(&record.key),
+            original.key.as_ref().unwrap().as_ptr()
+        );
+        assert_eq!(
+            pointer(&record.value),
+            original.value.as_ref().unwrap().as_ptr()
+        );
     }
 
     #[test]
