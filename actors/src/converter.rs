@@ -7,7 +7,7 @@
 use actix::prelude::*;
 use spillway_core::{Processed, RecordPipeline};
 
-use crate::messages::{Acknowledged, Failing, Finish, Ready, SinkBatch, SourceBatch};
+use crate::messages::{Acknowledged, Failing, Finish, FlushHeld, Ready, SinkBatch, SourceBatch};
 use crate::panic_guard::guard;
 use crate::sink::SinkActor;
 use crate::telemetry::BatchStage;
@@ -99,6 +99,15 @@ impl Handler<Finish> for ConverterActor {
                 .await
                 .unwrap_or_else(|_| Some("the sink stage stopped before the task".to_owned()))
         })
+    }
+}
+
+/// Passed on behind the batches sent before it.
+impl Handler<FlushHeld> for ConverterActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: FlushHeld, _ctx: &mut Context<Self>) {
+        self.sink.do_send(msg);
     }
 }
 

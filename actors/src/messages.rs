@@ -193,6 +193,16 @@ impl CloseGate {
 #[rtype(result = "Option<String>")]
 pub struct Finish;
 
+/// The sink stage flushes the batches it holds for its task's flush interval now: the
+/// consumer found nothing more to poll (they would wait for the interval while it waits for
+/// their commit), or the task is stopping (their verdicts must be committed before the
+/// consumer closes; from then on no batch is held).
+#[derive(Message, Debug, Default)]
+#[rtype(result = "()")]
+pub struct FlushHeld {
+    pub stopping: bool,
+}
+
 /// A batch was dropped before its verdicts were decided ([`BatchAck`]'s drop): the acker
 /// releases its records and the task fails with `reason`.
 #[derive(Message, Debug)]

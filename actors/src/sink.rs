@@ -29,6 +29,10 @@
 //! twice in a row, fails the task for good with both values and the settings to change.
 //!
 //! Each batch is flushed before its verdicts leave, so ACCEPT means the sink has the record.
+//! Classic mode, a task with a [`flush_interval`](SinkTask::flush_interval) (a transaction per
+//! several batches): batches put are held, verdicts and all, and flushed together with their
+//! offsets merged ([`Held`]); nothing of them reaches the acker before that flush succeeds,
+//! and if it fails they are released with the task's failure.
 //!
 //! Every call into the sink task is guarded: a panic fails the task (message and location in
 //! its trace) and releases the batch at once. A `put`/`flush`/`open`/`close` error that fails
@@ -43,8 +47,9 @@ use actix::prelude::*;
 use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
 use spillway_core::dead_letter::dead_letter_record;
 use spillway_core::{
-    Assignment, ConfigMap, ConnectError, ConsumerGroupMetadata, Disposition, ErrorContext,
-    Processed, PutOutcome, RawRecord, SinkError, SinkRecord, SinkTask, Stage, TopicPartition,
+    Assignment, BatchAck, ConfigMap, ConnectError, ConsumerGroupMetadata, Disposition,
+    ErrorContext, Processed, PutOutcome, RawRecord, SinkError, SinkRecord, SinkTask, Stage,
+    TopicPartition,
 };
 use tracing::{error, warn, Instrument};
 
@@ -56,7 +61,7 @@ use crate::lock_retry::{
     GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
 };
 use crate::messages::{
-    Acknowledged, Failing, Finish, Outcomes, Ready, SinkBatch, TaskFailure, Verdict,
+    Acknowledged, Failing, Finish, FlushHeld, Outcomes, Ready, SinkBatch, TaskFailure, Verdict,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -83,6 +88,8 @@ pub struct SinkContext {
     pub lock_facts: LockFacts,
     /// Shared by the connector's tasks: told of every successful put.
     pub target_health: TargetHealth,
+    /// `task.inflight.batches`: how many batches the consumer polls ahead of the commits.
+    pub inflight_batches: usize,
 }
 
 /// What the sink stage keeps from batch to batch to retry within the locks.
@@ -112,6 +119,50 @@ pub struct SinkActor {
     failed: Option<String>,
     /// With the task while a batch runs (moved into its future and back).
     retries: Option<Retries>,
+    /// Classic mode: the task's `flush_interval`, asked after `start`.
+    flush_interval: Option<Duration>,
+    held: Held,
+    /// The task is stopping: no batch is held any more.
+    stopping: bool,
+}
+
+/// Classic mode, a task with a flush interval: batches put and not flushed yet, in order.
+#[derive(Default)]
+struct Held {
+    batches: Vec<(BatchAck, Decided)>,
+    /// Per partition, the offset after the last record written in them.
+    offsets: BTreeMap<TopicPartition, i64>,
+    /// When the first of them was put.
+    since: Option<Instant>,
+    /// Bumped whenever they leave: a timer armed for earlier ones finds it changed.
+    generation: u64,
+}
+
+impl Held {
+    /// Takes the held batches out (flushed, or to be released).
+    fn take(&mut self) -> Vec<(BatchAck, Decided)> {
+        self.offsets.clear();
+        self.since = None;
+        self.generation += 1;
+        std::mem::take(&mut self.batches)
+    }
+}
+
+/// What `run_batch` flushes (classic mode, a task with a flush interval).
+#[derive(Default)]
+struct FlushPlan {
+    /// The merged offsets of the batches held before this one (empty when none are).
+    held: BTreeMap<TopicPartition, i64>,
+    /// This batch may be held rather than flushed.
+    defer: bool,
+}
+
+/// Adds `more` to `offsets`, keeping the later offset of a partition in both.
+fn merge_offsets(offsets: &mut BTreeMap<TopicPartition, i64>, more: BTreeMap<TopicPartition, i64>) {
+    for (tp, next) in more {
+        let at = offsets.entry(tp).or_insert(next);
+        *at = (*at).max(next);
+    }
 }
 
 /// A batch as `run_batch` works on it (its `BatchAck` stays with the handler, which settles
@@ -134,6 +185,12 @@ struct Decided {
     trace: BatchTrace,
     start_offsets: BTreeMap<TopicPartition, i64>,
     changes: Vec<AssignmentChange>,
+    /// Per partition, the offset after the last record written (kept while the batch is held).
+    offsets: BTreeMap<TopicPartition, i64>,
+    /// The batches held before this one were flushed: their verdicts may go.
+    held_flushed: bool,
+    /// This batch was held back from its flush ([`FlushPlan::defer`]): it waits with them.
+    deferred: bool,
 }
 
 impl SinkActor {
@@ -158,7 +215,85 @@ impl SinkActor {
             open: Vec::new(),
             failed: None,
             retries: Some(retries),
+            flush_interval: None,
+            held: Held::default(),
+            stopping: false,
         }
+    }
+
+    /// Sends the held batches' verdicts to the acker, in order: their flush succeeded.
+    fn send_held(&mut self) {
+        for (ack, decided) in self.held.take() {
+            self.send_outcomes(ack, decided);
+        }
+    }
+
+    /// Releases the held batches (never flushed): the task fails with `trace`.
+    fn release_held(&mut self, trace: &str) {
+        for (ack, _) in self.held.take() {
+            ack.release(trace.to_owned());
+        }
+    }
+
+    fn send_outcomes(&self, ack: BatchAck, decided: Decided) {
+        self.acker.do_send(Outcomes {
+            ack,
+            verdicts: decided.verdicts,
+            fail_task: decided.fail_task,
+            fail_for_good: decided.fail_for_good,
+            trace: decided.trace,
+            start_offsets: decided.start_offsets,
+            pause_fetch_until: decided.pause_fetch_until,
+        });
+    }
+
+    /// Holds a batch put but not flushed; the first one arms the interval's timer.
+    fn hold(&mut self, ack: BatchAck, mut decided: Decided, ctx: &mut Context<Self>) {
+        merge_offsets(&mut self.held.offsets, std::mem::take(&mut decided.offsets));
+        self.held.batches.push((ack, decided));
+        if self.held.since.is_none() {
+            self.held.since = Some(Instant::now());
+            let generation = self.held.generation;
+            if let Some(interval) = self.flush_interval {
+                ctx.run_later(interval, move |act, ctx| {
+                    if act.held.generation == generation {
+                        act.flush_held(ctx);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Flushes the held batches now (the interval passed, or the task is stopping), then
+    /// sends their verdicts; a failed flush releases them and fails the task.
+    fn flush_held(&mut self, ctx: &mut Context<Self>) {
+        if self.held.batches.is_empty() || self.failed.is_some() {
+            return;
+        }
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
+        let offsets = self.held.offsets.clone();
+        let fut = async move {
+            let result = guard_future(task.flush(&offsets)).await;
+            (task, result)
+        };
+        ctx.wait(fut.into_actor(self).map(|(task, result), act, _ctx| {
+            let trace = match result {
+                Ok(Ok(())) => {
+                    act.task = Some(task);
+                    act.send_held();
+                    return;
+                }
+                Ok(Err(e)) => {
+                    act.task = Some(task);
+                    format!("the sink task failed to flush: {e}")
+                }
+                Err(panic) => format!("the sink task's flush {panic}"),
+            };
+            act.failed = Some(trace.clone());
+            act.release_held(&trace);
+        }));
     }
 
     /// The sink task failed outside a batch: the consumer stops the task.
@@ -188,7 +323,11 @@ impl Actor for SinkActor {
                 .metrics
                 .task_started(matches!(result, Ok(Ok(()))));
             match result {
-                Ok(Ok(())) => act.task = Some(task),
+                Ok(Ok(())) => {
+                    // Share mode flushes every batch: the records' locks run while they wait.
+                    act.flush_interval = task.flush_interval().filter(|_| !act.ctx.share);
+                    act.task = Some(task);
+                }
                 Ok(Err(e)) => {
                     act.task = Some(task);
                     act.fail(format!("the sink task failed to start: {e}"));
@@ -233,6 +372,19 @@ impl Handler<SinkBatch> for SinkActor {
             successes_at_give_up: 0,
         });
         let sink_ctx = Rc::clone(&self.ctx);
+        // Held while the interval runs and the consumer can still poll a batch past them.
+        let defer = self.flush_interval.is_some_and(|interval| {
+            !self.stopping
+                && self.held.batches.len() + 2 < self.ctx.inflight_batches
+                && self
+                    .held
+                    .since
+                    .is_none_or(|since| since.elapsed() < interval)
+        });
+        let plan = FlushPlan {
+            held: self.held.offsets.clone(),
+            defer,
+        };
         let work = PutBatch {
             changes,
             raws,
@@ -242,42 +394,52 @@ impl Handler<SinkBatch> for SinkActor {
             group,
         };
         let fut = async move {
-            let result =
-                guard_future(run_batch(task.as_mut(), work, &sink_ctx, &mut retries)).await;
+            let result = guard_future(run_batch(
+                task.as_mut(),
+                work,
+                &sink_ctx,
+                &mut retries,
+                plan,
+            ))
+            .await;
             (task, retries, result)
         };
         ctx.wait(
             fut.into_actor(self)
-                .map(move |(task, retries, result), act, _ctx| {
+                .map(move |(task, retries, result), act, ctx| {
                     act.retries = Some(retries);
                     match result {
-                        Ok(Ok(decided)) => {
+                        Ok(Ok(mut decided)) => {
                             act.task = Some(task);
                             if let Some(trace) = &decided.fail_task {
                                 // Connect stops a task at its first failure: batches that
                                 // arrive before the consumer knows are released, not put.
                                 act.failed.get_or_insert_with(|| trace.clone());
                             }
-                            for change in decided.changes {
+                            for change in std::mem::take(&mut decided.changes) {
                                 match change {
                                     AssignmentChange::Opened(a) => act.open.push(a),
                                     AssignmentChange::Closed(a) => act.open.retain(|o| *o != a),
                                 }
                             }
-                            act.acker.do_send(Outcomes {
-                                ack,
-                                verdicts: decided.verdicts,
-                                fail_task: decided.fail_task,
-                                fail_for_good: decided.fail_for_good,
-                                trace: decided.trace,
-                                start_offsets: decided.start_offsets,
-                                pause_fetch_until: decided.pause_fetch_until,
-                            });
+                            if decided.held_flushed {
+                                act.send_held();
+                            } else if let Some(trace) = &decided.fail_task {
+                                // Not flushed: what they wrote is not durable.
+                                act.release_held(trace);
+                            }
+                            if decided.deferred {
+                                act.hold(ack, decided, ctx);
+                            } else {
+                                act.send_outcomes(ack, decided);
+                            }
                         }
                         Ok(Err(trace)) => {
                             act.task = Some(task);
                             act.failed = Some(trace.clone());
-                            // The batch's records are released and the task fails with `trace`.
+                            // The batch's records are released and the task fails with `trace`,
+                            // with those of the batches held unflushed.
+                            act.release_held(&trace);
                             ack.release(trace);
                         }
                         Err(panic) => {
@@ -285,6 +447,7 @@ impl Handler<SinkBatch> for SinkActor {
                             drop(task);
                             let trace = format!("the sink task {panic}");
                             act.failed = Some(trace.clone());
+                            act.release_held(&trace);
                             ack.release(trace);
                         }
                     }
@@ -317,11 +480,30 @@ impl Handler<Acknowledged> for SinkActor {
     }
 }
 
+impl Handler<FlushHeld> for SinkActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: FlushHeld, ctx: &mut Context<Self>) {
+        // Batches still on their way are flushed one by one from now on.
+        self.stopping |= msg.stopping;
+        self.flush_held(ctx);
+    }
+}
+
 impl Handler<Finish> for SinkActor {
     type Result = ResponseActFuture<Self, Option<String>>;
 
     /// Closes what is open and stops the sink task; a panic there is the answer (a failure).
     fn handle(&mut self, _msg: Finish, _ctx: &mut Context<Self>) -> Self::Result {
+        // Still held: the consumer closed without their commit (a stop past its deadline); the
+        // broker or the group's offsets give their records again.
+        let held = self.held.take();
+        if !held.is_empty() {
+            warn!(task = self.ctx.task, batches = held.len(), "the task stopped before its held batches were flushed; their records are read again");
+            for (ack, _) in held {
+                ack.settle();
+            }
+        }
         let task = self.task.take();
         let open = std::mem::take(&mut self.open);
         let task_id = self.ctx.task;
@@ -367,11 +549,21 @@ async fn run_batch(
     mut batch: PutBatch,
     ctx: &SinkContext,
     retries: &mut Retries,
+    mut plan: FlushPlan,
 ) -> Result<Decided, String> {
     if ctx.share {
         if let Some(refused) = lock_refusal(task, ctx) {
             return Ok(give_back(batch, refused));
         }
+    }
+    let mut held_flushed = false;
+    if !plan.held.is_empty() && !batch.changes.is_empty() {
+        // What the held batches wrote becomes durable before partitions change hands.
+        let held = std::mem::take(&mut plan.held);
+        task.flush(&held)
+            .await
+            .map_err(|e| format!("the sink task failed to flush: {e}"))?;
+        held_flushed = true;
     }
     let mut start_offsets = BTreeMap::new();
     for change in &batch.changes {
@@ -402,6 +594,7 @@ async fn run_batch(
     let mut outcomes: Vec<Option<PutOutcome>> = Vec::new();
     outcomes.resize_with(batch.raws.len(), || None);
     let put_span = batch.trace.span(BatchStage::Put);
+    let mut batch_offsets = BTreeMap::new();
     let mut pause_fetch_until = None;
     let mut slow_batch = None;
     if !ready.records.is_empty() {
@@ -435,10 +628,16 @@ async fn run_batch(
             .into_iter()
             .map(|(t, p, next)| (TopicPartition::new(t, p), next))
             .collect();
-        if !offsets.is_empty() {
+        if plan.defer {
+            batch_offsets = offsets;
+        } else if !offsets.is_empty() {
+            // The batches held before this one (classic mode) are flushed with it.
+            let mut offsets = offsets;
+            merge_offsets(&mut offsets, std::mem::take(&mut plan.held));
             let flush_started = Instant::now();
             match task.flush(&offsets).instrument(put_span.clone()).await {
                 Ok(()) => {
+                    held_flushed = true;
                     if ctx.share && pause_fetch_until.is_none() {
                         retries.last_attempt += flush_started.elapsed();
                         slow_batch = slow_batch_check(task, ctx, retries);
@@ -553,6 +752,20 @@ async fn run_batch(
             fail_for_good = true;
         }
     }
+    // Held batches (classic mode) are flushed now when this batch cannot join them: it had
+    // nothing to flush, or the task fails after it.
+    let deferred = plan.defer && fail_task.is_none();
+    let mut to_flush = std::mem::take(&mut plan.held);
+    if plan.defer && !deferred {
+        merge_offsets(&mut to_flush, std::mem::take(&mut batch_offsets));
+    }
+    if !deferred && !to_flush.is_empty() {
+        task.flush(&to_flush)
+            .instrument(put_span)
+            .await
+            .map_err(|e| format!("the sink task failed to flush: {e}"))?;
+        held_flushed = true;
+    }
     Ok(Decided {
         verdicts,
         fail_task,
@@ -561,6 +774,9 @@ async fn run_batch(
         trace: batch.trace,
         start_offsets,
         changes: batch.changes,
+        offsets: batch_offsets,
+        held_flushed,
+        deferred,
     })
 }
 
@@ -619,6 +835,10 @@ fn task_level_failure(
         trace: batch.trace,
         start_offsets,
         changes: batch.changes,
+        offsets: BTreeMap::new(),
+        // Batches held unflushed are released with it (read again after the restart).
+        held_flushed: false,
+        deferred: false,
     }
 }
 
@@ -676,6 +896,9 @@ fn give_back(batch: PutBatch, message: String) -> Decided {
         start_offsets: BTreeMap::new(),
         // Nothing was opened.
         changes: Vec::new(),
+        offsets: BTreeMap::new(),
+        held_flushed: false,
+        deferred: false,
     }
 }
 

@@ -13,7 +13,7 @@ use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
 use crate::converter::ConverterActor;
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
-use crate::messages::{CloseGate, Drain, Failing, Reporter};
+use crate::messages::{CloseGate, Drain, Failing, FlushHeld, Reporter};
 use crate::pool::{TaskPool, TaskScope, ThreadLease};
 use crate::settings::TaskSettings;
 use crate::sink::{SinkActor, SinkContext};
@@ -53,6 +53,8 @@ pub struct TaskSpec {
 pub struct RunningTask {
     scope: TaskScope,
     consumer: Addr<ConsumerActor>,
+    /// Told of a stop, so that it flushes what it holds for its flush interval at once.
+    sink: Addr<SinkActor>,
     pub generation: u64,
     /// Its place on a pool thread, given back when the task is dropped.
     _lease: ThreadLease,
@@ -62,11 +64,13 @@ impl RunningTask {
     /// Graceful stop: in-flight batches finish, acknowledgements are committed, the group is
     /// left, the sink task is closed and stopped; then a `Stopped` (or `Failed`) event.
     pub fn drain(&self) {
+        self.sink.do_send(FlushHeld { stopping: true });
         self.consumer.do_send(Drain::default());
     }
 
     /// [`drain`](Self::drain) as one of the tasks in `gate` that stop together.
     pub fn drain_together(&self, gate: Arc<CloseGate>) {
+        self.sink.do_send(FlushHeld { stopping: true });
         self.consumer.do_send(Drain {
             together: Some(gate),
         });
@@ -91,6 +95,8 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
         task: spec.task,
     });
     let (consumer, mailbox) = TaskScope::mailbox::<ConsumerActor>();
+    let (sink, sink_mailbox) = TaskScope::mailbox::<SinkActor>();
+    let sink_stage = sink.clone();
     let task_scope = scope.clone();
     lease.arbiter().spawn_fn(move || {
         let scope = task_scope;
@@ -120,7 +126,9 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
         let lock_facts = LockFacts::default();
         // The acker's address first: the sink stage sends to it, and it to the converter.
         let (acker, acker_mailbox) = TaskScope::mailbox::<AckerActor>();
-        let sink = scope.start(
+        let sink = sink_stage;
+        scope.run(
+            Context::with_receiver(sink_mailbox),
             SinkActor::new(
                 sink_task,
                 acker.clone(),
@@ -138,6 +146,7 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
                     retry_lock_margin: settings.retry_lock_margin,
                     lock_facts: lock_facts.clone(),
                     target_health: target_health.clone(),
+                    inflight_batches: settings.inflight_batches,
                 },
             ),
             &span,
@@ -189,6 +198,7 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
     RunningTask {
         scope,
         consumer,
+        sink,
         generation,
         _lease: lease,
     }
@@ -1525,6 +1535,195 @@ mod tests {
             *stopped.lock().unwrap(),
             "a task that failed (not panicked) is still stopped"
         );
+    }
+
+    /// A sink whose flush is costly per call (a transaction): it asks for a flush interval and
+    /// logs each flush's offsets; `fail_flush` makes every flush fail.
+    struct IntervalSink {
+        inner: ScriptedSink,
+        interval: Duration,
+        flushes: Arc<Mutex<Vec<BTreeMap<spillway_core::TopicPartition, i64>>>>,
+        fail_flush: bool,
+    }
+
+    impl IntervalSink {
+        fn new(interval: Duration) -> Self {
+            IntervalSink {
+                inner: ScriptedSink::default(),
+                interval,
+                flushes: Arc::default(),
+                fail_flush: false,
+            }
+        }
+
+        /// Each flush's offset of partition t-0.
+        fn flushed(flushes: &Mutex<Vec<BTreeMap<spillway_core::TopicPartition, i64>>>) -> Vec<i64> {
+            flushes
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|o| o[&spillway_core::TopicPartition::new("t", 0)])
+                .collect()
+        }
+    }
+
+    #[async_trait]
+    impl SinkTask for IntervalSink {
+        async fn start(&mut self, c: &ConfigMap) -> Result<(), SinkError> {
+            self.inner.start(c).await
+        }
+        fn flush_interval(&self) -> Option<Duration> {
+            Some(self.interval)
+        }
+        async fn put(&mut self, records: &[SinkRecord]) -> Result<Vec<PutOutcome>, SinkError> {
+            self.inner.put(records).await
+        }
+        async fn flush(
+            &mut self,
+            offsets: &BTreeMap<spillway_core::TopicPartition, i64>,
+        ) -> Result<(), SinkError> {
+            self.flushes.lock().unwrap().push(offsets.clone());
+            if self.fail_flush {
+                return Err(SinkError::retriable("transaction aborted: broker gone"));
+            }
+            Ok(())
+        }
+        async fn stop(&mut self) -> Result<(), SinkError> {
+            self.inner.stop().await
+        }
+    }
+
+    #[actix::test]
+    async fn classic_batches_are_flushed_together_and_the_last_when_the_source_runs_dry() {
+        let sink = IntervalSink::new(Duration::from_secs(60));
+        let flushes = Arc::clone(&sink.flushes);
+        let records = (0..12).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start_with(
+            records,
+            Box::new(sink),
+            Options {
+                share: false,
+                inflight: 4,
+                ..Options::default()
+            },
+        );
+        // Three batches of three (the fourth in-flight batch is left to the consumer) in one
+        // flush, with their offsets merged; the fourth as soon as the consumer finds nothing
+        // more to poll, long before the interval.
+        finish(&mut run, 12).await;
+        assert_eq!(IntervalSink::flushed(&flushes), vec![9, 12]);
+        assert_eq!(
+            verdicts(&run),
+            (0..12)
+                .map(|o| (o, Disposition::Accept))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[actix::test]
+    async fn a_stop_flushes_the_held_batches_at_once() {
+        let mut sink = IntervalSink::new(Duration::from_secs(60));
+        sink.inner.put_delay = Duration::from_millis(100);
+        let flushes = Arc::clone(&sink.flushes);
+        let records = (0..60).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start_with(
+            records,
+            Box::new(sink),
+            Options {
+                share: false,
+                inflight: 4,
+                ..Options::default()
+            },
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while flushes.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never flushed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Records are left to poll, so only the stop makes the batches held now go.
+        let started = std::time::Instant::now();
+        run.task.drain();
+        assert!(matches!(
+            next_final_event(&mut run).await,
+            TaskEvent::Stopped { .. }
+        ));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let v = verdicts(&run);
+        let last = *IntervalSink::flushed(&flushes).last().expect("flushed");
+        assert!(last > 9 && last < 60, "flushed up to {last}");
+        assert_eq!(
+            v,
+            (0..last)
+                .map(|o| (o, Disposition::Accept))
+                .collect::<Vec<_>>(),
+            "what was flushed is committed, nothing else"
+        );
+    }
+
+    #[actix::test]
+    async fn held_batches_are_flushed_when_the_interval_has_passed() {
+        let sink = IntervalSink::new(Duration::from_millis(200));
+        let flushes = Arc::clone(&sink.flushes);
+        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start_with(
+            records,
+            Box::new(sink),
+            Options {
+                share: false,
+                inflight: 8,
+                ..Options::default()
+            },
+        );
+        // Committed without a stop: the interval's timer flushed them.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while run.seen.lock().unwrap().committed.len() < 6 {
+            assert!(std::time::Instant::now() < deadline, "never flushed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(IntervalSink::flushed(&flushes), vec![6]);
+        finish(&mut run, 6).await;
+        assert_eq!(
+            verdicts(&run),
+            (0..6).map(|o| (o, Disposition::Accept)).collect::<Vec<_>>()
+        );
+    }
+
+    #[actix::test]
+    async fn a_failed_flush_of_held_batches_releases_them_all_and_fails_the_task() {
+        let mut sink = IntervalSink::new(Duration::from_secs(60));
+        sink.fail_flush = true;
+        let records = (0..9).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start_with(
+            records,
+            Box::new(sink),
+            Options {
+                share: false,
+                inflight: 4,
+                ..Options::default()
+            },
+        );
+        let trace = failed_for_a_restart(&mut run).await;
+        assert!(trace.contains("broker gone"), "{trace}");
+        let v = verdicts(&run);
+        assert!(v.iter().any(|(o, _)| *o == 0), "{v:?}");
+        assert!(
+            v.iter().all(|(_, d)| *d == Disposition::Release),
+            "nothing accepted whose flush failed: {v:?}"
+        );
+    }
+
+    #[actix::test]
+    async fn share_mode_flushes_every_batch_whatever_the_task_asks() {
+        let sink = IntervalSink::new(Duration::from_secs(60));
+        let flushes = Arc::clone(&sink.flushes);
+        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start_with(records, Box::new(sink), Options::default());
+        finish(&mut run, 6).await;
+        assert_eq!(IntervalSink::flushed(&flushes), vec![3, 6]);
     }
 
     #[actix::test]

@@ -69,6 +69,9 @@ pub const LEDGER_CACHE_DIR: &str = "delivery.ledger.cache.dir";
 pub const LOCK_MARGIN_MS: &str = "delivery.lock.margin.ms";
 pub const TRANSACTION_TIMEOUT_MS: &str = "delivery.transaction.step.timeout.ms";
 pub const TRANSACTIONAL_ID_PREFIX: &str = "transactional.id.prefix";
+/// Connect's KIP-618 names: `poll` (a transaction per batch) or `interval`.
+pub const TRANSACTION_BOUNDARY: &str = "transaction.boundary";
+pub const TRANSACTION_BOUNDARY_INTERVAL_MS: &str = "transaction.boundary.interval.ms";
 pub const SOURCE_HEADERS: &str = "source.headers";
 
 /// Headers a written record carries with `source.headers`: where its source record was read.
@@ -196,6 +199,40 @@ fn config_def() -> ConfigDef {
             .default("30000")
             .validator(Validator::AtLeast(1))
             .display_name("Transaction step timeout (ms)"),
+        )
+        .define(
+            ConfigKey::new(
+                TRANSACTION_BOUNDARY,
+                ConfigType::String,
+                Importance::Medium,
+                "exactly_once in classic mode: poll commits a transaction for every batch \
+                 (max.poll.records); interval lets one transaction hold several batches, \
+                 committed when transaction.boundary.interval.ms has passed since its first, \
+                 when the task's in-flight batches (task.inflight.batches) all wait for it, \
+                 before partitions are reassigned and on stop. Fewer commits cost less per \
+                 record; the batches' offsets are committed, and the copies visible to \
+                 read_committed readers, only then, and a failed transaction fails the task, \
+                 whose restart reads its batches again from the last commit. Share mode takes \
+                 poll only (the records' acquisition locks run while they wait). Ignored under \
+                 at_least_once.",
+            )
+            .default("poll")
+            .validator(Validator::OneOf(&["poll", "interval"]))
+            .display_name("Transaction boundary"),
+        )
+        .define(
+            ConfigKey::new(
+                TRANSACTION_BOUNDARY_INTERVAL_MS,
+                ConfigType::Long,
+                Importance::Low,
+                "transaction.boundary=interval: the longest a transaction stays open after its \
+                 first batch. Kafka Connect falls back to offset.flush.interval.ms (60 s); \
+                 Spillway's default is 1 s, so that copies are not held back from \
+                 read_committed readers for long.",
+            )
+            .default("1000")
+            .validator(Validator::AtLeast(1))
+            .display_name("Transaction boundary interval (ms)"),
         )
         .define(
             ConfigKey::new(
@@ -522,6 +559,23 @@ impl SinkConnector for KafkaSinkConnector {
                 reason: "must name a topic; use ${topic} for the source topic's name".into(),
             });
         }
+        let boundary = config.get(TRANSACTION_BOUNDARY).map(|v| v.trim());
+        let protocol = config
+            .get("consumer.override.group.protocol")
+            .map(|v| v.trim().to_ascii_lowercase());
+        if exactly_once(config)
+            && boundary == Some("interval")
+            && protocol.as_deref() == Some("share")
+        {
+            return Err(ConfigError::InvalidValue {
+                key: TRANSACTION_BOUNDARY.into(),
+                value: "interval".into(),
+                reason: "share mode (consumer.override.group.protocol=share) commits every \
+                         batch's transaction while its records' acquisition locks run; use poll, \
+                         or classic mode"
+                    .into(),
+            });
+        }
         self.config = config.clone();
         Ok(())
     }
@@ -669,6 +723,10 @@ enum Producer {
         step_timeout: Duration,
         /// Classic mode: start offsets read by the last `open`, for the runtime.
         start_offsets: BTreeMap<TopicPartition, i64>,
+        /// `transaction.boundary=interval`: how long a transaction may hold batches.
+        boundary_interval: Option<Duration>,
+        /// Puts whose copies are in the open transaction (more than one under `interval`).
+        puts_in_transaction: u32,
     },
 }
 
@@ -793,6 +851,15 @@ impl SinkTask for KafkaSinkTask {
                 },
                 step_timeout,
                 start_offsets: BTreeMap::new(),
+                boundary_interval: match parsed.string(TRANSACTION_BOUNDARY).map_err(fatal)? {
+                    Some("interval") => Some(Duration::from_millis(
+                        parsed
+                            .long(TRANSACTION_BOUNDARY_INTERVAL_MS)
+                            .map_err(fatal)? as u64,
+                    )),
+                    _ => None,
+                },
+                puts_in_transaction: 0,
             }
         } else {
             Producer::AtLeastOnce(
@@ -841,6 +908,8 @@ impl SinkTask for KafkaSinkTask {
                     connector,
                     step_timeout,
                     start_offsets,
+                    boundary_interval,
+                    ..
                 },
             ..
         }) = &mut self.state
@@ -848,6 +917,14 @@ impl SinkTask for KafkaSinkTask {
             return Ok(());
         };
         match assignment {
+            Assignment::SharedTopics(_) if boundary_interval.is_some() => {
+                Err(SinkError::fatal(format!(
+                    "{TRANSACTION_BOUNDARY}=interval is for classic mode: in share mode every \
+                     batch's transaction commits before its records are acknowledged, while \
+                     their acquisition locks run. Remove {TRANSACTION_BOUNDARY} (or set it to \
+                     poll), or run the connector in classic mode"
+                )))
+            }
             Assignment::SharedTopics(_) => writer.open_share(ledger.clone()).await,
             Assignment::Partitions(partitions) => {
                 let starts = writer
@@ -890,6 +967,16 @@ impl SinkTask for KafkaSinkTask {
     fn lock_margin(&self) -> Option<(Duration, &'static str)> {
         match &self.state.as_ref()?.producer {
             Producer::ExactlyOnce { ledger, .. } => Some((ledger.lock_margin, LOCK_MARGIN_MS)),
+            Producer::AtLeastOnce(_) => None,
+        }
+    }
+
+    /// `transaction.boundary=interval`: one transaction holds the batches of this long.
+    fn flush_interval(&self) -> Option<Duration> {
+        match &self.state.as_ref()?.producer {
+            Producer::ExactlyOnce {
+                boundary_interval, ..
+            } => *boundary_interval,
             Producer::AtLeastOnce(_) => None,
         }
     }
@@ -999,7 +1086,12 @@ impl SinkTask for KafkaSinkTask {
                     });
                 }
             }
-            Producer::ExactlyOnce { writer, .. } => {
+            Producer::ExactlyOnce {
+                writer,
+                puts_in_transaction,
+                ..
+            } => {
+                let aborts_before = writer.stats().aborted_transactions;
                 let mut results = writer.write(&out, &sources).await;
                 // Written into the open transaction; it commits at the next flush.
                 if let Some(syncs) = &mut state.offset_syncs {
@@ -1015,6 +1107,28 @@ impl SinkTask for KafkaSinkTask {
                         // aborted, so the copies are retried with them.
                         results = results.iter().map(|_| Err(e.clone())).collect();
                     }
+                }
+                if writer.stats().aborted_transactions != aborts_before && *puts_in_transaction > 0
+                {
+                    // The abort took the copies of earlier puts with it, whose batches the
+                    // runtime holds as written (transaction.boundary=interval): the task fails,
+                    // and those batches are read again from the last commit.
+                    let cause = results
+                        .iter()
+                        .find_map(|r| r.as_ref().err())
+                        .map_or_else(|| "aborted".to_owned(), ToString::to_string);
+                    let error = SinkError::task_level(format!(
+                        "the transaction holding the copies of the last {} batch(es) \
+                         ({TRANSACTION_BOUNDARY}=interval) was aborted, and those copies with \
+                         it: {cause}. The task fails; its restart reads those batches again \
+                         from the last committed transaction",
+                        *puts_in_transaction
+                    ));
+                    *puts_in_transaction = 0;
+                    return Ok(vec![PutOutcome::TaskLevel(error); records.len()]);
+                }
+                if results.iter().any(Result::is_ok) {
+                    *puts_in_transaction += 1;
                 }
                 if let Some(metrics) = &mut state.mirror_metrics {
                     let written = out.iter().zip(&results).filter(|(_, r)| r.is_ok());
@@ -1039,7 +1153,12 @@ impl SinkTask for KafkaSinkTask {
     /// With the offset syncs on another cluster, then sends the syncs of the committed copies.
     async fn flush(&mut self, offsets: &BTreeMap<TopicPartition, i64>) -> Result<(), SinkError> {
         let Some(Running {
-            producer: Producer::ExactlyOnce { writer, .. },
+            producer:
+                Producer::ExactlyOnce {
+                    writer,
+                    puts_in_transaction,
+                    ..
+                },
             offset_syncs,
             ..
         }) = &mut self.state
@@ -1047,6 +1166,8 @@ impl SinkTask for KafkaSinkTask {
             return Ok(());
         };
         let committed = writer.commit(offsets).await;
+        // Committed or aborted: nothing of those puts is open any more.
+        *puts_in_transaction = 0;
         if let Some(syncs) = offset_syncs {
             syncs.forget_aborted(writer.stats().aborted_transactions);
             let pending = std::mem::take(&mut syncs.pending);
@@ -1119,6 +1240,32 @@ mod tests {
         assert!(text.contains("delivery.guarantee"), "{text}");
         assert!(text.contains("exactly-once"), "{text}");
         assert!(!connector.task_commits_offsets());
+    }
+
+    #[test]
+    fn an_interval_boundary_is_refused_in_share_mode_naming_the_key() {
+        let mut connector = KafkaSinkConnector::default();
+        let mut config: ConfigMap = [
+            (SOURCE_BOOTSTRAP_SERVERS, "src:9092"),
+            (DELIVERY_GUARANTEE, "exactly_once"),
+            (TRANSACTION_BOUNDARY, "interval"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        connector.start(&config).expect("classic mode takes it");
+        config.insert("consumer.override.group.protocol".into(), "share".into());
+        let err = connector.start(&config).expect_err("share mode does not");
+        assert_eq!(err.key(), Some(TRANSACTION_BOUNDARY));
+        assert!(err.to_string().contains("share mode"), "{err}");
+        config.insert(TRANSACTION_BOUNDARY.into(), "every_batch".into());
+        let err = connector.start(&config).expect_err("not a boundary");
+        assert_eq!(err.key(), Some(TRANSACTION_BOUNDARY));
+        config.insert(TRANSACTION_BOUNDARY.into(), "interval".into());
+        config.insert(DELIVERY_GUARANTEE.into(), "at_least_once".into());
+        connector
+            .start(&config)
+            .expect("ignored under at_least_once");
     }
 
     #[test]

@@ -161,6 +161,18 @@ pub trait SinkTask: Send {
         Ok(())
     }
 
+    /// Classic mode: how long batches `put` may wait for their `flush`, for a task whose
+    /// `flush` is costly per call (a transaction's commit). The runtime then holds the batches'
+    /// verdicts (nothing of them is committed to the group) and flushes them together, with
+    /// their offsets merged, when this long has passed since the first of them was put, when
+    /// the consumer could poll no further batch (`task.inflight.batches` less one are held),
+    /// before partitions are opened or closed, and when a record fails the task. `None`:
+    /// after every batch. Share mode flushes every batch whatever this says: the records'
+    /// acquisition locks run while they wait. Asked once, after `start`.
+    fn flush_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Classic mode, for a task whose connector says
     /// [`task_commits_offsets`](SinkConnector::task_commits_offsets): the consumer group member
     /// the next batch was read by, before its `put` (it changes with every rebalance).

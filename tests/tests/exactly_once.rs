@@ -928,3 +928,51 @@ async fn a_classic_task_starts_each_partition_at_its_last_committed_checkpoint()
     let expected: BTreeSet<Source> = (0..7).map(|o| ("src".to_owned(), 0, o)).collect();
     assert_exactly_once(&read, &expected);
 }
+
+/// `transaction.boundary=interval` (classic mode): one transaction holds several batches,
+/// committed with their merged offsets and checkpoints, and the output still holds every
+/// record once. Counted at the broker: fewer EndTxn requests than half the batches (at most
+/// `task.inflight.batches` less one, three by default, share a transaction; the interval's
+/// timer commits the last ones).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interval_boundary_commits_several_batches_per_transaction_exactly_once() {
+    const END_TXN: i16 = 26;
+    let broker = eos_broker();
+    let produced = produce(&broker.bootstrap(), "src", small_records(1200, 3), "none").await;
+    broker.start_request_tracking();
+    let worker = worker(&broker);
+    let mut connector = classic_eos_connector();
+    connector.extend(config(&[
+        ("transaction.boundary", "interval"),
+        ("transaction.boundary.interval.ms", "500"),
+        ("consumer.override.max.poll.records", "100"),
+    ]));
+    worker
+        .start_connector(connector)
+        .await
+        .expect("connector starts");
+    wait_until(Duration::from_secs(60), "1200 records committed", || {
+        worker
+            .status("mirror")
+            .is_some_and(|s| s.totals().accepted >= 1200)
+    })
+    .await;
+    let totals = worker.status("mirror").expect("status").totals();
+    worker.shutdown().await;
+    let transactions = broker.request_counts().get(&END_TXN).copied().unwrap_or(0);
+    assert!(totals.committed_batches >= 12, "{totals:?}");
+    assert!(
+        transactions >= 1 && transactions * 2 <= totals.committed_batches,
+        "{transactions} transactions for {} batches",
+        totals.committed_batches
+    );
+    let read = read_committed_sources(
+        &broker,
+        "out.src",
+        "interval-reader",
+        1200,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_exactly_once(&read, &sources_of(&produced));
+}

@@ -43,8 +43,8 @@ use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
-    Archived, BatchPolled, CloseGate, Committed, Drain, Failing, Finish, ReleaseInFlight, Reporter,
-    SourceBatch, Stopping, TaskEvent, TaskFailure,
+    Archived, BatchPolled, CloseGate, Committed, Drain, Failing, Finish, FlushHeld,
+    ReleaseInFlight, Reporter, SourceBatch, Stopping, TaskEvent, TaskFailure,
 };
 use crate::panic_guard::guard_future;
 use crate::source::{Polled, RecordSource};

@@ -225,6 +225,8 @@ impl ConsumerActor {
     /// No poll until the acker reports a commit, or `poll_timeout` at the latest.
     pub(super) fn park(&mut self, ctx: &mut Context<Self>) {
         self.parked = true;
+        // Batches the sink holds for its flush interval would wait for it, and this for them.
+        self.converter.do_send(FlushHeld::default());
         ctx.run_later(self.poll_timeout, |act, ctx| {
             act.parked = false;
             act.step(ctx);

@@ -136,6 +136,14 @@ const FLOW_KEYS: &[(&str, Kind, &str)] = &[
         Kind::OneOf(&["enabled", "preparing", "disabled"]),
         "disabled",
     ),
+    // KIP-618's connector keys, which MM2 passes to its MirrorSourceConnector: under exactly
+    // once, a transaction per poll, or one holding several batches (the kafka sink's keys).
+    (
+        "transaction.boundary",
+        Kind::OneOf(&["poll", "interval"]),
+        "poll",
+    ),
+    ("transaction.boundary.interval.ms", Kind::Long(1), "1000"),
     // Spillway's own: copies carry `spillway.source.*` headers (the kafka sink's
     // `source.headers`). Off by default, as MM2's copies carry their own headers only.
     ("source.headers.enabled", Kind::Bool, "false"),
@@ -327,6 +335,9 @@ pub struct FlowSettings {
     pub offset_syncs_location: OffsetSyncsLocation,
     pub tasks_max: usize,
     pub exactly_once: bool,
+    /// `transaction.boundary=interval` (exactly once): how long one transaction may hold
+    /// batches; `None` for a transaction per batch.
+    pub transaction_interval: Option<Duration>,
     /// `source.headers.enabled`: copies carry their source coordinates as headers.
     pub source_headers: bool,
     pub mode: ConsumeMode,
@@ -812,6 +823,12 @@ fn flow_settings(
         },
         tasks_max: read.long("tasks.max")? as usize,
         exactly_once: eos == "enabled",
+        transaction_interval: match read.raw("transaction.boundary")?.0.as_str() {
+            "interval" => Some(Duration::from_millis(
+                read.long("transaction.boundary.interval.ms")? as u64,
+            )),
+            _ => None,
+        },
         source_headers: read.bool("source.headers.enabled")?,
         mode,
         consumer,
@@ -1046,6 +1063,29 @@ mod tests {
         .expect("valid");
         assert!(flow(&config, "A->B").exactly_once);
         assert!(!flow(&config, "B->A").exactly_once);
+    }
+
+    #[test]
+    fn a_flow_may_hold_several_batches_per_transaction() {
+        let config = parse(&format!(
+            "{TWO}exactly.once.source.support = enabled
+A->B.transaction.boundary = interval
+\
+             transaction.boundary.interval.ms = 250
+"
+        ))
+        .expect("valid");
+        assert_eq!(
+            flow(&config, "A->B").transaction_interval,
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(flow(&config, "B->A").transaction_interval, None);
+        let err = parse(&format!(
+            "{TWO}transaction.boundary = connector
+"
+        ))
+        .expect_err("not a boundary");
+        assert!(err.to_string().contains("transaction.boundary"), "{err}");
     }
 
     #[test]

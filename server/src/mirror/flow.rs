@@ -132,6 +132,13 @@ pub fn connector_config(
         }
         .into(),
     );
+    if let Some(interval) = flow.transaction_interval.filter(|_| flow.exactly_once) {
+        config.insert("transaction.boundary".into(), "interval".into());
+        config.insert(
+            "transaction.boundary.interval.ms".into(),
+            interval.as_millis().to_string(),
+        );
+    }
     // MM2 copies a new partition from its beginning.
     config.insert(
         "consumer.override.auto.offset.reset".into(),
@@ -769,6 +776,18 @@ mod tests {
             ),
             ("A", "B")
         );
+    }
+
+    #[test]
+    fn an_interval_boundary_reaches_the_sink_under_exactly_once_only() {
+        let cfg = orders_connector(
+            "B.exactly.once.source.support = enabled\ntransaction.boundary = interval\n\
+             A->B.transaction.boundary.interval.ms = 300\n",
+        );
+        assert_eq!(cfg["transaction.boundary"], "interval");
+        assert_eq!(cfg["transaction.boundary.interval.ms"], "300");
+        let cfg = orders_connector("transaction.boundary = interval\n");
+        assert!(!cfg.contains_key("transaction.boundary"), "{cfg:?}");
     }
 
     #[test]
