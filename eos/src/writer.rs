@@ -71,6 +71,26 @@ pub struct WriterSettings {
     pub group_offsets: GroupOffsets,
 }
 
+/// Classic mode: a checkpoint per `(topic, partition, next offset)` on the ledger, with the
+/// header naming the writer.
+fn checkpoint_records<'a>(
+    classic: &Classic,
+    transactional_id: &str,
+    next: impl Iterator<Item = (&'a str, i32, i64)>,
+) -> Vec<OutRecord> {
+    let writer = Bytes::from(transactional_id.to_owned());
+    let ledger_topic = Topic::interned(classic.ledger.topic());
+    next.map(|(topic, partition, offset)| OutRecord {
+        topic: ledger_topic.clone(),
+        partition: Some(ledger_partition(partition, classic.ledger.partitions())),
+        key: Some(checkpoint_key(&classic.connector, topic, partition)),
+        value: Some(checkpoint_value(offset)),
+        headers: vec![(WRITER_HEADER.into(), Some(writer.clone()))],
+        ..OutRecord::default()
+    })
+    .collect()
+}
+
 /// The value of a standing ledger entry: who wrote it (for people reading the topic).
 fn entry_value(transactional_id: &str) -> Bytes {
     Bytes::from(transactional_id.to_owned())
@@ -102,6 +122,13 @@ pub struct ExactlyOnceWriter {
     mode: Mode,
     /// A transaction is open (begun by `write`, ended by `commit` or `abort`).
     open: bool,
+    /// Classic mode: the open transaction's first checkpoints are confirmed in the ledger, so
+    /// a successor finds it there (`LedgerReader::abort_predecessors`).
+    checkpoints_shown: bool,
+    /// Classic mode: checkpoints of the open transaction's later writes (a transaction of
+    /// several batches), per source partition the offset after its last record: written by
+    /// `commit`, before the transaction commits.
+    checkpoints_due: Vec<(Topic, i32, i64)>,
     /// Ledger entries written in the open transaction.
     entries_in_txn: Vec<RecordCoordinates>,
     /// Share mode: the open transaction's entries with their ledger partition and offset, for
@@ -197,6 +224,8 @@ impl ExactlyOnceWriter {
             security,
             mode: Mode::Unknown,
             open: false,
+            checkpoints_shown: false,
+            checkpoints_due: Vec::new(),
             entries_in_txn: Vec::new(),
             claims_in_txn: Vec::new(),
             ledger_written_in_txn: Vec::new(),
@@ -416,10 +445,10 @@ impl ExactlyOnceWriter {
             // with the output, it is where a later owner of the partition starts.
             // A short list (a write spans few partitions, and runs by partition): no map
             // lookup per record.
-            let mut next: Vec<((&str, i32), i64)> = Vec::new();
+            let mut next: Vec<((&Topic, i32), i64)> = Vec::new();
             let mut last = 0;
             for (source, _) in sources {
-                let key = (source.topic.as_str(), source.partition);
+                let key = (&source.topic, source.partition);
                 if next.get(last).is_none_or(|(k, _)| *k != key) {
                     last = match next.iter().position(|(k, _)| *k == key) {
                         Some(at) => at,
@@ -432,19 +461,31 @@ impl ExactlyOnceWriter {
                 let n = &mut next[last].1;
                 *n = (*n).max(source.offset + 1);
             }
-            // In key order, as written before.
-            next.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let writer = Bytes::from(self.producer.transactional_id().to_owned());
-            let ledger_topic = Topic::interned(classic.ledger.topic());
-            for ((topic, partition), offset) in next {
-                batch.push(OutRecord {
-                    topic: ledger_topic.clone(),
-                    partition: Some(ledger_partition(partition, classic.ledger.partitions())),
-                    key: Some(checkpoint_key(&classic.connector, topic, partition)),
-                    value: Some(checkpoint_value(offset)),
-                    headers: vec![(WRITER_HEADER.into(), Some(writer.clone()))],
-                    ..OutRecord::default()
+            if self.checkpoints_shown {
+                // The transaction shows in the ledger already: this write's checkpoints go
+                // with the commit, one per partition, not before each write's output.
+                for ((topic, partition), offset) in next {
+                    match self
+                        .checkpoints_due
+                        .iter_mut()
+                        .find(|(t, p, _)| *p == partition && t == topic)
+                    {
+                        Some((_, _, due)) => *due = (*due).max(offset),
+                        None => self
+                            .checkpoints_due
+                            .push((topic.clone(), partition, offset)),
+                    }
+                }
+            } else {
+                // In key order, as written before.
+                next.sort_unstable_by(|a, b| {
+                    (a.0 .0.as_str(), a.0 .1).cmp(&(b.0 .0.as_str(), b.0 .1))
                 });
+                batch = checkpoint_records(
+                    classic,
+                    self.producer.transactional_id(),
+                    next.into_iter().map(|((t, p), o)| (t.as_str(), p, o)),
+                );
             }
         }
         let now = Instant::now();
@@ -482,6 +523,9 @@ impl ExactlyOnceWriter {
         let results = match ledger_results.iter().find_map(|r| r.as_ref().err()) {
             Some(_) => ledger_results,
             None => {
+                if matches!(self.mode, Mode::Classic(_)) && !batch.is_empty() {
+                    self.checkpoints_shown = true;
+                }
                 if matches!(self.mode, Mode::Share(..)) {
                     // Where the entries landed: the claim check reads past them.
                     for (i, written) in ledger_results.iter().flatten().enumerate() {
@@ -561,6 +605,29 @@ impl ExactlyOnceWriter {
                 )));
             }
         }
+        if let Mode::Classic(classic) = &self.mode {
+            if !self.checkpoints_due.is_empty() {
+                let mut due = std::mem::take(&mut self.checkpoints_due);
+                due.sort_unstable_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
+                let records = checkpoint_records(
+                    classic,
+                    self.producer.transactional_id(),
+                    due.iter().map(|(t, p, o)| (t.as_str(), *p, *o)),
+                );
+                if let Some(e) = self
+                    .producer
+                    .send_all(&records)
+                    .await
+                    .into_iter()
+                    .find_map(Result::err)
+                {
+                    self.abort().await?;
+                    return Err(SinkError::retriable(format!(
+                        "the transaction's checkpoints could not be written: {e}"
+                    )));
+                }
+            }
+        }
         if let (Mode::Classic(classic), GroupOffsets::InTransaction) =
             (&self.mode, self.group_offsets)
         {
@@ -586,6 +653,7 @@ impl ExactlyOnceWriter {
         match self.producer.commit().await {
             Ok(()) => {
                 self.open = false;
+                self.checkpoints_shown = false;
                 self.deadline = None;
                 self.stats.committed_transactions += 1;
                 self.stats.records_committed += self.entries_in_txn.len() as u64;
@@ -654,6 +722,8 @@ impl ExactlyOnceWriter {
             return Ok(());
         }
         self.open = false;
+        self.checkpoints_shown = false;
+        self.checkpoints_due.clear();
         self.deadline = None;
         self.entries_in_txn.clear();
         self.claims_in_txn.clear();

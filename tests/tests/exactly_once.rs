@@ -810,11 +810,27 @@ async fn classic_mode_aborts_the_transaction_when_its_offsets_are_fenced() {
 /// it resumes from: the output holds every record once, the first run's included.
 #[tokio::test(flavor = "multi_thread")]
 async fn classic_mode_resumes_from_its_checkpoints_after_a_restart() {
+    resumes_from_checkpoints(classic_eos_connector()).await;
+}
+
+/// The same with `transaction.boundary=interval`: a transaction's later batches have their
+/// checkpoints written by its commit, and the restart starts after them too.
+#[tokio::test(flavor = "multi_thread")]
+async fn classic_mode_with_an_interval_boundary_resumes_from_its_checkpoints() {
+    let mut connector = classic_eos_connector();
+    connector.extend(config(&[
+        ("transaction.boundary", "interval"),
+        ("consumer.override.max.poll.records", "100"),
+    ]));
+    resumes_from_checkpoints(connector).await;
+}
+
+async fn resumes_from_checkpoints(connector: ConfigMap) {
     let broker = eos_broker();
     let mut produced = produce(&broker.bootstrap(), "src", small_records(300, 3), "none").await;
     let first = worker(&broker);
     first
-        .start_connector(classic_eos_connector())
+        .start_connector(connector.clone())
         .await
         .expect("connector starts");
     wait_until(
@@ -832,7 +848,7 @@ async fn classic_mode_resumes_from_its_checkpoints_after_a_restart() {
     produced.extend(produce(&broker.bootstrap(), "src", small_records(300, 3), "none").await);
     let second = worker(&broker);
     second
-        .start_connector(classic_eos_connector())
+        .start_connector(connector.clone())
         .await
         .expect("connector starts again");
     wait_until(
