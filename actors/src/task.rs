@@ -1593,20 +1593,26 @@ mod tests {
         }
     }
 
-    #[actix::test]
-    async fn classic_batches_are_flushed_together_and_the_last_when_the_source_runs_dry() {
-        let sink = IntervalSink::new(Duration::from_secs(60));
-        let flushes = Arc::clone(&sink.flushes);
-        let records = (0..12).map(|i| raw(i, &format!("r{i}"))).collect();
-        let mut run = start_with(
+    /// `n` records (`r0`, `r1`…) in batches of three through `sink`, classic mode, with
+    /// `inflight` batches in flight.
+    fn start_classic_interval(sink: IntervalSink, n: i64, inflight: usize) -> Run {
+        let records = (0..n).map(|i| raw(i, &format!("r{i}"))).collect();
+        start_with(
             records,
             Box::new(sink),
             Options {
                 share: false,
-                inflight: 4,
+                inflight,
                 ..Options::default()
             },
-        );
+        )
+    }
+
+    #[actix::test]
+    async fn classic_batches_are_flushed_together_and_the_last_when_the_source_runs_dry() {
+        let sink = IntervalSink::new(Duration::from_secs(60));
+        let flushes = Arc::clone(&sink.flushes);
+        let mut run = start_classic_interval(sink, 12, 4);
         // Three batches of three (the fourth in-flight batch is left to the consumer) in one
         // flush, with their offsets merged; the fourth as soon as the consumer finds nothing
         // more to poll, long before the interval.
@@ -1625,16 +1631,7 @@ mod tests {
         let mut sink = IntervalSink::new(Duration::from_secs(60));
         sink.inner.put_delay = Duration::from_millis(100);
         let flushes = Arc::clone(&sink.flushes);
-        let records = (0..60).map(|i| raw(i, &format!("r{i}"))).collect();
-        let mut run = start_with(
-            records,
-            Box::new(sink),
-            Options {
-                share: false,
-                inflight: 4,
-                ..Options::default()
-            },
-        );
+        let mut run = start_classic_interval(sink, 60, 4);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while flushes.lock().unwrap().is_empty() {
             assert!(std::time::Instant::now() < deadline, "never flushed");
@@ -1668,16 +1665,7 @@ mod tests {
     async fn held_batches_are_flushed_when_the_interval_has_passed() {
         let sink = IntervalSink::new(Duration::from_millis(200));
         let flushes = Arc::clone(&sink.flushes);
-        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
-        let mut run = start_with(
-            records,
-            Box::new(sink),
-            Options {
-                share: false,
-                inflight: 8,
-                ..Options::default()
-            },
-        );
+        let mut run = start_classic_interval(sink, 6, 8);
         // Committed without a stop: the interval's timer flushed them.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while run.seen.lock().unwrap().committed.len() < 6 {
@@ -1696,16 +1684,7 @@ mod tests {
     async fn a_failed_flush_of_held_batches_releases_them_all_and_fails_the_task() {
         let mut sink = IntervalSink::new(Duration::from_secs(60));
         sink.fail_flush = true;
-        let records = (0..9).map(|i| raw(i, &format!("r{i}"))).collect();
-        let mut run = start_with(
-            records,
-            Box::new(sink),
-            Options {
-                share: false,
-                inflight: 4,
-                ..Options::default()
-            },
-        );
+        let mut run = start_classic_interval(sink, 9, 4);
         let trace = failed_for_a_restart(&mut run).await;
         assert!(trace.contains("broker gone"), "{trace}");
         let v = verdicts(&run);
