@@ -759,11 +759,15 @@ async fn run_batch(
     if plan.defer && !deferred {
         merge_offsets(&mut to_flush, std::mem::take(&mut batch_offsets));
     }
-    if !deferred && !to_flush.is_empty() {
-        task.flush(&to_flush)
-            .instrument(put_span)
-            .await
-            .map_err(|e| format!("the sink task failed to flush: {e}"))?;
+    if !deferred {
+        if !to_flush.is_empty() {
+            task.flush(&to_flush)
+                .instrument(put_span)
+                .await
+                .map_err(|e| format!("the sink task failed to flush: {e}"))?;
+        }
+        // Whatever was held is flushed now, or had nothing to flush (filtered records): its
+        // verdicts go before this batch's.
         held_flushed = true;
     }
     Ok(Decided {

@@ -576,6 +576,9 @@ impl SinkConnector for KafkaSinkConnector {
                     .into(),
             });
         }
+        if exactly_once(config) && boundary == Some("interval") {
+            check_boundary_interval(config)?;
+        }
         self.config = config.clone();
         Ok(())
     }
@@ -591,6 +594,40 @@ impl SinkConnector for KafkaSinkConnector {
     fn task_commits_offsets(&self) -> bool {
         exactly_once(&self.config) && target_is_source(&self.config)
     }
+}
+
+/// librdkafka's and Kafka's producer default for `transaction.timeout.ms`.
+const DEFAULT_TRANSACTION_TIMEOUT_MS: i64 = 60_000;
+
+/// `transaction.boundary=interval`: a transaction must be able to stay open for the interval
+/// (plus its commit), or the broker aborts it first and every such transaction fails the task.
+fn check_boundary_interval(config: &ConfigMap) -> Result<(), ConfigError> {
+    let parsed = config_def().parse(config)?;
+    let interval = parsed.long(TRANSACTION_BOUNDARY_INTERVAL_MS)?;
+    let timeout_key = format!("{PRODUCER_OVERRIDE_PREFIX}transaction.timeout.ms");
+    let timeout = match config.get(&timeout_key) {
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| ConfigError::InvalidValue {
+                key: timeout_key.clone(),
+                value: v.clone(),
+                reason: "expected a number of milliseconds".into(),
+            })?,
+        None => DEFAULT_TRANSACTION_TIMEOUT_MS,
+    };
+    if interval >= timeout {
+        return Err(ConfigError::InvalidValue {
+            key: TRANSACTION_BOUNDARY_INTERVAL_MS.into(),
+            value: interval.to_string(),
+            reason: format!(
+                "must be shorter than the producer's transaction.timeout.ms ({timeout} ms, \
+                 {timeout_key}), or the broker aborts each transaction before it is committed; \
+                 lower it or raise {timeout_key}"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether the target is the cluster the connector reads from: `target.bootstrap.servers` is
@@ -1262,6 +1299,20 @@ mod tests {
         let err = connector.start(&config).expect_err("not a boundary");
         assert_eq!(err.key(), Some(TRANSACTION_BOUNDARY));
         config.insert(TRANSACTION_BOUNDARY.into(), "interval".into());
+        config.remove("consumer.override.group.protocol");
+        config.insert(TRANSACTION_BOUNDARY_INTERVAL_MS.into(), "60000".into());
+        let err = connector
+            .start(&config)
+            .expect_err("not shorter than the default transaction timeout");
+        assert_eq!(err.key(), Some(TRANSACTION_BOUNDARY_INTERVAL_MS));
+        assert!(err.to_string().contains("transaction.timeout.ms"), "{err}");
+        config.insert(
+            "producer.override.transaction.timeout.ms".into(),
+            "120000".into(),
+        );
+        connector
+            .start(&config)
+            .expect("a longer transaction timeout");
         config.insert(DELIVERY_GUARANTEE.into(), "at_least_once".into());
         connector
             .start(&config)
