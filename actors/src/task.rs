@@ -1633,6 +1633,28 @@ mod tests {
     }
 
     #[actix::test]
+    async fn held_batches_give_their_inflight_bytes_back() {
+        // Batches of 30 bytes against a 45-byte budget: were the held batches' bytes kept,
+        // the consumer would stop after two batches and wait for the 60 s interval.
+        let budget = Arc::new(InflightBytes::new(Some(45)));
+        let sink = IntervalSink::new(Duration::from_secs(60));
+        let flushes = Arc::clone(&sink.flushes);
+        let mut run = start_with(
+            ten_byte_records(30),
+            Box::new(sink),
+            Options {
+                share: false,
+                inflight: 4,
+                inflight_bytes: Some(Arc::clone(&budget)),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 30).await;
+        assert_eq!(IntervalSink::flushed(&flushes), vec![30]);
+        assert_eq!(budget.used(), 0, "every batch's bytes are released");
+    }
+
+    #[actix::test]
     async fn one_flush_covers_at_most_held_batches_max_batches() {
         let sink = IntervalSink::new(Duration::from_secs(60));
         let flushes = Arc::clone(&sink.flushes);
