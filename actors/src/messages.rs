@@ -203,6 +203,15 @@ pub struct FlushHeld {
     pub stopping: bool,
 }
 
+/// Classic mode: the sink stage put batch `seq` and holds it for its flush interval. Its
+/// records are written and dropped; only its commit is left. So it gives its credit and its
+/// in-flight bytes back, and the consumer may poll past it. Its stop still waits for the commit.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct BatchHeld {
+    pub seq: u64,
+}
+
 /// A batch was dropped before its verdicts were decided ([`BatchAck`]'s drop): the acker
 /// releases its records and the task fails with `reason`.
 #[derive(Message, Debug)]

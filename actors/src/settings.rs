@@ -111,6 +111,13 @@ fn delivery_count_limit(
     Ok(u16::try_from(parsed.int(key)?).unwrap_or(5))
 }
 
+/// Most batches one flush covers when the task asks for a flush interval (a transaction of
+/// 64 batches of 500 records by default). Held batches keep no records, only their verdicts
+/// and offsets, and give their credits back to the consumer (`task.inflight.batches` bounds
+/// the batches being polled, converted and put); this bounds what waits for the commit, and
+/// what a failed flush sends back to be read again.
+pub const HELD_BATCHES_MAX: usize = 64;
+
 /// How one connector's tasks run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskSettings {
@@ -124,6 +131,8 @@ pub struct TaskSettings {
     pub delivery_attempt_limit: u16,
     /// `share.retry.lock.margin.ms`.
     pub retry_lock_margin: Duration,
+    /// [`HELD_BATCHES_MAX`]; not a configuration key.
+    pub held_batches_max: usize,
 }
 
 impl Default for TaskSettings {
@@ -138,6 +147,7 @@ impl Default for TaskSettings {
             commit_timeout: Duration::from_secs(10),
             delivery_attempt_limit: 5,
             retry_lock_margin: Duration::from_secs(1),
+            held_batches_max: HELD_BATCHES_MAX,
         }
     }
 }
@@ -175,6 +185,7 @@ impl TaskSettings {
             commit_timeout: ms(COMMIT_TIMEOUT_MS)?,
             delivery_attempt_limit: delivery_count_limit(&merged, &parsed)?,
             retry_lock_margin: ms(RETRY_LOCK_MARGIN_MS)?,
+            held_batches_max: HELD_BATCHES_MAX,
         })
     }
 

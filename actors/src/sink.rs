@@ -61,7 +61,8 @@ use crate::lock_retry::{
     GiveUpReason, LockExtension, LockFacts, RetryState, TargetHealth, Window,
 };
 use crate::messages::{
-    Acknowledged, Failing, Finish, FlushHeld, Outcomes, Ready, SinkBatch, TaskFailure, Verdict,
+    Acknowledged, BatchHeld, Failing, Finish, FlushHeld, Outcomes, Ready, SinkBatch, TaskFailure,
+    Verdict,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -88,8 +89,9 @@ pub struct SinkContext {
     pub lock_facts: LockFacts,
     /// Shared by the connector's tasks: told of every successful put.
     pub target_health: TargetHealth,
-    /// `task.inflight.batches`: how many batches the consumer polls ahead of the commits.
-    pub inflight_batches: usize,
+    /// Classic mode, a task with a flush interval: at most this many batches in one flush
+    /// (`TaskSettings::held_batches_max`).
+    pub held_batches_max: usize,
 }
 
 /// What the sink stage keeps from batch to batch to retry within the locks.
@@ -249,6 +251,8 @@ impl SinkActor {
 
     /// Holds a batch put but not flushed; the first one arms the interval's timer.
     fn hold(&mut self, ack: BatchAck, mut decided: Decided, ctx: &mut Context<Self>) {
+        // Its records are written and dropped: its credit lets the consumer poll past it.
+        self.consumer.do_send(BatchHeld { seq: ack.batch() });
         merge_offsets(&mut self.held.offsets, std::mem::take(&mut decided.offsets));
         self.held.batches.push((ack, decided));
         if self.held.since.is_none() {
@@ -372,10 +376,10 @@ impl Handler<SinkBatch> for SinkActor {
             successes_at_give_up: 0,
         });
         let sink_ctx = Rc::clone(&self.ctx);
-        // Held while the interval runs and the consumer can still poll a batch past them.
+        // Held while the interval runs, up to a bound on what a flush covers.
         let defer = self.flush_interval.is_some_and(|interval| {
             !self.stopping
-                && self.held.batches.len() + 2 < self.ctx.inflight_batches
+                && self.held.batches.len() + 1 < self.ctx.held_batches_max
                 && self
                     .held
                     .since

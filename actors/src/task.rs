@@ -146,7 +146,7 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
                     retry_lock_margin: settings.retry_lock_margin,
                     lock_facts: lock_facts.clone(),
                     target_health: target_health.clone(),
-                    inflight_batches: settings.inflight_batches,
+                    held_batches_max: settings.held_batches_max,
                 },
             ),
             &span,
@@ -225,6 +225,7 @@ mod tests {
     use super::*;
     use crate::error::RuntimeError;
     use crate::messages::TaskEvent;
+    use crate::settings::HELD_BATCHES_MAX;
     use crate::source::{AssignmentChange, Committed, Polled, RecordSource};
 
     /// What the fake source saw.
@@ -443,6 +444,8 @@ mod tests {
         tolerance: ErrorTolerance,
         dlq: Option<Arc<MemoryDeadLetters>>,
         inflight: usize,
+        /// `TaskSettings::held_batches_max`.
+        held_max: usize,
         pipeline: ConfigMap,
         throttle: Option<Arc<Throttle>>,
         inflight_bytes: Option<Arc<InflightBytes>>,
@@ -487,6 +490,7 @@ mod tests {
                 tolerance: ErrorTolerance::All,
                 dlq: None,
                 inflight: 2,
+                held_max: HELD_BATCHES_MAX,
                 pipeline: [("value.converter", "string")]
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -572,6 +576,7 @@ mod tests {
                 dead_letters: o.dlq.map(|d| d as Arc<dyn DeadLetterWriter>),
                 settings: TaskSettings {
                     inflight_batches: o.inflight,
+                    held_batches_max: o.held_max,
                     poll_timeout: Duration::from_millis(10),
                     shutdown_timeout: o.shutdown_timeout,
                     ..TaskSettings::default()
@@ -1594,8 +1599,8 @@ mod tests {
     }
 
     /// `n` records (`r0`, `r1`…) in batches of three through `sink`, classic mode, with
-    /// `inflight` batches in flight.
-    fn start_classic_interval(sink: IntervalSink, n: i64, inflight: usize) -> Run {
+    /// `inflight` batches in flight and at most `held_max` in one flush.
+    fn start_classic_interval(sink: IntervalSink, n: i64, inflight: usize, held_max: usize) -> Run {
         let records = (0..n).map(|i| raw(i, &format!("r{i}"))).collect();
         start_with(
             records,
@@ -1603,24 +1608,62 @@ mod tests {
             Options {
                 share: false,
                 inflight,
+                held_max,
                 ..Options::default()
             },
         )
     }
 
     #[actix::test]
-    async fn classic_batches_are_flushed_together_and_the_last_when_the_source_runs_dry() {
+    async fn held_batches_give_their_credits_back_and_are_flushed_when_the_source_runs_dry() {
         let sink = IntervalSink::new(Duration::from_secs(60));
         let flushes = Arc::clone(&sink.flushes);
-        let mut run = start_classic_interval(sink, 12, 4);
-        // Three batches of three (the fourth in-flight batch is left to the consumer) in one
-        // flush, with their offsets merged; the fourth as soon as the consumer finds nothing
-        // more to poll, long before the interval.
-        finish(&mut run, 12).await;
-        assert_eq!(IntervalSink::flushed(&flushes), vec![9, 12]);
+        // Ten batches of three with two in flight: the held ones do not stop the consumer,
+        // and all go in one flush, with their offsets merged, as soon as the consumer finds
+        // nothing more to poll (long before the interval).
+        let mut run = start_classic_interval(sink, 30, 2, HELD_BATCHES_MAX);
+        finish(&mut run, 30).await;
+        assert_eq!(IntervalSink::flushed(&flushes), vec![30]);
         assert_eq!(
             verdicts(&run),
-            (0..12)
+            (0..30)
+                .map(|o| (o, Disposition::Accept))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[actix::test]
+    async fn held_batches_give_their_inflight_bytes_back() {
+        // Batches of 30 bytes against a 45-byte budget: were the held batches' bytes kept,
+        // the consumer would stop after two batches and wait for the 60 s interval.
+        let budget = Arc::new(InflightBytes::new(Some(45)));
+        let sink = IntervalSink::new(Duration::from_secs(60));
+        let flushes = Arc::clone(&sink.flushes);
+        let mut run = start_with(
+            ten_byte_records(30),
+            Box::new(sink),
+            Options {
+                share: false,
+                inflight: 4,
+                inflight_bytes: Some(Arc::clone(&budget)),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 30).await;
+        assert_eq!(IntervalSink::flushed(&flushes), vec![30]);
+        assert_eq!(budget.used(), 0, "every batch's bytes are released");
+    }
+
+    #[actix::test]
+    async fn one_flush_covers_at_most_held_batches_max_batches() {
+        let sink = IntervalSink::new(Duration::from_secs(60));
+        let flushes = Arc::clone(&sink.flushes);
+        let mut run = start_classic_interval(sink, 30, 2, 4);
+        finish(&mut run, 30).await;
+        assert_eq!(IntervalSink::flushed(&flushes), vec![12, 24, 30]);
+        assert_eq!(
+            verdicts(&run),
+            (0..30)
                 .map(|o| (o, Disposition::Accept))
                 .collect::<Vec<_>>()
         );
@@ -1631,12 +1674,14 @@ mod tests {
         let mut sink = IntervalSink::new(Duration::from_secs(60));
         sink.inner.put_delay = Duration::from_millis(100);
         let flushes = Arc::clone(&sink.flushes);
-        let mut run = start_classic_interval(sink, 60, 4);
+        let written = Arc::clone(&sink.inner.written);
+        let mut run = start_classic_interval(sink, 60, 4, HELD_BATCHES_MAX);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while flushes.lock().unwrap().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "never flushed");
+        while written.lock().unwrap().len() < 6 {
+            assert!(std::time::Instant::now() < deadline, "never put");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        assert!(flushes.lock().unwrap().is_empty());
         // Records are left to poll, so only the stop makes the batches held now go.
         let started = std::time::Instant::now();
         run.task.drain();
@@ -1651,7 +1696,7 @@ mod tests {
         );
         let v = verdicts(&run);
         let last = *IntervalSink::flushed(&flushes).last().expect("flushed");
-        assert!(last > 9 && last < 60, "flushed up to {last}");
+        assert!((6..60).contains(&last), "flushed up to {last}");
         assert_eq!(
             v,
             (0..last)
@@ -1665,7 +1710,7 @@ mod tests {
     async fn held_batches_are_flushed_when_the_interval_has_passed() {
         let sink = IntervalSink::new(Duration::from_millis(200));
         let flushes = Arc::clone(&sink.flushes);
-        let mut run = start_classic_interval(sink, 6, 8);
+        let mut run = start_classic_interval(sink, 6, 8, HELD_BATCHES_MAX);
         // Committed without a stop: the interval's timer flushed them.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while run.seen.lock().unwrap().committed.len() < 6 {
@@ -1684,7 +1729,7 @@ mod tests {
     async fn a_failed_flush_of_held_batches_releases_them_all_and_fails_the_task() {
         let mut sink = IntervalSink::new(Duration::from_secs(60));
         sink.fail_flush = true;
-        let mut run = start_classic_interval(sink, 9, 4);
+        let mut run = start_classic_interval(sink, 9, 4, HELD_BATCHES_MAX);
         let trace = failed_for_a_restart(&mut run).await;
         assert!(trace.contains("broker gone"), "{trace}");
         let v = verdicts(&run);

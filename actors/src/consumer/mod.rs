@@ -28,7 +28,7 @@ mod stop;
 
 use stop::ArchivedOnRelease;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -43,7 +43,7 @@ use crate::converter::ConverterActor;
 use crate::error::RuntimeError;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{
-    Archived, BatchPolled, CloseGate, Committed, Drain, Failing, Finish, FlushHeld,
+    Archived, BatchHeld, BatchPolled, CloseGate, Committed, Drain, Failing, Finish, FlushHeld,
     ReleaseInFlight, Reporter, SourceBatch, Stopping, TaskEvent, TaskFailure,
 };
 use crate::panic_guard::guard_future;
@@ -78,6 +78,9 @@ pub struct ConsumerActor {
     /// in-flight budget when it has one: given back when the acker reports the batch
     /// committed, or when the actor is dropped (stop, kill, failure).
     in_flight: HashMap<u64, Option<InflightHold>>,
+    /// Those of them the sink stage holds, put, for its flush interval ([`BatchHeld`]): no
+    /// credit or bytes, only their commit to wait for.
+    held: HashSet<u64>,
     /// Where the batches' `BatchAck`s report a drop: the acker.
     owner: Arc<dyn BatchOwner>,
     /// The tasks stopping with this one: its consumer closes once they have all committed.
@@ -235,6 +238,7 @@ impl ConsumerActor {
             identity: s.identity,
             next_seq: 0,
             in_flight: HashMap::new(),
+            held: HashSet::new(),
             owner: s.owner,
             close_together: None,
             lock_facts: s.lock_facts,
@@ -277,7 +281,7 @@ impl ConsumerActor {
             if self.in_flight.is_empty() || self.commits_broken {
                 self.close_step(ctx);
             }
-        } else if self.in_flight.len() < self.max_inflight
+        } else if self.in_flight.len() - self.held.len() < self.max_inflight
             && !self.parked
             && !self.fetch_paused(ctx)
             && !self.inflight_bytes_full(ctx)
@@ -330,6 +334,23 @@ impl Actor for ConsumerActor {
         // A stopped task holds nothing in flight any more: give its bytes back now rather
         // than when the actor is dropped.
         self.in_flight.clear();
+        self.held.clear();
+    }
+}
+
+impl Handler<BatchHeld> for ConsumerActor {
+    type Result = ();
+
+    /// The sink stage holds a batch it put: its credit and bytes come back (its commit, and
+    /// the stop's wait for it, stay).
+    fn handle(&mut self, msg: BatchHeld, ctx: &mut Context<Self>) {
+        // Already committed (or given up on): nothing is left of it.
+        let Some(bytes) = self.in_flight.get_mut(&msg.seq) else {
+            return;
+        };
+        *bytes = None;
+        self.held.insert(msg.seq);
+        self.step(ctx);
     }
 }
 
@@ -340,6 +361,7 @@ impl Handler<Committed> for ConsumerActor {
     fn handle(&mut self, msg: Committed, ctx: &mut Context<Self>) {
         for seq in &msg.seqs {
             self.in_flight.remove(seq);
+            self.held.remove(seq);
         }
         self.parked = false;
         if let Err(e) = msg.result {
