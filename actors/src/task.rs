@@ -632,6 +632,11 @@ mod tests {
         v
     }
 
+    /// ACCEPT for offsets `0..n`, as [`verdicts`] lists them.
+    fn accepted(n: i64) -> Vec<(i64, Disposition)> {
+        (0..n).map(|o| (o, Disposition::Accept)).collect()
+    }
+
     #[actix::test]
     async fn a_task_killed_on_a_shared_thread_is_dropped_and_its_sibling_goes_on() {
         let pool = TaskPool::start(1);
@@ -1624,12 +1629,7 @@ mod tests {
         let mut run = start_classic_interval(sink, 30, 2, HELD_BATCHES_MAX);
         finish(&mut run, 30).await;
         assert_eq!(IntervalSink::flushed(&flushes), vec![30]);
-        assert_eq!(
-            verdicts(&run),
-            (0..30)
-                .map(|o| (o, Disposition::Accept))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(verdicts(&run), accepted(30));
     }
 
     #[actix::test]
@@ -1661,12 +1661,7 @@ mod tests {
         let mut run = start_classic_interval(sink, 30, 2, 4);
         finish(&mut run, 30).await;
         assert_eq!(IntervalSink::flushed(&flushes), vec![12, 24, 30]);
-        assert_eq!(
-            verdicts(&run),
-            (0..30)
-                .map(|o| (o, Disposition::Accept))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(verdicts(&run), accepted(30));
     }
 
     #[actix::test]
@@ -1699,9 +1694,7 @@ mod tests {
         assert!((6..60).contains(&last), "flushed up to {last}");
         assert_eq!(
             v,
-            (0..last)
-                .map(|o| (o, Disposition::Accept))
-                .collect::<Vec<_>>(),
+            accepted(last),
             "what was flushed is committed, nothing else"
         );
     }
@@ -1719,10 +1712,7 @@ mod tests {
         }
         assert_eq!(IntervalSink::flushed(&flushes), vec![6]);
         finish(&mut run, 6).await;
-        assert_eq!(
-            verdicts(&run),
-            (0..6).map(|o| (o, Disposition::Accept)).collect::<Vec<_>>()
-        );
+        assert_eq!(verdicts(&run), accepted(6));
     }
 
     #[actix::test]

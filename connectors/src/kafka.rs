@@ -58,6 +58,7 @@ use crate::kafka_offset_syncs::{
     OFFSET_SYNCS_TOPIC,
 };
 use crate::runtime_keys::{SOURCE_BOOTSTRAP_SERVERS, TASK_ID, TENANT_PREFIX};
+use crate::topic_table::TopicTable;
 
 pub const TARGET_BOOTSTRAP_SERVERS: &str = "target.bootstrap.servers";
 pub const TOPIC_RENAME_FORMAT: &str = "topic.rename.format";
@@ -379,7 +380,7 @@ fn offset_syncs_due<E>(
 /// source topic and partition headers, made once instead of once per record.
 #[derive(Default)]
 struct PerTopic {
-    topics: BTreeMap<Topic, TopicNames>,
+    topics: TopicTable<TopicNames>,
 }
 
 struct TopicNames {
@@ -391,20 +392,14 @@ struct TopicNames {
 
 impl PerTopic {
     fn names(&mut self, format: &str, topic: &Topic) -> &mut TopicNames {
-        if !self.topics.contains_key(topic.as_str()) {
-            self.topics.insert(
-                topic.clone(),
-                TopicNames {
-                    target: Topic::interned(&rename(format, topic)),
-                    header: topic.as_static().map_or_else(
-                        || Bytes::copy_from_slice(topic.as_bytes()),
-                        |name| Bytes::from_static(name.as_bytes()),
-                    ),
-                    partitions: BTreeMap::new(),
-                },
-            );
-        }
-        self.topics.get_mut(topic.as_str()).expect("inserted above")
+        self.topics.get_or_insert_with(topic, || TopicNames {
+            target: Topic::interned(&rename(format, topic)),
+            header: topic.as_static().map_or_else(
+                || Bytes::copy_from_slice(topic.as_bytes()),
+                |name| Bytes::from_static(name.as_bytes()),
+            ),
+            partitions: BTreeMap::new(),
+        })
     }
 }
 
@@ -1511,7 +1506,10 @@ mod tests {
             pending: Vec::new(),
             pending_aborts: 0,
         };
-        let sync = writer.due.copied("orders", 0, 5, 0).expect("first copy");
+        let sync = writer
+            .due
+            .copied(&Topic::from("orders"), 0, 5, 0)
+            .expect("first copy");
         writer.forget_aborted(0);
         writer.pending.push(sync.clone());
         writer.forget_aborted(0);

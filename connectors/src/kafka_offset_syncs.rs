@@ -17,12 +17,11 @@
 //! Format (Kafka 4.2 `OffsetSync`): key = topic (i16 length + UTF-8) and partition (i32); value =
 //! upstreamOffset (i64) and offset (i64), big-endian. The topic in the key is the source topic.
 
-use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use spillway_core::Topic;
 use spillway_kafka::producer::OutRecord;
+
+use crate::topic_table::TopicTable;
 
 /// Where a flow writes its offset syncs (MM2's topic name; see docs/mirror.md for the cluster).
 pub const OFFSET_SYNCS_TOPIC: &str = "offset.syncs.topic";
@@ -94,8 +93,8 @@ struct PartitionState {
 pub struct OffsetSyncs {
     topic: Topic,
     lag_max: i64,
-    /// Per source topic (looked up by `&str`: no name copied per record), per partition.
-    partitions: BTreeMap<Topic, BTreeMap<i32, PartitionState>>,
+    /// Per source topic, per partition (by number: a source partition is never negative).
+    partitions: TopicTable<Vec<Option<PartitionState>>>,
 }
 
 impl OffsetSyncs {
@@ -103,7 +102,7 @@ impl OffsetSyncs {
         OffsetSyncs {
             topic: Topic::from(topic),
             lag_max: lag_max.max(0),
-            partitions: BTreeMap::new(),
+            partitions: TopicTable::default(),
         }
     }
 
@@ -111,7 +110,7 @@ impl OffsetSyncs {
     /// written to the target at `downstream`, if one is due.
     pub fn copied(
         &mut self,
-        topic: &str,
+        topic: &Topic,
         partition: i32,
         upstream: i64,
         downstream: i64,
@@ -120,21 +119,23 @@ impl OffsetSyncs {
             upstream,
             downstream,
         };
-        // One lookup per record when the topic is known (the first copy of a topic adds it).
-        let states = match self.partitions.get_mut(topic) {
-            Some(states) => states,
-            None => self.partitions.entry(Topic::from(topic)).or_default(),
+        // A record read from Kafka has a partition; one without (-1) has no offset to sync.
+        let Ok(at) = usize::try_from(partition) else {
+            return None;
         };
-        let due = match states.entry(partition) {
-            Entry::Vacant(vacant) => {
-                vacant.insert(PartitionState {
+        let states = self.partitions.get_or_insert_with(topic, Vec::new);
+        if states.len() <= at {
+            states.resize(at + 1, None);
+        }
+        let due = match &mut states[at] {
+            vacant @ None => {
+                *vacant = Some(PartitionState {
                     synced: now,
                     last: now,
                 });
                 true
             }
-            Entry::Occupied(occupied) => {
-                let state = occupied.into_mut();
+            Some(state) => {
                 let due = upstream - state.synced.upstream >= self.lag_max
                     || upstream != state.last.upstream + 1
                     || downstream != state.last.downstream + 1;
@@ -157,8 +158,12 @@ impl OffsetSyncs {
 
     /// Forget `topic`/`partition` (it was revoked): its next copy starts with a sync.
     pub fn forget(&mut self, topic: &str, partition: i32) {
-        if let Some(states) = self.partitions.get_mut(topic) {
-            states.remove(&partition);
+        if let Some(state) = self
+            .partitions
+            .get_mut(topic)
+            .and_then(|states| states.get_mut(usize::try_from(partition).ok()?))
+        {
+            *state = None;
         }
     }
 }
@@ -168,7 +173,7 @@ mod tests {
     use super::*;
 
     fn synced(s: &mut OffsetSyncs, up: i64, down: i64) -> bool {
-        s.copied("orders", 0, up, down).is_some()
+        s.copied(&Topic::from("orders"), 0, up, down).is_some()
     }
 
     #[test]
@@ -191,15 +196,41 @@ mod tests {
             "a reassigned partition starts with a sync"
         );
         assert!(
-            s.copied("orders", 1, 17, 0).is_some(),
+            s.copied(&Topic::from("orders"), 1, 17, 0).is_some(),
             "partitions are separate"
         );
     }
 
     #[test]
+    fn each_partition_keeps_its_own_state_as_copies_move_between_them() {
+        let mut s = OffsetSyncs::new("syncs".into(), 100);
+        let (orders, users) = (Topic::from("orders"), Topic::interned("users"));
+        let mut due =
+            |topic: &Topic, partition, up, down| s.copied(topic, partition, up, down).is_some();
+        // Runs of copies by partition, as batches bring them, each run going on from its
+        // partition's last copy.
+        assert!(due(&orders, 0, 0, 0), "first copy of orders-0");
+        assert!(!due(&orders, 0, 1, 1));
+        assert!(due(&orders, 1, 0, 0), "first copy of orders-1");
+        assert!(due(&users, 0, 0, 50), "first copy of users-0");
+        assert!(!due(&orders, 0, 2, 2), "orders-0 goes on where it was");
+        assert!(!due(&orders, 1, 1, 1), "orders-1 too");
+        assert!(!due(&users, 0, 1, 51));
+        assert!(due(&orders, 0, 4, 3), "a gap in orders-0");
+        // Forgetting the partition copied last, or another one.
+        s.forget("orders", 0);
+        s.forget("users", 0);
+        let mut due =
+            |topic: &Topic, partition, up, down| s.copied(topic, partition, up, down).is_some();
+        assert!(due(&orders, 0, 5, 4), "orders-0 starts again with a sync");
+        assert!(due(&users, 0, 2, 52), "users-0 too");
+        assert!(!due(&orders, 1, 2, 2), "orders-1 was not forgotten");
+    }
+
+    #[test]
     fn a_sync_record_round_trips_in_mm2s_layout() {
         let mut s = OffsetSyncs::new("syncs".into(), 100);
-        let record = s.copied("orders", 3, 42, 7).expect("first");
+        let record = s.copied(&Topic::from("orders"), 3, 42, 7).expect("first");
         assert_eq!(record.topic, "syncs");
         let key = record.key.expect("key");
         assert_eq!(

@@ -10,6 +10,7 @@ pub mod paths;
 pub mod postgres;
 pub mod registry;
 pub mod runtime_keys;
+pub mod topic_table;
 pub mod trace_context;
 
 pub use registry::{ConnectorFactory, ConnectorRegistry};
