@@ -293,6 +293,43 @@ pub enum StateBackend {
     Cluster(DistributedConfig),
 }
 
+/// The REST server's settings, checked and loaded (certificates included) before anything
+/// else starts.
+struct RestSetup {
+    max_body_bytes: usize,
+    advertised: Option<String>,
+    specs: Vec<ListenerSpec>,
+    auth: rest::auth::AuthSettings,
+    tls: Option<rustls::ServerConfig>,
+    forward_client: reqwest::Client,
+}
+
+impl RestSetup {
+    fn from_config(config: &ConfigMap) -> Result<RestSetup> {
+        let parsed = worker_rest_config_def().parse(config)?;
+        let max_body_bytes = usize::try_from(parsed.int(REST_MAX_BODY_BYTES)?)
+            .unwrap_or(rest::DEFAULT_MAX_BODY_BYTES);
+        let advertised = parsed.string(REST_ADVERTISED_HOST_NAME)?.map(str::to_owned);
+        let specs = listen_addresses(config)?;
+        let auth = auth_settings(config)?;
+        let https = specs.iter().any(|s| s.scheme == Scheme::Https);
+        let tls = if https {
+            Some(rest::tls::server_config(config).context("cannot set up the https listener")?)
+        } else {
+            None
+        };
+        let forward_client = rest::forward::client(config, https)?;
+        Ok(RestSetup {
+            max_body_bytes,
+            advertised,
+            specs,
+            auth,
+            tls,
+            forward_client,
+        })
+    }
+}
+
 impl RunningWorker {
     /// Opens the state store, starts the worker and the REST server, and starts restoring
     /// every stored connector in its target state (`/health` answers 200 once that is done).
@@ -302,12 +339,16 @@ impl RunningWorker {
             return Self::start_with(config, registry, StateBackend::Cluster(distributed)).await;
         }
         let parsed = worker_rest_config_def().parse(&config)?;
+        // A REST setting that cannot work is refused before the state store is opened: a
+        // refused start leaves nothing behind (sled releases its lock only after its
+        // background thread ends, so a store opened here would stay locked for a while).
+        let rest = RestSetup::from_config(&config)?;
         let state_dir = PathBuf::from(parsed.string(STATE_DIR)?.unwrap_or("spillway-state"));
         std::fs::create_dir_all(&state_dir)
             .with_context(|| format!("cannot create state.dir {}", state_dir.display()))?;
         let store = SledStore::open(&state_dir)?;
         info!(path = %state_dir.display(), "state store opened");
-        Self::start_with_store(config, registry, Arc::new(store)).await
+        Self::start_set_up(config, registry, StateBackend::Local(Arc::new(store)), rest).await
     }
 
     /// [`start`](Self::start) on a given state store (`spillway standalone` keeps its state in
@@ -326,20 +367,24 @@ impl RunningWorker {
         registry: ConnectorRegistry,
         backend: StateBackend,
     ) -> Result<RunningWorker> {
-        let parsed = worker_rest_config_def().parse(&config)?;
-        let max_body_bytes = usize::try_from(parsed.int(REST_MAX_BODY_BYTES)?)
-            .unwrap_or(rest::DEFAULT_MAX_BODY_BYTES);
-        let advertised = parsed.string(REST_ADVERTISED_HOST_NAME)?.map(str::to_owned);
-        let specs = listen_addresses(&config)?;
-        let auth = auth_settings(&config)?;
-        let https = specs.iter().any(|s| s.scheme == Scheme::Https);
-        let tls = if https {
-            Some(rest::tls::server_config(&config).context("cannot set up the https listener")?)
-        } else {
-            None
-        };
-        let forward_client = rest::forward::client(&config, https)?;
+        let rest = RestSetup::from_config(&config)?;
+        Self::start_set_up(config, registry, backend, rest).await
+    }
 
+    async fn start_set_up(
+        config: ConfigMap,
+        registry: ConnectorRegistry,
+        backend: StateBackend,
+        rest: RestSetup,
+    ) -> Result<RunningWorker> {
+        let RestSetup {
+            max_body_bytes,
+            advertised,
+            specs,
+            auth,
+            tls,
+            forward_client,
+        } = rest;
         let mut listeners = Vec::new();
         let mut listening = Vec::new();
         for spec in &specs {

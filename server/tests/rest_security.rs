@@ -742,6 +742,11 @@ async fn the_rest_port_serves_https_from_pem_and_requires_client_certificates_wh
             .expect("refused");
         assert!(format!("{err:#}").contains(named), "{err:#}");
     }
+    // Refused before the state store was opened: nothing is left locked for the next start.
+    assert!(
+        !dir.path().join("state3").exists(),
+        "a start refused for its REST settings opened its state store"
+    );
 }
 
 /// A sink whose connector panics while splitting into tasks (as a plugin hitting an exhausted
