@@ -377,17 +377,9 @@ impl RunningWorker {
         backend: StateBackend,
         rest: RestSetup,
     ) -> Result<RunningWorker> {
-        let RestSetup {
-            max_body_bytes,
-            advertised,
-            specs,
-            auth,
-            tls,
-            forward_client,
-        } = rest;
         let mut listeners = Vec::new();
         let mut listening = Vec::new();
-        for spec in &specs {
+        for spec in &rest.specs {
             let (host, port) = (spec.host.as_str(), spec.port);
             let listener = TcpListener::bind((host, port)).with_context(|| {
                 format!("cannot listen on {host}:{port} (rest.host.name / rest.port / listeners)")
@@ -395,15 +387,15 @@ impl RunningWorker {
             listener.set_nonblocking(true)?;
             listening.push((spec.scheme, listener.local_addr()?));
             let tls = (spec.scheme == Scheme::Https)
-                .then(|| tls.clone())
+                .then(|| rest.tls.clone())
                 .flatten();
             listeners.push((listener, tls));
         }
-        log_exposure(&specs, auth.enabled);
+        log_exposure(&rest.specs, rest.auth.enabled);
         let address = listening[0].1;
         let worker_id = format!(
             "{}:{}",
-            advertised.unwrap_or_else(|| address.ip().to_string()),
+            rest.advertised.unwrap_or_else(|| address.ip().to_string()),
             address.port()
         );
 
@@ -443,10 +435,10 @@ impl RunningWorker {
                 herder: Arc::clone(&herder),
                 ready: Arc::clone(&ready),
                 kafka_cluster_id: kafka_cluster_id(bootstrap, security).await,
-                max_body_bytes,
-                auth,
+                max_body_bytes: rest.max_body_bytes,
+                auth: rest.auth,
                 telemetry: Arc::clone(&telemetry),
-                forward_client,
+                forward_client: rest.forward_client,
             },
         )?;
         let handle = server.handle();
