@@ -450,6 +450,9 @@ pub struct ConsumerGroupSource {
     starts: BTreeMap<TopicPartition, i64>,
     /// A KIP-848 member's join, watched until its first assignment.
     join_watch: Option<JoinWatching>,
+    /// Something downstream reads the records' headers (see
+    /// [`without_headers_unless_traced`](Self::without_headers_unless_traced)).
+    headers_read: bool,
 }
 
 impl ConsumerGroupSource {
@@ -464,7 +467,24 @@ impl ConsumerGroupSource {
             share_group_metadata: false,
             starts: BTreeMap::new(),
             join_watch: None,
+            headers_read: true,
         })
+    }
+
+    /// Reads no headers while no subscriber records stage spans (their links name the
+    /// producers' trace contexts, read from the `traceparent` headers): for a task whose
+    /// sink, transforms, dead letter queue and error logs read none.
+    pub fn without_headers_unless_traced(mut self) -> Self {
+        self.headers_read = false;
+        self
+    }
+
+    /// Tells the consumer whether the next poll's records need their headers.
+    fn choose_headers(&self) {
+        if !self.headers_read {
+            self.source
+                .read_headers(crate::telemetry::stage_spans_wanted());
+        }
     }
 
     /// Fails the source's polls, naming the reason, once `watch` finds the member's join
@@ -595,6 +615,7 @@ fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {
 impl RecordSource for ConsumerGroupSource {
     async fn poll(&mut self, timeout: Duration) -> Result<Polled, RuntimeError> {
         self.join_refused()?;
+        self.choose_headers();
         let polled = self
             .source
             .poll(timeout)
@@ -609,6 +630,7 @@ impl RecordSource for ConsumerGroupSource {
 
     async fn keep_alive(&mut self) -> Result<Polled, RuntimeError> {
         self.join_refused()?;
+        self.choose_headers();
         let polled = self
             .source
             .keep_alive()

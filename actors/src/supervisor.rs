@@ -291,9 +291,15 @@ impl ConnectorSupervisor {
             .connector
             .as_ref()
             .ok_or_else(|| "the connector is not started".to_owned())?;
-        let (sink_task, task_commits_offsets) =
-            guard(|| (connector.create_task(), connector.task_commits_offsets()))
-                .map_err(|panic| format!("the connector's create_task {panic}"))?;
+        let (sink_task, task_commits_offsets, sink_reads_headers) = guard(|| {
+            (
+                connector.create_task(),
+                connector.task_commits_offsets(),
+                connector.tasks_read_headers(),
+            )
+        })
+        .map_err(|panic| format!("the connector's create_task {panic}"))?;
+        let headers_read = headers_read(sink_reads_headers, &pipeline, &plan.config);
         Ok(TaskSpec {
             tenant: self.tenant_label(),
             connector: plan.config.name.clone(),
@@ -305,7 +311,13 @@ impl ConnectorSupervisor {
             task_config,
             pipeline,
             sink_task,
-            source: source_factory(plan, id, task_commits_offsets, &self.shared_cluster),
+            source: source_factory(
+                plan,
+                id,
+                task_commits_offsets,
+                headers_read,
+                &self.shared_cluster,
+            ),
             dead_letters: plan.dead_letters.clone(),
             settings: plan.settings.clone(),
             counters: Arc::default(),
@@ -429,13 +441,27 @@ impl ConnectorSupervisor {
     }
 }
 
+/// Whether anything after the consumer reads the records' headers: the sink's tasks
+/// (`sink_reads`), transforms (header transforms and predicates), the dead letter queue (a
+/// dead letter keeps the record's headers) and error logs that include the record.
+fn headers_read(sink_reads: bool, pipeline: &RecordPipeline, config: &SinkConnectorConfig) -> bool {
+    let errors = &config.errors;
+    sink_reads
+        || pipeline.transforms()
+        || errors.dead_letter_queue.is_some()
+        || errors.log_include_messages
+}
+
 /// Connects a share-group member or a consumer-group member for task `id`. When the task
 /// commits offsets itself (`task_commits_offsets`), a consumer-group member commits none and
-/// hands its group metadata over with each batch instead.
+/// hands its group metadata over with each batch instead. Without `headers_read` (nothing
+/// downstream reads a header), a consumer-group member reads headers only while stage spans
+/// are recorded.
 fn source_factory(
     plan: &ConnectorPlan,
     id: u32,
     task_commits_offsets: bool,
+    headers_read: bool,
     shared_cluster: &SharedCluster,
 ) -> SourceFactory {
     let client_id = plan.scope.prefixed(&format!("{}-{id}", plan.config.name));
@@ -503,6 +529,9 @@ fn source_factory(
                     let mut source = ConsumerGroupSource::new(source, &topics)?;
                     if task_commits_offsets {
                         source = source.with_group_metadata();
+                    }
+                    if !headers_read {
+                        source = source.without_headers_unless_traced();
                     }
                     if let Some(watch) = join_watch {
                         source = source.with_join_watch(watch);
@@ -918,5 +947,68 @@ impl Handler<KillTask> for ConnectorSupervisor {
             Some("killed on request (as a crash would): not restarted".into()),
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_core::config::config_map;
+
+    fn read(sink_reads: bool, extra: &[(&str, &str)]) -> bool {
+        let mut pairs = vec![
+            ("name", "files"),
+            ("connector.class", "FileStreamSink"),
+            ("topics", "orders"),
+        ];
+        pairs.extend_from_slice(extra);
+        let config = config_map(&pairs);
+        let parsed = SinkConnectorConfig::parse(&config).expect("valid config");
+        let pipeline = RecordPipeline::from_config(&config, &ConfigMap::new()).expect("pipeline");
+        headers_read(sink_reads, &pipeline, &parsed)
+    }
+
+    #[test]
+    fn headers_are_left_unread_only_when_nothing_after_the_consumer_reads_them() {
+        assert!(!read(false, &[]), "a sink that reads none, nothing else");
+        assert!(read(true, &[]), "a sink that reads them");
+        assert!(
+            read(
+                false,
+                &[
+                    ("transforms", "drop"),
+                    ("transforms.drop.type", "DropHeaders"),
+                    ("transforms.drop.headers", "h")
+                ]
+            ),
+            "transforms may read them"
+        );
+        assert!(
+            read(
+                false,
+                &[
+                    ("errors.tolerance", "all"),
+                    ("errors.deadletterqueue.topic.name", "dlq")
+                ]
+            ),
+            "a dead letter keeps them"
+        );
+        assert!(
+            read(
+                false,
+                &[
+                    ("errors.log.enable", "true"),
+                    ("errors.log.include.messages", "true")
+                ]
+            ),
+            "error logs show them"
+        );
+        assert!(
+            !read(
+                false,
+                &[("errors.tolerance", "all"), ("errors.log.enable", "true")]
+            ),
+            "error logs without the record do not"
+        );
     }
 }

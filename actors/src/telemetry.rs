@@ -119,7 +119,7 @@ pub struct BatchTrace {
 }
 
 /// True when some subscriber records stage spans.
-fn wanted() -> bool {
+pub(crate) fn stage_spans_wanted() -> bool {
     tracing::enabled!(target: TARGET, tracing::Level::DEBUG)
 }
 
@@ -132,7 +132,7 @@ impl BatchTrace {
         records: &[RawRecord],
         poll_started: SystemTime,
     ) -> BatchTrace {
-        if records.is_empty() || !wanted() {
+        if records.is_empty() || !stage_spans_wanted() {
             return BatchTrace::default();
         }
         let mut ranges: BTreeMap<(&str, i32), (i64, i64)> = BTreeMap::new();

@@ -71,6 +71,11 @@ impl SinkConnector for FileSinkConnector {
     fn create_task(&self) -> Box<dyn SinkTask> {
         Box::new(FileSinkTask::default())
     }
+
+    /// A line per record holds its value only (Connect's `FileStreamSinkTask`).
+    fn tasks_read_headers(&self) -> bool {
+        false
+    }
 }
 
 enum Output {

@@ -129,4 +129,20 @@ mod tests {
             "{err}"
         );
     }
+
+    /// Only the kafka sink writes the records' headers anywhere (it copies them); the others
+    /// let a classic-mode consumer leave them unread.
+    #[test]
+    fn only_the_kafka_sink_reads_headers() {
+        let registry = ConnectorRegistry::builtin();
+        for (class, reads) in [
+            ("file", false),
+            ("postgres", false),
+            ("http", false),
+            ("kafka", true),
+        ] {
+            let connector = registry.create(class).expect("a builtin sink");
+            assert_eq!(connector.tasks_read_headers(), reads, "{class}");
+        }
+    }
 }

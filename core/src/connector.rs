@@ -237,6 +237,15 @@ pub trait SinkConnector: Send + Sync {
         false
     }
 
+    /// Whether the tasks read the records' headers ([`SinkRecord::headers`]). A connector whose
+    /// tasks never do says so, and in classic mode the runtime then does not read headers
+    /// that nothing would look at (librdkafka allocates a buffer per record to find even that
+    /// a record has none), unless transforms, the dead letter queue, error logs with
+    /// messages or tracing need them. Called after `start`.
+    fn tasks_read_headers(&self) -> bool {
+        true
+    }
+
     fn stop(&mut self) {}
 }
 

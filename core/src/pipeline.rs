@@ -46,6 +46,11 @@ impl RecordPipeline {
         ))
     }
 
+    /// Whether the records pass through transforms (which may read their headers).
+    pub fn transforms(&self) -> bool {
+        !self.transforms.is_empty()
+    }
+
     /// Takes `raw` by reference so the caller keeps the original bytes for a dead letter.
     pub fn process(&self, raw: &RawRecord) -> Processed {
         let record = match self.converter.convert(raw) {

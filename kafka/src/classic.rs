@@ -31,6 +31,7 @@
 //! waiting for records blocks, as does a synchronous commit.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -611,6 +612,8 @@ const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 struct Member {
     messages: Arc<MessageQueue>,
     consumer: BaseConsumer<GroupContext>,
+    /// Whether records come with their headers ([`ClassicSource::read_headers`]).
+    read_headers: AtomicBool,
 }
 
 impl Member {
@@ -747,13 +750,25 @@ impl ClassicSource {
             tracker: Arc::clone(&tracker),
         });
         Ok(ClassicSource {
-            consumer: ClosedOffThread(Some(Arc::new(Member { messages, consumer }))),
+            consumer: ClosedOffThread(Some(Arc::new(Member {
+                messages,
+                consumer,
+                read_headers: AtomicBool::new(true),
+            }))),
             tracker,
             answers,
             config,
             paused: Arc::new(Mutex::new(BTreeSet::new())),
             seeks: Arc::default(),
         })
+    }
+
+    /// Whether the records of the next polls come with their headers (on unless turned off).
+    /// Off, a record's headers are left unread and it has none: for a reader that looks at
+    /// no header, since librdkafka allocates and frees a buffer per record to find even that
+    /// a record has none.
+    pub fn read_headers(&self, on: bool) {
+        self.consumer.read_headers.store(on, Ordering::Relaxed);
     }
 
     pub fn group_id(&self) -> &str {
@@ -1197,7 +1212,8 @@ fn read(
     group: &str,
     bootstrap: &str,
 ) -> Result<(), ClassicError> {
-    for record in batch.records(copies) {
+    let read_headers = consumer.read_headers.load(Ordering::Relaxed);
+    for record in batch.records(copies, read_headers) {
         match record {
             Ok(record) => records.push(record),
             Err(e) => consumer_error(consumer, group, bootstrap, e)?,

@@ -447,6 +447,63 @@ async fn traces_cross_spillway_in_classic_mode() {
     traces_cross_spillway(None, "classic").await;
 }
 
+/// A file sink reads no header, so a classic-mode task of it leaves headers unread, except
+/// while stage spans are recorded: their parents are the producers' contexts, read from the
+/// records' `traceparent` headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_reads_no_header_still_continues_the_producers_trace() {
+    let setup = setup();
+    let broker = DevBroker::start(1);
+    let topic = "file-traced";
+    broker.create_topic(topic, 1);
+    produce(
+        &broker.bootstrap(),
+        topic,
+        traced_records(&[(TRACE_A, SPAN_A)]),
+        "none",
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("out.txt");
+    let worker = Worker::start(
+        config(&[
+            ("bootstrap.servers", &broker.bootstrap()),
+            ("task.poll.timeout.ms", "100"),
+        ]),
+        ConnectorRegistry::builtin(),
+    )
+    .expect("worker starts");
+    worker
+        .start_connector(config(&[
+            ("name", topic),
+            ("connector.class", "FileStreamSink"),
+            ("topics", topic),
+            ("tasks.max", "1"),
+            ("file", &file.to_string_lossy()),
+            ("value.converter", "string"),
+            ("consumer.override.auto.offset.reset", "earliest"),
+        ]))
+        .await
+        .expect("connector starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while worker
+        .status(topic)
+        .is_none_or(|s| s.totals().accepted < RECORDS as u64)
+    {
+        assert!(Instant::now() < deadline, "records not written in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown().await;
+    let spans = stage_spans(setup, topic).await;
+    for span in &spans {
+        assert_eq!(
+            (span.trace_id.as_str(), span.parent_span_id.as_str()),
+            (TRACE_A, SPAN_A),
+            "every stage span is a child of the producer's span: {span:?}"
+        );
+    }
+}
+
 /// The `spillway` command reads the `OTEL_*` variables and flushes its spans when it ends: with
 /// the batch exporter's schedule far beyond the demo's run time, only the flush on shutdown can
 /// deliver them.

@@ -8,7 +8,9 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use spillway_kafka::classic::{ClassicConfig, ClassicPoll, ClassicSource, RebalanceEvent};
+use spillway_kafka::classic::{
+    ClassicConfig, ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent,
+};
 use spillway_tests::{numbered_records, produce, DevBroker};
 
 const POLL: Duration = Duration::from_millis(200);
@@ -97,6 +99,62 @@ async fn a_record_given_back_is_read_again_and_the_seek_is_made_by_the_next_poll
     }
     assert!(source.pending_seeks().is_empty(), "the poll made the seek");
     assert_eq!(again[0].offset, 3, "read again from the record given back");
+}
+
+/// The first ten records the next polls return.
+async fn read_all(source: &ClassicSource, deadline: Instant) -> Vec<ClassicRecord> {
+    let mut read = Vec::new();
+    while read.len() < 10 {
+        read.extend(source.poll(POLL).await.expect("poll").records);
+        assert!(Instant::now() < deadline, "only {} of 10 read", read.len());
+    }
+    read
+}
+
+/// Records come with their headers unless the reader turns them off for the next polls (a
+/// reader that looks at none); turned on again, they come back.
+#[tokio::test(flavor = "current_thread")]
+async fn headers_are_read_unless_turned_off() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("headed", 1);
+    let bootstrap = broker.bootstrap();
+    let records = numbered_records(10, 16, 1)
+        .into_iter()
+        .map(|mut r| {
+            r.headers = vec![
+                ("h".to_owned(), Some(b"v".to_vec())),
+                ("empty".to_owned(), None),
+            ];
+            r
+        })
+        .collect();
+    produce(&bootstrap, "headed", records, "none").await;
+    let mut config = ClassicConfig::new(&bootstrap, "headers");
+    config.max_poll_records = 10;
+    let source = ClassicSource::connect(config).expect("consumer");
+    source.subscribe(&["headed".to_owned()]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let expected = vec![
+        ("h".to_owned(), Some(bytes::Bytes::from_static(b"v"))),
+        ("empty".to_owned(), None),
+    ];
+    for r in read_all(&source, deadline).await {
+        assert_eq!(r.headers, expected, "read by default: {r:?}");
+    }
+    source.read_headers(false);
+    source.seek_back("headed", 0, 0);
+    for r in read_all(&source, deadline).await {
+        assert!(r.headers.is_empty(), "left unread: {r:?}");
+        assert!(
+            r.value.is_some() && r.key.is_some(),
+            "the rest is read: {r:?}"
+        );
+    }
+    source.read_headers(true);
+    source.seek_back("headed", 0, 0);
+    for r in read_all(&source, deadline).await {
+        assert_eq!(r.headers, expected, "read again once turned on: {r:?}");
+    }
 }
 
 /// Dropping a source (a killed task's) does not wait for the consumer to close: closing leaves

@@ -69,6 +69,11 @@ impl SinkConnector for HttpSinkConnector {
     fn create_task(&self) -> Box<dyn SinkTask> {
         Box::new(HttpSinkTask::new())
     }
+
+    /// A request carries the records' values (the configured `http.headers` are its own).
+    fn tasks_read_headers(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

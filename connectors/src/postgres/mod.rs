@@ -71,6 +71,11 @@ impl SinkConnector for PostgresSinkConnector {
     fn create_task(&self) -> Box<dyn SinkTask> {
         Box::new(PostgresSinkTask::new())
     }
+
+    /// A row is made of the record's topic, key and value.
+    fn tasks_read_headers(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -219,15 +219,17 @@ impl Batch {
     }
 
     /// Each message as a record, or as the error librdkafka put in its place.
+    /// Without `headers`, the records' headers are left unread.
     pub(super) fn records<'a>(
         &'a self,
         copies: &'a mut Copies,
+        headers: bool,
     ) -> impl Iterator<Item = Result<ClassicRecord, KafkaError>> + 'a {
         let mut last_topic: Option<(*mut rdsys::rd_kafka_topic_t, Topic)> = None;
         self.0.iter().map(move |&m| {
             // SAFETY: a message of this batch, alive until the batch is dropped.
             let m = unsafe { &*m };
-            record_of(m, &mut last_topic, copies)
+            record_of(m, &mut last_topic, copies, headers)
         })
     }
 }
@@ -257,6 +259,7 @@ fn record_of(
     m: &rdsys::rd_kafka_message_t,
     last_topic: &mut Option<(*mut rdsys::rd_kafka_topic_t, Topic)>,
     copies: &mut Copies,
+    read_headers: bool,
 ) -> Result<ClassicRecord, KafkaError> {
     if m.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
         return Err(
@@ -278,25 +281,27 @@ fn record_of(
     };
     let mut headers = Vec::new();
     let mut native: *mut rdsys::rd_kafka_headers_t = ptr::null_mut();
-    // SAFETY: the headers belong to the message and live as long as it.
-    unsafe {
-        let ptr = m as *const rdsys::rd_kafka_message_t as *mut rdsys::rd_kafka_message_t;
-        if rdsys::rd_kafka_message_headers(ptr, &mut native)
-            == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
-            let mut idx = 0;
-            loop {
-                let mut name = ptr::null();
-                let mut value = ptr::null();
-                let mut size = 0;
-                if rdsys::rd_kafka_header_get_all(native, idx, &mut name, &mut value, &mut size)
-                    != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-                {
-                    break;
+    if read_headers {
+        // SAFETY: the headers belong to the message and live as long as it.
+        unsafe {
+            let ptr = m as *const rdsys::rd_kafka_message_t as *mut rdsys::rd_kafka_message_t;
+            if rdsys::rd_kafka_message_headers(ptr, &mut native)
+                == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                let mut idx = 0;
+                loop {
+                    let mut name = ptr::null();
+                    let mut value = ptr::null();
+                    let mut size = 0;
+                    if rdsys::rd_kafka_header_get_all(native, idx, &mut name, &mut value, &mut size)
+                        != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                    {
+                        break;
+                    }
+                    let key = CStr::from_ptr(name).to_string_lossy().into_owned();
+                    headers.push((key, slice(value, size).map(|v| copies.copy(v))));
+                    idx += 1;
                 }
-                let key = CStr::from_ptr(name).to_string_lossy().into_owned();
-                headers.push((key, slice(value, size).map(|v| copies.copy(v))));
-                idx += 1;
             }
         }
     }
