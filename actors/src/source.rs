@@ -29,6 +29,7 @@ use tracing::{debug, warn};
 use crate::error::RuntimeError;
 use crate::group_ids::{JoinWatch, JoinWatching};
 use crate::lock_retry::LockExtension;
+use crate::tenancy::Throttle;
 
 /// A change of what the task consumes, delivered before the records read after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -450,9 +451,15 @@ pub struct ConsumerGroupSource {
     starts: BTreeMap<TopicPartition, i64>,
     /// A KIP-848 member's join, watched until its first assignment.
     join_watch: Option<JoinWatching>,
-    /// Something downstream reads the records' headers (see
-    /// [`without_headers_unless_traced`](Self::without_headers_unless_traced)).
-    headers_read: bool,
+    /// Nothing downstream reads the records' headers: they are read only when
+    /// [`headers_wanted`] says so (see [`without_headers`](Self::without_headers)).
+    headers_unread: Option<HeadersUnread>,
+}
+
+/// What still needs the headers of a task whose pipeline reads none.
+struct HeadersUnread {
+    /// The tenant's budget, whose bytes per second count header bytes.
+    throttle: Option<Arc<Throttle>>,
 }
 
 impl ConsumerGroupSource {
@@ -467,23 +474,25 @@ impl ConsumerGroupSource {
             share_group_metadata: false,
             starts: BTreeMap::new(),
             join_watch: None,
-            headers_read: true,
+            headers_unread: None,
         })
     }
 
-    /// Reads no headers while no subscriber records stage spans (their links name the
-    /// producers' trace contexts, read from the `traceparent` headers): for a task whose
-    /// sink, transforms, dead letter queue and error logs read none.
-    pub fn without_headers_unless_traced(mut self) -> Self {
-        self.headers_read = false;
+    /// For a task whose sink, transforms, dead letter queue and error logs read no header:
+    /// the records' headers are left unread while [`headers_wanted`] says nothing else needs
+    /// them (`throttle`: the tenant's budget).
+    pub fn without_headers(mut self, throttle: Option<Arc<Throttle>>) -> Self {
+        self.headers_unread = Some(HeadersUnread { throttle });
         self
     }
 
     /// Tells the consumer whether the next poll's records need their headers.
     fn choose_headers(&self) {
-        if !self.headers_read {
-            self.source
-                .read_headers(crate::telemetry::stage_spans_wanted());
+        if let Some(unread) = &self.headers_unread {
+            self.source.read_headers(headers_wanted(
+                crate::telemetry::stage_spans_wanted(),
+                unread.throttle.as_deref(),
+            ));
         }
     }
 
@@ -583,6 +592,14 @@ impl ConsumerGroupSource {
             debug!(partition = %tp, start, "moving to the sink task's start offset");
         }
     }
+}
+
+/// Whether a task whose pipeline reads no header must still read them: while stage spans are
+/// recorded (`traced`: their parents are the producers' `traceparent` headers), and while
+/// the tenant's budget limits bytes per second, which count header bytes (a tenant cannot
+/// pass bytes uncounted in headers).
+fn headers_wanted(traced: bool, throttle: Option<&Throttle>) -> bool {
+    traced || throttle.is_some_and(Throttle::limits_bytes)
 }
 
 fn raw_from_classic(r: ClassicRecord) -> RawRecord {
@@ -726,6 +743,18 @@ impl RecordSource for ConsumerGroupSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unread_headers_are_read_while_traced_or_while_the_tenant_budget_counts_bytes() {
+        assert!(!headers_wanted(false, None), "nothing needs them");
+        assert!(headers_wanted(true, None), "stage spans name the producers");
+        let budget = Throttle::new(Some(1000), None);
+        assert!(!headers_wanted(false, Some(&budget)), "records per second only");
+        budget.set_rates(Some(1000), Some(1_000_000));
+        assert!(headers_wanted(false, Some(&budget)), "bytes per second count them");
+        budget.set_rates(None, None);
+        assert!(!headers_wanted(false, Some(&budget)), "the limit lifted");
+    }
 
     #[test]
     fn a_re_sent_delivery_is_known_until_its_verdict_is_committed() {

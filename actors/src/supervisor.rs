@@ -456,7 +456,7 @@ fn headers_read(sink_reads: bool, pipeline: &RecordPipeline, config: &SinkConnec
 /// commits offsets itself (`task_commits_offsets`), a consumer-group member commits none and
 /// hands its group metadata over with each batch instead. Without `headers_read` (nothing
 /// downstream reads a header), a consumer-group member reads headers only while stage spans
-/// are recorded.
+/// are recorded or the tenant's budget counts bytes.
 fn source_factory(
     plan: &ConnectorPlan,
     id: u32,
@@ -518,6 +518,7 @@ fn source_factory(
             config.overrides = overrides;
             config.commit_offsets = !task_commits_offsets;
             let join_watch = plan.join_watch.clone();
+            let throttle = plan.scope.throttle.clone();
             let egress_checks = librdkafka_egress_checks(plan, true);
             Box::new(move || {
                 async move {
@@ -531,7 +532,7 @@ fn source_factory(
                         source = source.with_group_metadata();
                     }
                     if !headers_read {
-                        source = source.without_headers_unless_traced();
+                        source = source.without_headers(throttle);
                     }
                     if let Some(watch) = join_watch {
                         source = source.with_join_watch(watch);

@@ -579,6 +579,12 @@ impl Throttle {
         buckets.bytes = bucket(bytes_per_second);
     }
 
+    /// Whether the budget limits bytes per second (which count the records' header bytes).
+    pub fn limits_bytes(&self) -> bool {
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        buckets.bytes.is_some()
+    }
+
     /// Pays as much of `debt` as the budget allows now; returns `None` when all is paid, or
     /// how long to wait before trying again.
     pub fn pay(&self, debt: &mut Debt) -> Option<Duration> {
@@ -1097,7 +1103,9 @@ mod tests {
         assert_eq!(debt.bytes, 0);
         assert!(wait <= Duration::from_millis(1100), "{wait:?}");
         // New rates apply to the next payment: lifting the limit ends the wait.
+        assert!(throttle.limits_bytes());
         throttle.set_rates(None, None);
+        assert!(!throttle.limits_bytes());
         assert_eq!(throttle.pay(&mut debt), None);
         assert!(debt.is_paid());
         let unlimited = Throttle::new(None, None);
