@@ -749,9 +749,15 @@ mod tests {
         assert!(!headers_wanted(false, None), "nothing needs them");
         assert!(headers_wanted(true, None), "stage spans name the producers");
         let budget = Throttle::new(Some(1000), None);
-        assert!(!headers_wanted(false, Some(&budget)), "records per second only");
+        assert!(
+            !headers_wanted(false, Some(&budget)),
+            "records per second only"
+        );
         budget.set_rates(Some(1000), Some(1_000_000));
-        assert!(headers_wanted(false, Some(&budget)), "bytes per second count them");
+        assert!(
+            headers_wanted(false, Some(&budget)),
+            "bytes per second count them"
+        );
         budget.set_rates(None, None);
         assert!(!headers_wanted(false, Some(&budget)), "the limit lifted");
     }
