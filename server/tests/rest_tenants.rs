@@ -445,7 +445,8 @@ async fn quotas_and_the_override_policy_are_refused_over_rest_naming_what_and_th
 }
 
 /// Waits until `path` holds `total` lines; returns the records/s from the first line seen
-/// to the last, and how many lines were there at the first look.
+/// to the last (infinite when all were there at the first look), and how many lines were
+/// there at the first look.
 async fn observed_rate(path: &Path, total: usize) -> (f64, usize) {
     let start = Instant::now();
     let (first_seen, first_count) = loop {
@@ -460,6 +461,10 @@ async fn observed_rate(path: &Path, total: usize) -> (f64, usize) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    if first_count >= total {
+        // Every record was there at the first look: no time at all after the first batch.
+        return (f64::INFINITY, first_count);
+    }
     loop {
         let n = lines_in(path);
         if n >= total {
