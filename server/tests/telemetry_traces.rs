@@ -266,6 +266,18 @@ async fn stage_spans(setup: &Setup, connector: &str) -> Vec<Received> {
     }
 }
 
+/// A worker on `broker` that polls every 100 ms.
+fn start_worker(broker: &DevBroker) -> Worker {
+    Worker::start(
+        config(&[
+            ("bootstrap.servers", &broker.bootstrap()),
+            ("task.poll.timeout.ms", "100"),
+        ]),
+        ConnectorRegistry::builtin(),
+    )
+    .expect("worker starts")
+}
+
 const TRACE_A: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const SPAN_A: &str = "00f067aa0ba902b7";
 const TRACE_B: &str = "0af7651916cd43dd8448eb211c80319c";
@@ -300,14 +312,7 @@ async fn traces_cross_spillway(mode: Option<&str>, prefix: &str) {
         "none",
     )
     .await;
-    let worker = Worker::start(
-        config(&[
-            ("bootstrap.servers", &broker.bootstrap()),
-            ("task.poll.timeout.ms", "100"),
-        ]),
-        ConnectorRegistry::builtin(),
-    )
-    .expect("worker starts");
+    let worker = start_worker(&broker);
     for topic in [&single, &mixed] {
         let mut c = config(&[
             ("name", topic),
@@ -465,14 +470,7 @@ async fn a_sink_that_reads_no_header_still_continues_the_producers_trace() {
     .await;
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("out.txt");
-    let worker = Worker::start(
-        config(&[
-            ("bootstrap.servers", &broker.bootstrap()),
-            ("task.poll.timeout.ms", "100"),
-        ]),
-        ConnectorRegistry::builtin(),
-    )
-    .expect("worker starts");
+    let worker = start_worker(&broker);
     worker
         .start_connector(config(&[
             ("name", topic),
