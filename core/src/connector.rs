@@ -241,7 +241,8 @@ pub trait SinkConnector: Send + Sync {
     /// tasks never do says so, and in classic mode the runtime then does not read headers
     /// that nothing would look at (librdkafka allocates a buffer per record to find even that
     /// a record has none), unless transforms, the dead letter queue, error logs with
-    /// messages or tracing need them. Called after `start`.
+    /// messages, tracing or the tenant's bytes-per-second quota need them. Called after
+    /// `start`.
     fn tasks_read_headers(&self) -> bool {
         true
     }
