@@ -473,19 +473,30 @@ impl AckerActor {
     }
 }
 
-/// Counts the verdicts that took effect.
+/// Counts the verdicts that took effect: one add per counter and batch, not per record.
 fn count(counters: &TaskCounters, acks: &[Ack], unapplied: &[RecordCoordinates]) {
     let unapplied: HashSet<&RecordCoordinates> = unapplied.iter().collect();
-    for ack in acks.iter().filter(|a| !unapplied.contains(&a.record)) {
-        if ack.implicit {
-            TaskCounters::add(&counters.metrics.released_unsettled, 1);
+    let (mut accepted, mut released, mut rejected, mut implicit) = (0, 0, 0, 0);
+    for ack in acks
+        .iter()
+        .filter(|a| unapplied.is_empty() || !unapplied.contains(&a.record))
+    {
+        implicit += usize::from(ack.implicit);
+        match ack.disposition {
+            Disposition::Accept => accepted += 1,
+            Disposition::Release => released += 1,
+            Disposition::Reject { .. } => rejected += 1,
         }
-        let counter = match ack.disposition {
-            Disposition::Accept => &counters.accepted,
-            Disposition::Release => &counters.released,
-            Disposition::Reject { .. } => &counters.rejected,
-        };
-        TaskCounters::add(counter, 1);
+    }
+    for (counter, n) in [
+        (&counters.metrics.released_unsettled, implicit),
+        (&counters.accepted, accepted),
+        (&counters.released, released),
+        (&counters.rejected, rejected),
+    ] {
+        if n > 0 {
+            TaskCounters::add(counter, n);
+        }
     }
 }
 
@@ -609,5 +620,53 @@ impl Handler<Stopping> for AckerActor {
 
     fn handle(&mut self, _msg: Stopping, _ctx: &mut Context<Self>) {
         self.stopping = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn ack(offset: i64, disposition: Disposition, implicit: bool) -> Ack {
+        Ack {
+            record: RecordCoordinates::new("t", 0, offset),
+            disposition,
+            implicit,
+        }
+    }
+
+    #[test]
+    fn only_the_verdicts_that_took_effect_are_counted() {
+        let counters = TaskCounters::default();
+        let acks = [
+            ack(0, Disposition::Accept, false),
+            ack(1, Disposition::Accept, false),
+            ack(2, Disposition::Release, true),
+            ack(
+                3,
+                Disposition::Reject {
+                    reason: "bad".into(),
+                },
+                false,
+            ),
+            ack(4, Disposition::Accept, false),
+        ];
+        count(&counters, &acks, &[]);
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(get(&counters.accepted), 3);
+        assert_eq!(get(&counters.released), 1);
+        assert_eq!(get(&counters.rejected), 1);
+        assert_eq!(get(&counters.metrics.released_unsettled), 1);
+        // The lock of offsets 1 and 2 ran out: their verdicts did not take effect.
+        count(
+            &counters,
+            &acks,
+            &[acks[1].record.clone(), acks[2].record.clone()],
+        );
+        assert_eq!(get(&counters.accepted), 5);
+        assert_eq!(get(&counters.released), 1);
+        assert_eq!(get(&counters.rejected), 2);
+        assert_eq!(get(&counters.metrics.released_unsettled), 1);
     }
 }

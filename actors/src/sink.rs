@@ -48,7 +48,7 @@ use spillway_core::config::{ErrorHandling, ErrorTolerance, RetryTimeout};
 use spillway_core::dead_letter::dead_letter_record;
 use spillway_core::{
     Assignment, BatchAck, ConfigMap, ConnectError, ConsumerGroupMetadata, Disposition,
-    ErrorContext, Processed, PutOutcome, RawRecord, SinkError, SinkRecord, SinkTask, Stage,
+    ErrorContext, Processed, PutOutcome, RawRecord, SinkError, SinkRecord, SinkTask, Stage, Topic,
     TopicPartition,
 };
 use tracing::{error, warn, Instrument};
@@ -615,13 +615,14 @@ async fn run_batch(
         }
         // Per partition, the offset after the last record written; a batch spans few
         // partitions, so a short list beats a map keyed by an owned topic per record.
-        let mut next_offsets: Vec<(&str, i32, i64)> = Vec::new();
+        let mut next_offsets: Vec<(&Topic, i32, i64)> = Vec::new();
         for (i, outcome) in outcomes.iter().enumerate() {
             if outcome.as_ref().is_some_and(PutOutcome::is_ok) {
                 let c = &batch.raws[i];
                 match next_offsets
                     .iter_mut()
-                    .find(|(t, p, _)| *p == c.partition && *t == c.topic)
+                    // Topics compared as shared names: the same topic's are one pointer.
+                    .find(|(t, p, _)| *p == c.partition && **t == c.topic)
                 {
                     Some((_, _, next)) => *next = (*next).max(c.offset + 1),
                     None => next_offsets.push((&c.topic, c.partition, c.offset + 1)),
@@ -630,7 +631,7 @@ async fn run_batch(
         }
         let offsets: BTreeMap<TopicPartition, i64> = next_offsets
             .into_iter()
-            .map(|(t, p, next)| (TopicPartition::new(t, p), next))
+            .map(|(t, p, next)| (TopicPartition::new(t.as_str(), p), next))
             .collect();
         if plan.defer {
             batch_offsets = offsets;

@@ -30,7 +30,10 @@ fn orders(count: usize, version: i32) -> Vec<SinkRecord> {
         .map(|i| {
             let value = Struct::new()
                 .with("id", Value::Int64(i as i64))
-                .with("customer", Value::String(format!("customer-{}", i % 977)))
+                .with(
+                    "customer",
+                    Value::String(format!("customer-{}", i % 977).into()),
+                )
                 .with("qty", Value::Int32(version + (i % 10) as i32))
                 .with("price", Value::Float64(i as f64 * 0.25))
                 .with("at", Value::Int64(1_700_000_000_000 + i as i64))

@@ -7,6 +7,9 @@
 use std::fmt;
 
 use bytes::Bytes;
+/// UTF-8 text in a shared buffer: the string converter's values share the record's bytes
+/// instead of a copy each (issue 18), and cloning one copies no text.
+pub use bytestring::ByteString as Text;
 
 /// One Connect value.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,7 +22,7 @@ pub enum Value {
     Int64(i64),
     Float32(f32),
     Float64(f64),
-    String(String),
+    String(Text),
     Bytes(Bytes),
     Array(Vec<Value>),
     /// Key/value pairs in insertion order; keys may be any value, as in Connect.
@@ -93,7 +96,7 @@ impl Value {
         Value::Map(
             entries
                 .into_iter()
-                .map(|(k, v)| (Value::String(k.into()), v))
+                .map(|(k, v)| (Value::String(k.into().into()), v))
                 .collect(),
         )
     }
@@ -203,11 +206,16 @@ impl fmt::Display for Value {
 
 impl From<&str> for Value {
     fn from(v: &str) -> Self {
-        Value::String(v.to_owned())
+        Value::String(v.into())
     }
 }
 impl From<String> for Value {
     fn from(v: String) -> Self {
+        Value::String(v.into())
+    }
+}
+impl From<Text> for Value {
+    fn from(v: Text) -> Self {
         Value::String(v)
     }
 }

@@ -22,7 +22,7 @@ pub mod transforms;
 pub use ack::{Ack, BatchAck, BatchOwner, Disposition};
 pub use config::ConfigMap;
 pub use connector::{Assignment, ConsumerGroupMetadata, PutOutcome, SinkConnector, SinkTask};
-pub use data::{Struct, Value};
+pub use data::{Struct, Text, Value};
 pub use dead_letter::{dead_letter_record, DeadLetterRecord, ErrorContext};
 pub use error::{
     ConfigError, ConnectError, ConvertError, RecordPart, SinkError, Stage, TransformError,

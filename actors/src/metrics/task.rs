@@ -177,6 +177,18 @@ impl TaskMetrics {
         if let Some(b) = bound {
             b.ack_commit_time.record(time_ms);
         }
+        // Nothing to record per record (no instruments bound, every verdict applied, no
+        // acquisition locks: classic mode): only the count.
+        let per_record = bound.is_some()
+            || !outcome.unapplied.is_empty()
+            || batches
+                .iter()
+                .any(|(_, meta)| meta.as_ref().is_some_and(|m| !m.lock_deadlines.is_empty()));
+        if !per_record {
+            let settled: usize = batches.iter().map(|(acks, _)| acks.len()).sum();
+            self.active.fetch_sub(settled as i64, Ordering::Relaxed);
+            return;
+        }
         let unapplied: HashSet<&RecordCoordinates> = outcome.unapplied.iter().collect();
         let refused_expired: HashSet<&RecordCoordinates> = outcome.expired.iter().collect();
         let now_ms = now_epoch_ms();
@@ -391,6 +403,36 @@ mod tests {
             disposition,
             implicit: false,
         }
+    }
+
+    #[test]
+    fn a_committed_classic_batch_only_settles_its_records() {
+        let e = exported();
+        let m = &e.task.metrics;
+        m.task_starting();
+        let records = [record(0, 1, 40), record(1, 1, 40)];
+        let meta = m.polled(&records, Vec::new());
+        let acks = [ack(0, Disposition::Accept), ack(1, Disposition::Release)];
+        m.committed(
+            &[(&acks, Some(meta))],
+            &CommitOutcome {
+                started: Instant::now(),
+                elapsed: Duration::from_millis(3),
+                all_applied: true,
+                unapplied: &[],
+                expired: &[],
+                delivery_attempt_limit: 1,
+            },
+        );
+        let get = |name: &str| sample(&e.registry, &prometheus_name(GROUP_SINK_TASK, name));
+        assert_eq!(get("sink-record-active-count"), Some(0.0));
+        assert_eq!(
+            get("sink-record-archived-by-limit-total"),
+            Some(0.0),
+            "no delivery limit without acquisition locks"
+        );
+        assert_eq!(get("sink-record-lock-expired-total"), Some(0.0));
+        assert_eq!(get("offset-commit-completion-total"), Some(1.0));
     }
 
     #[test]

@@ -225,7 +225,7 @@ impl ColumnValues {
 /// decimal's digits.
 fn text_of(column: ColumnType, value: &Value) -> Result<String, String> {
     match (column, value) {
-        (ColumnType::Text, Value::String(s)) => Ok(s.clone()),
+        (ColumnType::Text, Value::String(s)) => Ok(s.to_string()),
         (ColumnType::Jsonb, value) => {
             let json = JsonConverter::new(RecordPart::Value, false)
                 .from_connect("", None, value)

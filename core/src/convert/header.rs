@@ -28,7 +28,7 @@ pub fn header_from_connect(topic: &str, header: &Header) -> Result<Option<Bytes>
     Ok(match &header.value {
         Value::Null => None,
         Value::Bytes(b) => Some(b.clone()),
-        Value::String(s) => Some(Bytes::from(s.clone())),
+        Value::String(s) => Some(s.as_bytes().clone()),
         v @ (Value::Array(_) | Value::Map(_) | Value::Struct(_)) => {
             let json = value_to_json_schemaless(v).map_err(|detail| ConvertError::Serialize {
                 converter: "header",

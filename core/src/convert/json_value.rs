@@ -67,7 +67,7 @@ pub fn value_from_json(
         SchemaType::Int64 => Value::Int64(int(i64::MIN, i64::MAX)?),
         SchemaType::Float32 => Value::Float32(json.as_f64().ok_or_else(mismatch)? as f32),
         SchemaType::Float64 => Value::Float64(json.as_f64().ok_or_else(mismatch)?),
-        SchemaType::String => Value::String(json.as_str().ok_or_else(mismatch)?.to_owned()),
+        SchemaType::String => Value::String(json.as_str().ok_or_else(mismatch)?.into()),
         SchemaType::Bytes => {
             let text = json.as_str().ok_or_else(mismatch)?;
             let raw = base64_engine()
@@ -93,7 +93,7 @@ pub fn value_from_json(
                 for (k, v) in obj {
                     let value = value_from_json(values, v, replace_null_with_default)
                         .map_err(|e| format!("map entry '{k}': {e}"))?;
-                    out.push((Value::String(k.clone()), value));
+                    out.push((Value::String(k.as_str().into()), value));
                 }
             } else {
                 // Maps with non-string keys are written as an array of [key, value] pairs.
@@ -141,11 +141,16 @@ pub fn value_from_json_schemaless(json: &Json) -> Value {
             // Integers beyond i64 and fractions both become doubles.
             None => Value::Float64(n.as_f64().unwrap_or(f64::NAN)),
         },
-        Json::String(s) => Value::String(s.clone()),
+        Json::String(s) => Value::String(s.as_str().into()),
         Json::Array(items) => Value::Array(items.iter().map(value_from_json_schemaless).collect()),
         Json::Object(obj) => Value::Map(
             obj.iter()
-                .map(|(k, v)| (Value::String(k.clone()), value_from_json_schemaless(v)))
+                .map(|(k, v)| {
+                    (
+                        Value::String(k.as_str().into()),
+                        value_from_json_schemaless(v),
+                    )
+                })
                 .collect(),
         ),
     }
@@ -194,7 +199,7 @@ pub fn value_to_json(
         (SchemaType::Int64, Value::Int64(v)) => Json::from(*v),
         (SchemaType::Float32, Value::Float32(v)) => float(f64::from(*v))?,
         (SchemaType::Float64, Value::Float64(v)) => float(*v)?,
-        (SchemaType::String, Value::String(v)) => Json::String(v.clone()),
+        (SchemaType::String, Value::String(v)) => Json::String(v.to_string()),
         (SchemaType::Bytes, Value::Bytes(v)) => Json::String(base64_engine().encode(v)),
         (SchemaType::Array(items), Value::Array(list)) => Json::Array(
             list.iter()
@@ -217,7 +222,7 @@ pub fn value_to_json(
                     };
                     let json = value_to_json(Some(values), v, replace_null_with_default)
                         .map_err(|e| format!("map entry '{key}': {e}"))?;
-                    obj.insert(key.clone(), json);
+                    obj.insert(key.to_string(), json);
                 }
                 Json::Object(obj)
             } else {
@@ -259,7 +264,7 @@ pub fn value_to_json_schemaless(value: &Value) -> Result<Json, String> {
         Value::Int64(v) => Json::from(*v),
         Value::Float32(v) => float(f64::from(*v))?,
         Value::Float64(v) => float(*v)?,
-        Value::String(v) => Json::String(v.clone()),
+        Value::String(v) => Json::String(v.to_string()),
         Value::Bytes(v) => Json::String(base64_engine().encode(v)),
         Value::Array(items) => Json::Array(
             items
@@ -271,7 +276,7 @@ pub fn value_to_json_schemaless(value: &Value) -> Result<Json, String> {
             let mut obj = Map::new();
             for (k, v) in entries {
                 if let Value::String(key) = k {
-                    obj.insert(key.clone(), value_to_json_schemaless(v)?);
+                    obj.insert(key.to_string(), value_to_json_schemaless(v)?);
                 }
             }
             Json::Object(obj)

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::convert::{converter_key, Converter, SchemaAndValue};
-use crate::data::Value;
+use crate::data::{Text, Value};
 use crate::error::{ConvertError, RecordPart};
 use crate::schema::{optional_string_schema, Schema};
 
@@ -19,6 +19,20 @@ impl StringConverter {
     }
 }
 
+impl StringConverter {
+    fn not_utf8(&self, topic: &str, e: std::str::Utf8Error) -> ConvertError {
+        ConvertError::Deserialize {
+            converter: "string",
+            part: self.part,
+            topic: topic.to_owned(),
+            detail: format!(
+                "the bytes are not UTF-8 ({e}); use {}=bytearray to pass them through",
+                converter_key(self.part)
+            ),
+        }
+    }
+}
+
 impl Converter for StringConverter {
     fn name(&self) -> &'static str {
         "string"
@@ -30,16 +44,26 @@ impl Converter for StringConverter {
         let Some(data) = data else {
             return Ok(SchemaAndValue::new(schema, Value::Null));
         };
-        let text = std::str::from_utf8(data).map_err(|e| ConvertError::Deserialize {
-            converter: "string",
-            part: self.part,
-            topic: topic.to_owned(),
-            detail: format!(
-                "the bytes are not UTF-8 ({e}); use {}=bytearray to pass them through",
-                converter_key(self.part)
-            ),
-        })?;
-        Ok(SchemaAndValue::new(schema, Value::String(text.to_owned())))
+        let text = Text::try_from(data).map_err(|e| self.not_utf8(topic, e))?;
+        Ok(SchemaAndValue::new(schema, Value::String(text)))
+    }
+
+    /// The text shares the record's buffer: no copy, no allocation (issue 18).
+    fn to_connect_shared(
+        &self,
+        topic: &str,
+        data: Option<&Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        let schema = Some(optional_string_schema());
+        let Some(data) = data else {
+            return Ok(SchemaAndValue::new(schema, Value::Null));
+        };
+        // `str::from_utf8` rather than `Text::try_from`, whose ASCII pre-check costs more
+        // than the whole check for text of record size.
+        std::str::from_utf8(data).map_err(|e| self.not_utf8(topic, e))?;
+        // SAFETY: checked as UTF-8 just above.
+        let text = unsafe { Text::from_bytes_unchecked(data.clone()) };
+        Ok(SchemaAndValue::new(schema, Value::String(text)))
     }
 
     /// Strings are written as they are, bytes unchanged, anything else in its text form.
@@ -51,7 +75,7 @@ impl Converter for StringConverter {
     ) -> Result<Option<Bytes>, ConvertError> {
         Ok(match value {
             Value::Null => None,
-            Value::String(s) => Some(Bytes::from(s.clone())),
+            Value::String(s) => Some(s.as_bytes().clone()),
             Value::Bytes(b) => Some(b.clone()),
             other => Some(Bytes::from(other.to_string())),
         })
@@ -92,6 +116,32 @@ mod tests {
         let message = err.to_string();
         assert!(message.starts_with("string converter cannot read the value of a record from topic 'raw': the bytes are not UTF-8"), "{message}");
         assert!(message.ends_with("use value.converter=bytearray to pass them through"));
+    }
+
+    #[test]
+    fn a_record_s_text_shares_its_buffer_both_ways() {
+        let c = converter();
+        let raw = Bytes::from("héllo wörld".to_owned());
+        let got = c.to_connect_shared("t", Some(&raw)).expect("UTF-8");
+        let Value::String(text) = &got.value else {
+            panic!("{:?}", got.value)
+        };
+        assert_eq!(&text[..], "héllo wörld");
+        assert_eq!(
+            text.as_ptr(),
+            raw.as_ptr(),
+            "the text is the record's bytes"
+        );
+        let written = c.from_connect("t", None, &got.value).expect("text");
+        assert_eq!(written.as_deref().map(<[u8]>::as_ptr), Some(raw.as_ptr()));
+        let err = c
+            .to_connect_shared("raw", Some(&Bytes::from_static(&[0x66, 0xc3])))
+            .expect_err("a cut code point");
+        assert!(err.to_string().contains("the bytes are not UTF-8"), "{err}");
+        assert_eq!(
+            c.to_connect_shared("t", None).expect("null").value,
+            Value::Null
+        );
     }
 
     #[test]

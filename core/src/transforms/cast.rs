@@ -91,14 +91,17 @@ impl CastTarget {
             )
         };
         if self == CastTarget::String {
-            return Ok(Value::String(match value {
-                Value::Array(_) | Value::Map(_) | Value::Struct(_) => {
-                    value_to_json_schemaless(value)
-                        .map_err(|e| format!("{}: {e}", fail()))?
-                        .to_string()
+            return Ok(Value::String(
+                match value {
+                    Value::Array(_) | Value::Map(_) | Value::Struct(_) => {
+                        value_to_json_schemaless(value)
+                            .map_err(|e| format!("{}: {e}", fail()))?
+                            .to_string()
+                    }
+                    other => other.to_string(),
                 }
-                other => other.to_string(),
-            }));
+                .into(),
+            ));
         }
         if matches!(
             value,

@@ -53,7 +53,7 @@ impl Transformation for InsertHeader {
         record.headers.push(Header::new(
             self.header.clone(),
             Some(Schema::string()),
-            Value::String(self.value.clone()),
+            Value::String(self.value.as_str().into()),
         ));
         Ok(Some(record))
     }

@@ -106,7 +106,7 @@ impl InsertField {
             out.push((
                 spec,
                 Schema::string(),
-                Value::String(record.topic.to_string()),
+                Value::String(record.topic.as_str().into()),
             ));
         }
         if let Some(spec) = &self.partition {
@@ -120,7 +120,7 @@ impl InsertField {
             out.push((spec, Schema::timestamp(), value));
         }
         if let (Some(spec), Some(text)) = (&self.static_field, &self.static_value) {
-            out.push((spec, Schema::string(), Value::String(text.clone())));
+            out.push((spec, Schema::string(), Value::String(text.as_str().into())));
         }
         out
     }
@@ -143,7 +143,7 @@ impl Transformation for InsertField {
                     .map_err(|e| self.fail(e))?
                     .to_vec();
                 for (spec, _, v) in insertions {
-                    let key = Value::String(spec.name.clone());
+                    let key = Value::String(spec.name.as_str().into());
                     match entries.iter_mut().find(|(k, _)| *k == key) {
                         Some(slot) => slot.1 = v,
                         None => entries.push((key, v)),

@@ -2,7 +2,7 @@
 //! empty collections) or with `replacement`, parsed as the field's type. Tombstones pass.
 
 use crate::config::{ConfigDef, ConfigKey, ConfigMap, ConfigType, Importance, Validator};
-use crate::data::{Struct, Value};
+use crate::data::{Struct, Text, Value};
 use crate::error::{ConfigError, TransformError};
 use crate::record::SinkRecord;
 use crate::transforms::side::{key_str, require_map, require_struct, Side};
@@ -52,7 +52,7 @@ impl MaskField {
                 Value::Int64(_) => Value::Int64(0),
                 Value::Float32(_) => Value::Float32(0.0),
                 Value::Float64(_) => Value::Float64(0.0),
-                Value::String(_) => Value::String(String::new()),
+                Value::String(_) => Value::String(Text::new()),
                 Value::Bytes(_) => Value::Bytes(bytes::Bytes::new()),
                 Value::Array(_) => Value::Array(Vec::new()),
                 Value::Map(_) => Value::Map(Vec::new()),
@@ -70,7 +70,7 @@ impl MaskField {
         let t = text.trim();
         Ok(match value {
             Value::Null => Value::Null,
-            Value::String(_) => Value::String(text.clone()),
+            Value::String(_) => Value::String(text.as_str().into()),
             Value::Int8(_) => Value::Int8(t.parse().map_err(|_| bad())?),
             Value::Int16(_) => Value::Int16(t.parse().map_err(|_| bad())?),
             Value::Int32(_) => Value::Int32(t.parse().map_err(|_| bad())?),

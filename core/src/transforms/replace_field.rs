@@ -120,7 +120,7 @@ impl Transformation for ReplaceField {
                     .iter()
                     .filter(|(k, _)| key_str(k).is_none_or(|k| self.keeps(k)))
                     .map(|(k, v)| match key_str(k) {
-                        Some(name) => (Value::String(self.renamed(name)), v.clone()),
+                        Some(name) => (Value::String(self.renamed(name).into()), v.clone()),
                         None => (k.clone(), v.clone()),
                     })
                     .collect();
