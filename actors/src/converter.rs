@@ -53,7 +53,7 @@ impl Handler<SourceBatch> for ConverterActor {
             let pipeline = &self.pipeline;
             // The raw records stay in their list, which moves on whole with the batch.
             guard(move || {
-                let mut processed = Vec::with_capacity(records.len());
+                let mut not_ready = Vec::new();
                 let mut ready = Ready {
                     indices: Vec::with_capacity(records.len()),
                     records: Vec::with_capacity(records.len()),
@@ -63,20 +63,19 @@ impl Handler<SourceBatch> for ConverterActor {
                         Processed::Ready(record) => {
                             ready.indices.push(i);
                             ready.records.push(record);
-                            processed.push(Processed::Filtered);
                         }
-                        other => processed.push(other),
+                        other => not_ready.push((i, other)),
                     }
                 }
-                (records, processed, ready)
+                (records, not_ready, ready)
             })
         };
         match converted {
-            Ok((raws, processed, ready)) => self.sink.do_send(SinkBatch {
+            Ok((raws, not_ready, ready)) => self.sink.do_send(SinkBatch {
                 ack,
                 changes,
                 raws,
-                processed,
+                not_ready,
                 ready,
                 trace,
                 group,

@@ -44,10 +44,10 @@ pub struct SinkBatch {
     /// The batch's records as read, kept for dead letters; moved here as the consumer's list,
     /// not record by record.
     pub raws: Vec<RawRecord>,
-    /// What conversion and transforms made of each record, in the order of `raws`; a
-    /// record made ready for `put` is in `ready` instead, and its entry here is a placeholder
-    /// (`Filtered`) that is not read.
-    pub processed: Vec<Processed>,
+    /// What conversion and transforms made of the records not made ready for `put` (filtered
+    /// or failed), with their index in `raws`, in batch order. The ready ones, nearly all, are
+    /// in `ready` only: no entry per record here (a `Processed` is as large as a record).
+    pub not_ready: Vec<(usize, Processed)>,
     /// The records ready for `put`, in batch order: the converter pushes each straight into
     /// this list, which `put` takes whole, so a record (several hundred bytes) is not copied
     /// from one list into another on its way.

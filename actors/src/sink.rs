@@ -172,7 +172,7 @@ fn merge_offsets(offsets: &mut BTreeMap<TopicPartition, i64>, more: BTreeMap<Top
 struct PutBatch {
     changes: Vec<AssignmentChange>,
     raws: Vec<RawRecord>,
-    processed: Vec<Processed>,
+    not_ready: Vec<(usize, Processed)>,
     ready: Ready,
     trace: BatchTrace,
     group: Option<ConsumerGroupMetadata>,
@@ -351,7 +351,7 @@ impl Handler<SinkBatch> for SinkActor {
             ack,
             changes,
             raws,
-            processed,
+            not_ready,
             ready,
             trace,
             group,
@@ -392,7 +392,7 @@ impl Handler<SinkBatch> for SinkActor {
         let work = PutBatch {
             changes,
             raws,
-            processed,
+            not_ready,
             ready,
             trace,
             group,
@@ -587,12 +587,8 @@ async fn run_batch(
     if let Some(group) = &batch.group {
         task.consumer_group(group);
     }
-    // The ready records move from the batch into `put` as one list; `was_ready` remembers
-    // which entries they were.
-    let mut was_ready = vec![false; batch.raws.len()];
-    for &i in &batch.ready.indices {
-        was_ready[i] = true;
-    }
+    // The ready records move from the batch into `put` as one list; the entries that are
+    // not in `not_ready` were theirs.
     let ready = std::mem::take(&mut batch.ready);
     // Indexed by entry: the put's outcome of each ready record.
     let mut outcomes: Vec<Option<PutOutcome>> = Vec::new();
@@ -668,21 +664,13 @@ async fn run_batch(
     let mut verdicts = Vec::with_capacity(batch.raws.len());
     // Entries are visited in place: moving each out of the list copied several hundred bytes
     // per record only to read its coordinates.
-    for (i, (raw, processed)) in batch
-        .raws
-        .iter_mut()
-        .zip(batch.processed.iter_mut())
-        .enumerate()
-    {
+    let mut not_ready = std::mem::take(&mut batch.not_ready).into_iter().peekable();
+    for (i, raw) in batch.raws.iter_mut().enumerate() {
         let record = raw.coordinates();
         let last_delivery = ctx.share && is_last_delivery(raw, ctx.delivery_attempt_limit);
         let outcome = outcomes[i].take();
-        // A ready record's `processed` was moved into the put: it is the outcome that counts.
-        let processed = if was_ready[i] {
-            None
-        } else {
-            Some(std::mem::replace(processed, Processed::Filtered))
-        };
+        // A ready record went into the put: its outcome is what counts.
+        let processed = not_ready.next_if(|(at, _)| *at == i).map(|(_, p)| p);
         let failure = match (processed, outcome) {
             (Some(Processed::Filtered), _) => {
                 TaskCounters::add(&ctx.counters.filtered, 1);

@@ -20,7 +20,7 @@ use spillway_core::{
     Ack, Assignment, ConsumerGroupMetadata, Disposition, RawRecord, RecordCoordinates, Topic,
     TopicPartition,
 };
-use spillway_kafka::classic::{ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent};
+use spillway_kafka::classic::{ClassicPoll, ClassicSource, RebalanceEvent};
 use spillway_kafka::share::{
     AckError, AcknowledgeType, LockRenewal, ShareConsumer, ShareError, ShareRecord,
 };
@@ -579,7 +579,7 @@ impl ConsumerGroupSource {
         }
         Polled {
             changes,
-            records: records.into_iter().map(raw_from_classic).collect(),
+            records,
             lock_deadlines: Vec::new(),
             group,
         }
@@ -600,26 +600,6 @@ impl ConsumerGroupSource {
 /// pass bytes uncounted in headers).
 fn headers_wanted(traced: bool, throttle: Option<&Throttle>) -> bool {
     traced || throttle.is_some_and(Throttle::limits_bytes)
-}
-
-fn raw_from_classic(r: ClassicRecord) -> RawRecord {
-    let (timestamp, timestamp_type) = match r.timestamp {
-        None => (None, TimestampType::NoTimestamp),
-        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
-        Some((t, false)) => (Some(t), TimestampType::CreateTime),
-    };
-    RawRecord {
-        topic: r.topic,
-        partition: r.partition,
-        offset: r.offset,
-        key: r.key,
-        value: r.value,
-        headers: r.headers,
-        timestamp,
-        timestamp_type,
-        delivery_count: None,
-        lock_deadline: None,
-    }
 }
 
 fn partitions(list: Vec<(String, i32)>) -> Vec<TopicPartition> {

@@ -8,15 +8,23 @@
 //!
 //! - `record-count`: records written to the target;
 //! - `byte-count`: their key and value bytes (MM2's `byte-rate` is its rate);
-//! - `record-age-ms`: how old a record was when the flow received it (now - its timestamp);
-//! - `replication-latency-ms`: from the record's timestamp to the target's acknowledgement.
+//! - `record-age-ms` with `-min`, `-max` and `-avg`: how old a record was when the flow
+//!   received it (now - its timestamp);
+//! - `replication-latency-ms` with `-min`, `-max` and `-avg`: from the record's timestamp to the
+//!   target's acknowledgement.
+//!
+//! As MM2's sensors, the plain `record-age-ms` and `replication-latency-ms` are the last value
+//! recorded and the others Kafka's sampled statistics over the last 30 to 60 s
+//! ([`Windowed`]). A batch sums its values up per partition and adds them once
+//! ([`Summary`]); the gauges read them when a reader collects ([`register_gauges`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
+use opentelemetry::metrics::{BoundCounter, Counter, Meter};
 use opentelemetry::KeyValue;
+use spillway_core::windowed::{Stats, Summary, Windowed};
 use spillway_core::ConfigMap;
 use spillway_kafka::producer::OutRecord;
 
@@ -34,6 +42,128 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Registers the gauges of every mirror flow's ages and latencies on `meter` (the worker's
+/// meter provider, once): they read the flows' statistics when a reader collects.
+pub fn register_gauges(meter: &Meter) {
+    Flows::global().register(meter);
+}
+
+/// The live flow tasks' statistics, read by the gauges registered on a meter.
+#[derive(Default)]
+struct Flows {
+    tasks: Mutex<Vec<Weak<FlowStats>>>,
+}
+
+/// One task's statistics, per target partition it wrote to.
+#[derive(Default)]
+struct FlowStats {
+    partitions: Mutex<Vec<Arc<PartitionStats>>>,
+}
+
+struct PartitionStats {
+    labels: [KeyValue; 4],
+    record_age: Windowed,
+    latency: Windowed,
+}
+
+/// Which of a partition's statistics a gauge reads.
+type StatisticOf = fn(&PartitionStats) -> &Windowed;
+
+/// Which statistic a gauge reports.
+#[derive(Clone, Copy)]
+enum Read {
+    Last,
+    Min,
+    Max,
+    Avg,
+}
+
+impl Flows {
+    /// The flows of this process, the ones [`register_gauges`] reports.
+    fn global() -> &'static Arc<Flows> {
+        static FLOWS: OnceLock<Arc<Flows>> = OnceLock::new();
+        FLOWS.get_or_init(Arc::default)
+    }
+
+    fn add(&self, task: &Arc<FlowStats>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        // Tasks that ended are left out here rather than on each collection.
+        tasks.retain(|t| t.strong_count() > 0);
+        tasks.push(Arc::downgrade(task));
+    }
+
+    /// Every live partition's statistics.
+    fn each(&self, mut read: impl FnMut(&PartitionStats)) {
+        let tasks: Vec<Arc<FlowStats>> = {
+            let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            tasks.iter().filter_map(Weak::upgrade).collect()
+        };
+        for task in tasks {
+            let partitions = task.partitions.lock().unwrap_or_else(|e| e.into_inner());
+            for p in partitions.iter() {
+                read(p);
+            }
+        }
+    }
+
+    fn register(self: &Arc<Self>, meter: &Meter) {
+        let metrics: [(&str, &str, StatisticOf); 2] = [
+            (
+                "record-age-ms",
+                "age of a record when the flow received it",
+                |p| &p.record_age,
+            ),
+            (
+                "replication-latency-ms",
+                "time from a record's timestamp to the target's acknowledgement",
+                |p| &p.latency,
+            ),
+        ];
+        for (name, what, windowed) in metrics {
+            for (suffix, read, description) in [
+                ("", Read::Last, format!("The last {what}")),
+                (
+                    "-min",
+                    Read::Min,
+                    format!("Least {what}, over the last 30-60 s"),
+                ),
+                (
+                    "-max",
+                    Read::Max,
+                    format!("Greatest {what}, over the last 30-60 s"),
+                ),
+                (
+                    "-avg",
+                    Read::Avg,
+                    format!("Average {what}, over the last 30-60 s"),
+                ),
+            ] {
+                let flows = Arc::clone(self);
+                meter
+                    .f64_observable_gauge(format!("{PREFIX}{name}{suffix}"))
+                    .with_description(description)
+                    .with_unit("ms")
+                    .with_callback(move |o| {
+                        let now = Instant::now();
+                        flows.each(|p| {
+                            let w = windowed(p);
+                            let value = match read {
+                                Read::Last => w.last(),
+                                Read::Min => w.read(now).map(|s: Stats| s.min),
+                                Read::Max => w.read(now).map(|s| s.max),
+                                Read::Avg => w.read(now).map(|s| s.avg),
+                            };
+                            if let Some(v) = value {
+                                o.observe(v, &p.labels);
+                            }
+                        });
+                    })
+                    .build();
+            }
+        }
+    }
+}
+
 /// The instruments of one task of a mirror flow.
 pub struct MirrorMetrics {
     /// The flow's labels, shared: cloning one is a counter increment, not a copy.
@@ -41,10 +171,10 @@ pub struct MirrorMetrics {
     target: KeyValue,
     record_count: Counter<u64>,
     byte_count: Counter<u64>,
-    record_age: Histogram<f64>,
-    latency: Histogram<f64>,
-    /// Instruments bound per target topic and partition written (bounded by the partitions
-    /// the task writes to; kept for the task's life, as the SDK keeps a cumulative series).
+    stats: Arc<FlowStats>,
+    /// Counters bound and statistics kept per target topic and partition written (bounded by
+    /// the partitions the task writes to; kept for the task's life, as the SDK keeps a
+    /// cumulative series).
     bound: HashMap<String, HashMap<i32, BoundPartition>>,
 }
 
@@ -60,12 +190,15 @@ impl MirrorMetrics {
         let (source, target) = (alias(SOURCE_CLUSTER_ALIAS)?, alias(TARGET_CLUSTER_ALIAS)?);
         Some(Self::new(
             &opentelemetry::global::meter("spillway"),
+            Flows::global(),
             source,
             target,
         ))
     }
 
-    pub fn new(meter: &opentelemetry::metrics::Meter, source: String, target: String) -> Self {
+    fn new(meter: &Meter, flows: &Flows, source: String, target: String) -> Self {
+        let stats = Arc::new(FlowStats::default());
+        flows.add(&stats);
         MirrorMetrics {
             source: KeyValue::new("source", Arc::<str>::from(source)),
             target: KeyValue::new("target", Arc::<str>::from(target)),
@@ -78,16 +211,7 @@ impl MirrorMetrics {
                 .with_description("Key and value bytes replicated to the target")
                 .with_unit("By")
                 .build(),
-            record_age: meter
-                .f64_histogram(format!("{PREFIX}record-age-ms"))
-                .with_description("Age of a record when the flow received it")
-                .with_unit("ms")
-                .build(),
-            latency: meter
-                .f64_histogram(format!("{PREFIX}replication-latency-ms"))
-                .with_description("From a record's timestamp to the target's acknowledgement")
-                .with_unit("ms")
-                .build(),
+            stats,
             bound: HashMap::new(),
         }
     }
@@ -101,7 +225,7 @@ impl MirrorMetrics {
         ]
     }
 
-    /// The instruments bound to `topic`'s `partition`, bound on its first record.
+    /// The instruments of `topic`'s `partition`, made on its first record.
     fn bound(&mut self, topic: &str, partition: i32) -> &BoundPartition {
         if !self
             .bound
@@ -109,11 +233,20 @@ impl MirrorMetrics {
             .is_some_and(|p| p.contains_key(&partition))
         {
             let labels = self.labels(topic, partition);
+            let stats = Arc::new(PartitionStats {
+                record_age: Windowed::default(),
+                latency: Windowed::default(),
+                labels: labels.clone(),
+            });
+            self.stats
+                .partitions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::clone(&stats));
             let instruments = BoundPartition {
                 record_count: self.record_count.bind(&labels),
                 byte_count: self.byte_count.bind(&labels),
-                record_age: self.record_age.bind(&labels),
-                latency: self.latency.bind(&labels),
+                stats,
             };
             self.bound
                 .entry(topic.to_owned())
@@ -125,10 +258,9 @@ impl MirrorMetrics {
 
     /// Records `written` (confirmed by the target); `received_ms` is when `put` got them.
     ///
-    /// Per target partition of the batch, the bound instruments are looked up once and the
-    /// counts added once; only the histograms take a value per record, through instruments
-    /// bound to the partition's labels (an unbound `record` hashes the four labels each time:
-    /// bench/README.md).
+    /// Per target partition of the batch, the instruments are looked up once, and the counts,
+    /// ages and latencies added once: a record costs a few additions (an OpenTelemetry
+    /// histogram took a lock per value, bench/README.md).
     pub fn written<'a>(
         &mut self,
         written: impl IntoIterator<Item = &'a OutRecord>,
@@ -151,9 +283,10 @@ impl MirrorMetrics {
                         partitions.push(PartitionBatch {
                             topic: &record.topic,
                             partition,
-                            instruments: self.bound(&record.topic, partition).clone(),
                             records: 0,
                             bytes: 0,
+                            record_age: Summary::default(),
+                            latency: Summary::default(),
                         });
                         partitions.len() - 1
                     }
@@ -165,36 +298,39 @@ impl MirrorMetrics {
             batch.bytes += (record.key.as_ref().map_or(0, |k| k.len())
                 + record.value.as_ref().map_or(0, |v| v.len())) as u64;
             if let Some(ts) = record.timestamp {
-                let instruments = &batch.instruments;
-                instruments
-                    .record_age
-                    .record((received_ms - ts).max(0) as f64);
-                instruments.latency.record((acked - ts).max(0) as f64);
+                batch.record_age.add((received_ms - ts).max(0) as f64);
+                batch.latency.add((acked - ts).max(0) as f64);
             }
         }
+        let now = Instant::now();
         for batch in &partitions {
-            batch.instruments.record_count.add(batch.records);
-            batch.instruments.byte_count.add(batch.bytes);
+            let instruments = self.bound(batch.topic, batch.partition);
+            instruments.record_count.add(batch.records);
+            instruments.byte_count.add(batch.bytes);
+            instruments
+                .stats
+                .record_age
+                .record_all(&batch.record_age, now);
+            instruments.stats.latency.record_all(&batch.latency, now);
         }
     }
 }
 
-/// One target partition's instruments, bound to its labels.
-#[derive(Clone)]
+/// One target partition's counters, bound to its labels, and its statistics.
 struct BoundPartition {
     record_count: BoundCounter<u64>,
     byte_count: BoundCounter<u64>,
-    record_age: BoundHistogram<f64>,
-    latency: BoundHistogram<f64>,
+    stats: Arc<PartitionStats>,
 }
 
 /// One target partition's records in a batch.
 struct PartitionBatch<'a> {
     topic: &'a str,
     partition: i32,
-    instruments: BoundPartition,
     records: u64,
     bytes: u64,
+    record_age: Summary,
+    latency: Summary,
 }
 
 #[cfg(test)]
@@ -217,73 +353,127 @@ mod tests {
         assert!(MirrorMetrics::from_config(&config).is_some());
     }
 
+    /// Every data point exported, as (metric name, partition label, value).
+    fn exported(
+        provider: &SdkMeterProvider,
+        exporter: &InMemoryMetricExporter,
+    ) -> Vec<(String, String, f64)> {
+        provider.force_flush().expect("flush");
+        let mut points = Vec::new();
+        fn partition<'k>(mut attrs: impl Iterator<Item = &'k KeyValue>) -> String {
+            attrs
+                .find(|kv| kv.key.as_str() == "partition")
+                .map(|kv| kv.value.to_string())
+                .unwrap_or_default()
+        }
+        let metrics = exporter.get_finished_metrics().expect("metrics");
+        // The last collection only: every series is cumulative or a current gauge.
+        for scope in metrics.last().into_iter().flat_map(|rm| rm.scope_metrics()) {
+            for metric in scope.metrics() {
+                let name = metric.name().trim_start_matches(PREFIX).to_owned();
+                match metric.data() {
+                    AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                        for p in sum.data_points() {
+                            points.push((
+                                name.clone(),
+                                partition(p.attributes()),
+                                p.value() as f64,
+                            ));
+                        }
+                    }
+                    AggregatedMetrics::F64(MetricData::Gauge(gauge)) => {
+                        for p in gauge.data_points() {
+                            points.push((name.clone(), partition(p.attributes()), p.value()));
+                        }
+                    }
+                    other => panic!("{name}: unexpected data {other:?}"),
+                }
+            }
+        }
+        points.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        points
+    }
+
     #[test]
-    fn written_records_are_counted_per_target_partition_with_their_bytes() {
+    fn written_records_are_counted_and_their_ages_summed_up_per_target_partition() {
         let exporter = InMemoryMetricExporter::default();
         let provider = SdkMeterProvider::builder()
             .with_reader(PeriodicReader::builder(exporter.clone()).build())
             .build();
-        let mut metrics = MirrorMetrics::new(&provider.meter("t"), "A".into(), "B".into());
-        let record = |p: i32| OutRecord {
+        let meter = provider.meter("t");
+        let flows = Arc::new(Flows::default());
+        flows.register(&meter);
+        let mut metrics = MirrorMetrics::new(&meter, &flows, "A".into(), "B".into());
+        let received = now_ms();
+        let record = |p: i32, age: i64| OutRecord {
             topic: "A.orders".into(),
             partition: Some(p),
             key: Some(Bytes::from_static(b"k")),
             value: Some(Bytes::from_static(b"value")),
             headers: Vec::new(),
-            timestamp: Some(now_ms() - 1000),
+            timestamp: Some(received - age),
         };
-        let records = [record(0), record(0), record(1)];
-        metrics.written(&records, now_ms());
-        // A second batch adds to the same series (the instruments bound by the first).
-        metrics.written(&[record(1), record(2)], now_ms());
-        provider.force_flush().expect("flush");
-        let exported = exporter.get_finished_metrics().expect("metrics");
-        let mut counts = Vec::new();
-        let mut bytes = 0;
-        let mut ages = Vec::new();
-        for scope in exported.iter().flat_map(|rm| rm.scope_metrics()) {
-            for metric in scope.metrics() {
-                match (metric.name(), metric.data()) {
-                    (
-                        "kafka.connect.mirror-source-connector.record-count",
-                        AggregatedMetrics::U64(MetricData::Sum(sum)),
-                    ) => {
-                        for point in sum.data_points() {
-                            let partition = point
-                                .attributes()
-                                .find(|kv| kv.key.as_str() == "partition")
-                                .map(|kv| kv.value.to_string());
-                            counts.push((partition, point.value()));
-                        }
-                    }
-                    (
-                        "kafka.connect.mirror-source-connector.byte-count",
-                        AggregatedMetrics::U64(MetricData::Sum(sum)),
-                    ) => bytes += sum.data_points().map(|p| p.value()).sum::<u64>(),
-                    (
-                        "kafka.connect.mirror-source-connector.record-age-ms",
-                        AggregatedMetrics::F64(MetricData::Histogram(h)),
-                    ) => ages.extend(h.data_points().map(|p| (p.count(), p.min()))),
-                    _ => {}
-                }
-            }
-        }
-        counts.sort();
-        assert_eq!(
-            counts,
-            vec![
-                (Some("0".into()), 2),
-                (Some("1".into()), 2),
-                (Some("2".into()), 1)
-            ],
-            "per target partition, over both batches"
+        metrics.written(
+            &[record(0, 1000), record(0, 3000), record(1, 2000)],
+            received,
         );
-        assert_eq!(bytes, 5 * 6, "key and value bytes");
-        assert_eq!(ages.iter().map(|(c, _)| c).sum::<u64>(), 5);
-        assert_eq!(ages.len(), 3, "one age series per target partition");
+        // A second batch adds to the same series; its last record's age is the plain value.
+        metrics.written(
+            &[record(1, 4000), record(1, 500), record(2, 7000)],
+            received,
+        );
+        let points = exported(&provider, &exporter);
+        let value = |name: &str, partition: &str| {
+            points
+                .iter()
+                .find(|(n, p, _)| n == name && p == partition)
+                .map(|(_, _, v)| *v)
+                .unwrap_or_else(|| panic!("no {name} for partition {partition}: {points:?}"))
+        };
+        for (partition, count) in [("0", 2.0), ("1", 3.0), ("2", 1.0)] {
+            assert_eq!(
+                value("record-count", partition),
+                count,
+                "per target partition, over both batches"
+            );
+            assert_eq!(
+                value("byte-count", partition),
+                count * 6.0,
+                "key and value bytes"
+            );
+        }
+        assert_eq!(value("record-age-ms-min", "0"), 1000.0);
+        assert_eq!(value("record-age-ms-max", "0"), 3000.0);
+        assert_eq!(value("record-age-ms-avg", "0"), 2000.0);
+        assert_eq!(value("record-age-ms-min", "1"), 500.0);
+        assert_eq!(value("record-age-ms-max", "1"), 4000.0);
+        assert_eq!(value("record-age-ms-avg", "1"), 6500.0 / 3.0);
+        assert_eq!(value("record-age-ms", "1"), 500.0, "the last value");
+        assert_eq!(value("record-age-ms", "2"), 7000.0);
+        // The acknowledgement came after `received`: a latency is at least the record's age.
+        for partition in ["0", "1", "2"] {
+            assert!(
+                value("replication-latency-ms-min", partition)
+                    >= value("record-age-ms-min", partition)
+            );
+            assert!(
+                value("replication-latency-ms-max", partition)
+                    >= value("record-age-ms-max", partition)
+            );
+            assert!(
+                value("replication-latency-ms-avg", partition)
+                    >= value("record-age-ms-avg", partition)
+            );
+        }
+        assert!(value("replication-latency-ms", "2") >= 7000.0);
+        // A task that ended is no longer reported.
+        drop(metrics);
+        let points = exported(&provider, &exporter);
         assert!(
-            ages.iter().all(|(_, min)| min.is_some_and(|m| m >= 1000.0)),
-            "{ages:?}"
+            !points
+                .iter()
+                .any(|(n, _, _)| n.starts_with("record-age-ms")),
+            "{points:?}"
         );
     }
 }

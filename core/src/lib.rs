@@ -18,6 +18,7 @@ pub mod record;
 pub mod schema;
 pub mod topic;
 pub mod transforms;
+pub mod windowed;
 
 pub use ack::{Ack, BatchAck, BatchOwner, Disposition};
 pub use config::ConfigMap;

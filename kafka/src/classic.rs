@@ -41,6 +41,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use spillway_core::record::TimestampType;
 use spillway_core::Topic;
 use tracing::{debug, warn};
 
@@ -143,18 +144,39 @@ pub const OWNED_KEYS: &[&str] = &[
     "max.poll.records",
 ];
 
-/// One record read from a consumer group.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClassicRecord {
-    /// Shared by the records of one poll from the same topic (no name copied per record).
-    pub topic: Topic,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
-    /// Milliseconds since the epoch, and whether the log stamped it (true) or the producer.
-    pub timestamp: Option<(i64, bool)>,
+/// One record read from a consumer group: the runtime's raw record itself, so a poll's records
+/// go on as they were read, not rebuilt one by one (a consumer group counts no deliveries and
+/// holds no locks: `delivery_count` and `lock_deadline` are `None`).
+pub type ClassicRecord = spillway_core::RawRecord;
+
+/// A record read from a consumer group; `timestamp` in milliseconds since the epoch, with
+/// whether the log stamped it (true) or the producer.
+pub(crate) fn classic_record(
+    topic: Topic,
+    partition: i32,
+    offset: i64,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    headers: Vec<(String, Option<Bytes>)>,
+    timestamp: Option<(i64, bool)>,
+) -> ClassicRecord {
+    let (timestamp, timestamp_type) = match timestamp {
+        None => (None, TimestampType::NoTimestamp),
+        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
+        Some((t, false)) => (Some(t), TimestampType::CreateTime),
+    };
+    ClassicRecord {
+        topic,
+        partition,
+        offset,
+        key,
+        value,
+        headers,
+        timestamp,
+        timestamp_type,
+        delivery_count: None,
+        lock_deadline: None,
+    }
 }
 
 /// A change of this member's partitions.
@@ -1314,20 +1336,53 @@ pub(crate) fn owned<M: Message>(
         rdkafka::Timestamp::CreateTime(t) => Some((t, false)),
         rdkafka::Timestamp::LogAppendTime(t) => Some((t, true)),
     };
-    ClassicRecord {
-        topic: shared_topic(m.topic(), last_topic),
-        partition: m.partition(),
-        offset: m.offset(),
-        key: m.key().map(|k| copies.copy(k)),
-        value: m.payload().map(|v| copies.copy(v)),
+    classic_record(
+        shared_topic(m.topic(), last_topic),
+        m.partition(),
+        m.offset(),
+        m.key().map(|k| copies.copy(k)),
+        m.payload().map(|v| copies.copy(v)),
         headers,
         timestamp,
-    }
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_read_is_the_runtime_s_raw_record_with_its_timestamp_s_kind() {
+        let read = |timestamp| {
+            classic_record(
+                Topic::from("t"),
+                3,
+                42,
+                None,
+                Some(Bytes::from_static(b"v")),
+                Vec::new(),
+                timestamp,
+            )
+        };
+        let producer = read(Some((1_700_000_000_000, false)));
+        assert_eq!(
+            (producer.timestamp, producer.timestamp_type),
+            (Some(1_700_000_000_000), TimestampType::CreateTime)
+        );
+        let log = read(Some((5, true)));
+        assert_eq!(
+            (log.timestamp, log.timestamp_type),
+            (Some(5), TimestampType::LogAppendTime)
+        );
+        let none = read(None);
+        assert_eq!(
+            (none.timestamp, none.timestamp_type),
+            (None, TimestampType::NoTimestamp)
+        );
+        // A consumer group counts no deliveries and holds no locks.
+        assert_eq!((none.delivery_count, none.lock_deadline), (None, None));
+        assert_eq!((none.partition, none.offset), (3, 42));
+    }
 
     #[test]
     fn the_watermark_stops_at_the_first_record_in_flight() {

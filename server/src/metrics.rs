@@ -109,8 +109,11 @@ impl Telemetry {
             builder = builder.with_reader(PeriodicReader::builder(exporter).build());
             info!("exporting metrics over OTLP");
         }
+        let provider = builder.build();
+        // MirrorMaker 2's age and latency statistics, read from the flows' tasks.
+        spillway_connectors::kafka_mirror_metrics::register_gauges(&provider.meter(METER_NAME));
         Ok(Telemetry {
-            provider: builder.build(),
+            provider,
             registry,
             otlp,
         })

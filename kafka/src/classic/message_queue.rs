@@ -26,7 +26,7 @@ use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use spillway_core::Topic;
 
-use super::{ClassicRecord, OffsetTracker};
+use super::{classic_record, ClassicRecord, OffsetTracker};
 use crate::copies::Copies;
 
 /// The queue every assigned partition's messages are forwarded to, and a handle of the
@@ -316,13 +316,13 @@ fn record_of(
     };
     // SAFETY: key and payload live as long as the message.
     let (key, value) = unsafe { (slice(m.key, m.key_len), slice(m.payload, m.len)) };
-    Ok(ClassicRecord {
+    Ok(classic_record(
         topic,
-        partition: m.partition,
-        offset: m.offset,
-        key: key.map(|k| copies.copy(k)),
-        value: value.map(|v| copies.copy(v)),
+        m.partition,
+        m.offset,
+        key.map(|k| copies.copy(k)),
+        value.map(|v| copies.copy(v)),
         headers,
         timestamp,
-    })
+    ))
 }
