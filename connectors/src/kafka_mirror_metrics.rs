@@ -48,17 +48,16 @@ pub fn register_gauges(meter: &Meter) {
     Flows::global().register(meter);
 }
 
-/// The live flow tasks' statistics, read by the gauges registered on a meter.
+/// The statistics of every target partition a live flow task writes to, read by the gauges
+/// registered on a meter. One per flow and partition, shared by the tasks that write to it
+/// (share mode spreads a partition's records over tasks): one series, as MM2's one sensor.
 #[derive(Default)]
 struct Flows {
-    tasks: Mutex<Vec<Weak<FlowStats>>>,
+    partitions: Mutex<HashMap<PartitionKey, Weak<PartitionStats>>>,
 }
 
-/// One task's statistics, per target partition it wrote to.
-#[derive(Default)]
-struct FlowStats {
-    partitions: Mutex<Vec<Arc<PartitionStats>>>,
-}
+/// Source and target alias, target topic, partition.
+type PartitionKey = (Arc<str>, Arc<str>, String, i32);
 
 struct PartitionStats {
     labels: [KeyValue; 4],
@@ -85,24 +84,31 @@ impl Flows {
         FLOWS.get_or_init(Arc::default)
     }
 
-    fn add(&self, task: &Arc<FlowStats>) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        // Tasks that ended are left out here rather than on each collection.
-        tasks.retain(|t| t.strong_count() > 0);
-        tasks.push(Arc::downgrade(task));
+    /// The statistics of a flow's partition, shared with the tasks writing to it already.
+    fn partition(&self, key: PartitionKey, labels: [KeyValue; 4]) -> Arc<PartitionStats> {
+        let mut partitions = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stats) = partitions.get(&key).and_then(Weak::upgrade) {
+            return stats;
+        }
+        // Partitions no live task writes to any more are left out here, not on collection.
+        partitions.retain(|_, p| p.strong_count() > 0);
+        let stats = Arc::new(PartitionStats {
+            labels,
+            record_age: Windowed::default(),
+            latency: Windowed::default(),
+        });
+        partitions.insert(key, Arc::downgrade(&stats));
+        stats
     }
 
     /// Every live partition's statistics.
     fn each(&self, mut read: impl FnMut(&PartitionStats)) {
-        let tasks: Vec<Arc<FlowStats>> = {
-            let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-            tasks.iter().filter_map(Weak::upgrade).collect()
+        let partitions: Vec<Arc<PartitionStats>> = {
+            let partitions = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+            partitions.values().filter_map(Weak::upgrade).collect()
         };
-        for task in tasks {
-            let partitions = task.partitions.lock().unwrap_or_else(|e| e.into_inner());
-            for p in partitions.iter() {
-                read(p);
-            }
+        for p in &partitions {
+            read(p);
         }
     }
 
@@ -169,9 +175,11 @@ pub struct MirrorMetrics {
     /// The flow's labels, shared: cloning one is a counter increment, not a copy.
     source: KeyValue,
     target: KeyValue,
+    source_alias: Arc<str>,
+    target_alias: Arc<str>,
     record_count: Counter<u64>,
     byte_count: Counter<u64>,
-    stats: Arc<FlowStats>,
+    flows: Arc<Flows>,
     /// Counters bound and statistics kept per target topic and partition written (bounded by
     /// the partitions the task writes to; kept for the task's life, as the SDK keeps a
     /// cumulative series).
@@ -196,12 +204,13 @@ impl MirrorMetrics {
         ))
     }
 
-    fn new(meter: &Meter, flows: &Flows, source: String, target: String) -> Self {
-        let stats = Arc::new(FlowStats::default());
-        flows.add(&stats);
+    fn new(meter: &Meter, flows: &Arc<Flows>, source: String, target: String) -> Self {
+        let (source_alias, target_alias) = (Arc::<str>::from(source), Arc::<str>::from(target));
         MirrorMetrics {
-            source: KeyValue::new("source", Arc::<str>::from(source)),
-            target: KeyValue::new("target", Arc::<str>::from(target)),
+            source: KeyValue::new("source", Arc::clone(&source_alias)),
+            target: KeyValue::new("target", Arc::clone(&target_alias)),
+            source_alias,
+            target_alias,
             record_count: meter
                 .u64_counter(format!("{PREFIX}record-count"))
                 .with_description("Records replicated to the target")
@@ -211,7 +220,7 @@ impl MirrorMetrics {
                 .with_description("Key and value bytes replicated to the target")
                 .with_unit("By")
                 .build(),
-            stats,
+            flows: Arc::clone(flows),
             bound: HashMap::new(),
         }
     }
@@ -233,16 +242,13 @@ impl MirrorMetrics {
             .is_some_and(|p| p.contains_key(&partition))
         {
             let labels = self.labels(topic, partition);
-            let stats = Arc::new(PartitionStats {
-                record_age: Windowed::default(),
-                latency: Windowed::default(),
-                labels: labels.clone(),
-            });
-            self.stats
-                .partitions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Arc::clone(&stats));
+            let key = (
+                Arc::clone(&self.source_alias),
+                Arc::clone(&self.target_alias),
+                topic.to_owned(),
+                partition,
+            );
+            let stats = self.flows.partition(key, labels.clone());
             let instruments = BoundPartition {
                 record_count: self.record_count.bind(&labels),
                 byte_count: self.byte_count.bind(&labels),
@@ -466,8 +472,31 @@ mod tests {
             );
         }
         assert!(value("replication-latency-ms", "2") >= 7000.0);
-        // A task that ended is no longer reported.
+        // Another task of the flow writing to partition 2 (share mode spreads a partition's
+        // records over tasks) adds to its one series.
+        let mut other_task = MirrorMetrics::new(&meter, &flows, "A".into(), "B".into());
+        other_task.written(&[record(2, 1000)], received);
+        let points = exported(&provider, &exporter);
+        let series = |name: &str| {
+            points
+                .iter()
+                .filter(|(n, p, _)| n == name && p == "2")
+                .map(|(_, _, v)| *v)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(series("record-age-ms-min"), vec![1000.0], "{points:?}");
+        assert_eq!(series("record-age-ms-max"), vec![7000.0]);
+        assert_eq!(series("record-age-ms-avg"), vec![4000.0]);
+        // A partition is reported while a task writing to it lives.
         drop(metrics);
+        let points = exported(&provider, &exporter);
+        let partitions: Vec<&str> = points
+            .iter()
+            .filter(|(n, _, _)| n == "record-age-ms-max")
+            .map(|(_, p, _)| p.as_str())
+            .collect();
+        assert_eq!(partitions, vec!["2"]);
+        drop(other_task);
         let points = exported(&provider, &exporter);
         assert!(
             !points
