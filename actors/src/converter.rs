@@ -5,7 +5,7 @@
 //! and the task fails with the panic's message and location.
 
 use actix::prelude::*;
-use spillway_core::{Processed, RecordPipeline};
+use spillway_core::RecordPipeline;
 
 use crate::messages::{Acknowledged, Failing, Finish, FlushHeld, Ready, SinkBatch, SourceBatch};
 use crate::panic_guard::guard;
@@ -59,12 +59,9 @@ impl Handler<SourceBatch> for ConverterActor {
                     records: Vec::with_capacity(records.len()),
                 };
                 for (i, raw) in records.iter().enumerate() {
-                    match pipeline.process(raw) {
-                        Processed::Ready(record) => {
-                            ready.indices.push(i);
-                            ready.records.push(record);
-                        }
-                        other => not_ready.push((i, other)),
+                    match pipeline.process_into(raw, &mut ready.records) {
+                        None => ready.indices.push(i),
+                        Some(other) => not_ready.push((i, other)),
                     }
                 }
                 (records, not_ready, ready)

@@ -1061,7 +1061,7 @@ impl SinkTask for KafkaSinkTask {
             if outcomes[i].is_some() {
                 continue;
             }
-            match state.converter.to_raw_record(record) {
+            match state.converter.serialize(record) {
                 Ok(mut raw) => {
                     crate::trace_context::replace(&mut raw.headers, &trace_context);
                     // One lookup when transforms kept the topic (a mirror flow's case).
@@ -1085,7 +1085,7 @@ impl SinkTask for KafkaSinkTask {
                             names,
                             offsets.as_ref().map(|o| o.get(i)),
                         ),
-                        timestamp: raw.timestamp,
+                        timestamp: record.timestamp,
                     });
                     sources.push((record.original.clone(), record.lock_deadline));
                     positions.push(i);

@@ -14,7 +14,8 @@
 //!   each contender on a fresh cluster, the order alternating; it prints the median and spread
 //!   and exits non-zero when CPU per record, rate or peak RSS miss their goals.
 //! * `classic`: a classic-mode (consumer group) connector into the file sink against
-//!   librdkafka's C classic consumer, the same way (issue 18 item 3).
+//!   librdkafka's C classic consumer, the same way (issue 18 item 3): metrics recorded and
+//!   scraped every second, rounds on fresh clusters, the order alternating.
 //! * (b) `parallelism`: a bench-only sink that takes 10 ms per `put`, on a one-partition topic:
 //!   share mode with 8 tasks (the dev broker's manual target assignment gives every member the
 //!   partition, as Apache Kafka does) against classic mode (one partition: one active task).
@@ -550,6 +551,8 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                         "--file".into(),
                         file.clone(),
                         "--classic".into(),
+                        // As the worker command runs it, as the share contender (a) is.
+                        "--metrics".into(),
                     ]
                 })
                 .await?;

@@ -28,7 +28,7 @@ pub use bytearray::ByteArrayConverter;
 pub use header::{header_from_connect, headers_to_connect};
 pub use json::JsonConverter;
 pub use json_schema::{schema_from_json, schema_to_json};
-pub use record_converter::RecordConverter;
+pub use record_converter::{RecordConverter, Serialized};
 pub use string::StringConverter;
 
 use crate::config::{ConfigDef, ConfigMap};

@@ -1,6 +1,8 @@
 //! A key converter and a value converter applied together: raw records in, sink records out,
 //! and back for sinks that write Kafka records.
 
+use bytes::Bytes;
+
 use crate::config::ConfigMap;
 use crate::convert::{header_from_connect, headers_to_connect, resolve_converter, Converter};
 use crate::error::{ConfigError, ConvertError, RecordPart};
@@ -56,18 +58,21 @@ impl RecordConverter {
         })
     }
 
-    /// Serializes a sink record for writing to Kafka (topic as transformed).
-    pub fn to_raw_record(&self, record: &SinkRecord) -> Result<RawRecord, ConvertError> {
+    /// Serializes a sink record's key, value and headers for writing to Kafka: what a
+    /// producer sends, without the coordinates a whole raw record would copy.
+    pub fn serialize(&self, record: &SinkRecord) -> Result<Serialized, ConvertError> {
         let topic = &record.topic;
-        let headers = record
-            .headers
-            .iter()
-            .map(|h| Ok((h.key.clone(), header_from_connect(topic, h)?)))
-            .collect::<Result<_, ConvertError>>()?;
-        Ok(RawRecord {
-            topic: topic.clone(),
-            partition: record.partition,
-            offset: record.offset,
+        // Most records carry none: no collecting through a fallible iterator for them.
+        let headers = if record.headers.is_empty() {
+            Vec::new()
+        } else {
+            record
+                .headers
+                .iter()
+                .map(|h| Ok((h.key.clone(), header_from_connect(topic, h)?)))
+                .collect::<Result<_, ConvertError>>()?
+        };
+        Ok(Serialized {
             key: self
                 .key
                 .from_connect(topic, record.key_schema.as_deref(), &record.key)?,
@@ -75,12 +80,16 @@ impl RecordConverter {
                 .value
                 .from_connect(topic, record.value_schema.as_deref(), &record.value)?,
             headers,
-            timestamp: record.timestamp,
-            timestamp_type: record.timestamp_type,
-            delivery_count: record.delivery_count,
-            lock_deadline: record.lock_deadline,
         })
     }
+}
+
+/// A sink record serialized for Kafka ([`RecordConverter::serialize`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serialized {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
 }
 
 #[cfg(test)]
@@ -88,7 +97,6 @@ mod tests {
     use super::*;
     use crate::data::Value;
     use crate::error::Stage;
-    use bytes::Bytes;
 
     use crate::config::config_map as config;
 
@@ -134,7 +142,14 @@ mod tests {
         let record = converter
             .to_sink_record(original.clone())
             .expect("converts");
-        assert_eq!(converter.to_raw_record(&record), Ok(original));
+        assert_eq!(
+            converter.serialize(&record),
+            Ok(Serialized {
+                key: original.key,
+                value: original.value,
+                headers: original.headers,
+            })
+        );
     }
 
     #[test]
