@@ -664,13 +664,20 @@ async fn run_batch(
     let mut verdicts = Vec::with_capacity(batch.raws.len());
     // Entries are visited in place: moving each out of the list copied several hundred bytes
     // per record only to read its coordinates.
-    let mut not_ready = std::mem::take(&mut batch.not_ready).into_iter().peekable();
+    // The next entry that was not ready, looked at in place: a peekable iterator moved each
+    // entry (a few hundred bytes) to look at its index.
+    let mut not_ready = std::mem::take(&mut batch.not_ready).into_iter();
+    let mut next_not_ready = not_ready.next();
     for (i, raw) in batch.raws.iter_mut().enumerate() {
         let record = raw.coordinates();
         let last_delivery = ctx.share && is_last_delivery(raw, ctx.delivery_attempt_limit);
         let outcome = outcomes[i].take();
         // A ready record went into the put: its outcome is what counts.
-        let processed = not_ready.next_if(|(at, _)| *at == i).map(|(_, p)| p);
+        let processed = if next_not_ready.as_ref().is_some_and(|(at, _)| *at == i) {
+            std::mem::replace(&mut next_not_ready, not_ready.next()).map(|(_, p)| p)
+        } else {
+            None
+        };
         let failure = match (processed, outcome) {
             (Some(Processed::Filtered), _) => {
                 TaskCounters::add(&ctx.counters.filtered, 1);

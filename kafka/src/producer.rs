@@ -679,18 +679,30 @@ impl ProducerContext for ReportingContext {
             Err((e, _)) => Err(e.clone()),
         };
         // SAFETY: a non-zero opaque is only ever the address of a slot of a `Reports` that
-        // `send_all` keeps alive for this report: it took a strong reference for the record
-        // before queueing it (`Reports::expect`), which `Reports::report` releases.
+        // is kept alive for this report: its callbacks' reference is released only once
+        // every queued record is reported (`Reports::report`, `Reports::queued`).
         unsafe { Reports::report(slot as *const Slot, result) };
     }
 }
 
 /// The delivery reports of one `send_all`: a slot per record, and how many are still awaited.
+///
+/// Queueing a record touches nothing shared: `pending` starts at [`QUEUEING`], each report
+/// takes one off, and once the batch is queued [`Reports::queued`] takes off the rest, which
+/// leaves the reports still to come. The delivery callbacks share one strong reference,
+/// released by whoever brings `pending` to 0. (A count and a reference per record were four
+/// atomic operations per record on a cache line both threads write, bench/README.md.)
 struct Reports {
     slots: Box<[Slot]>,
     pending: AtomicUsize,
+    /// Failed deliveries by slot index: rare, so kept out of the slots.
+    failed: Mutex<Vec<(usize, KafkaError)>>,
     all_reported: tokio::sync::Notify,
 }
+
+/// `pending` while a batch is being queued: more than a batch can hold, so that reports
+/// arriving meanwhile never bring it to 0.
+const QUEUEING: usize = 1 << (usize::BITS - 2);
 
 /// One record's delivery report, set once by the producer's polling thread and read once
 /// every report is in (`Reports::pending` at 0 orders the writes before the reads).
@@ -698,49 +710,15 @@ struct Slot {
     /// The `Reports` holding this slot (its address inside the `Arc`).
     reports: *const Reports,
     /// [`NOT_REPORTED`], [`WRITTEN`] (`partition` and `offset` hold where) or [`FAILED`]
-    /// (`error` holds why).
+    /// (`Reports::failed` holds why).
     state: AtomicU8,
     partition: AtomicI32,
     offset: AtomicI64,
-    error: Mutex<Option<KafkaError>>,
 }
 
 const NOT_REPORTED: u8 = 0;
 const WRITTEN: u8 = 1;
 const FAILED: u8 = 2;
-
-impl Slot {
-    fn set(&self, result: Result<Written, KafkaError>) {
-        match result {
-            Ok(written) => {
-                self.partition.store(written.partition, Ordering::Relaxed);
-                self.offset.store(written.offset, Ordering::Relaxed);
-                self.state.store(WRITTEN, Ordering::Release);
-            }
-            Err(e) => {
-                *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                self.state.store(FAILED, Ordering::Release);
-            }
-        }
-    }
-
-    /// The report; `None` if none came.
-    fn get(&self) -> Option<Result<Written, KafkaError>> {
-        match self.state.load(Ordering::Acquire) {
-            WRITTEN => Some(Ok(Written {
-                partition: self.partition.load(Ordering::Relaxed),
-                offset: self.offset.load(Ordering::Relaxed),
-            })),
-            FAILED => self
-                .error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-                .map(Err),
-            _ => None,
-        }
-    }
-}
 
 // SAFETY: `reports` points to the `Reports` owning the slot, which is itself Send + Sync (its
 // other fields are); the pointer is only dereferenced while a strong reference is held.
@@ -748,50 +726,92 @@ unsafe impl Send for Slot {}
 unsafe impl Sync for Slot {}
 
 impl Reports {
+    /// Reports for `records` records, with the callbacks' reference taken.
     fn new(records: usize) -> Arc<Reports> {
-        Arc::new_cyclic(|this| Reports {
+        let reports = Arc::new_cyclic(|this| Reports {
             slots: (0..records)
                 .map(|_| Slot {
                     reports: this.as_ptr(),
                     state: AtomicU8::new(NOT_REPORTED),
                     partition: AtomicI32::new(0),
                     offset: AtomicI64::new(0),
-                    error: Mutex::new(None),
                 })
                 .collect(),
-            pending: AtomicUsize::new(0),
+            pending: AtomicUsize::new(QUEUEING),
+            failed: Mutex::new(Vec::new()),
             all_reported: tokio::sync::Notify::new(),
-        })
+        });
+        // Released when `pending` reaches 0 (`report` or `queued`).
+        let _ = Arc::into_raw(Arc::clone(&reports));
+        reports
     }
 
-    /// Right before record `i` is offered to librdkafka: its report is awaited, and a strong
-    /// reference is kept for the delivery callback. Returns the opaque to queue it with.
-    fn expect(self: &Arc<Reports>, i: usize) -> usize {
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        // Released by `report` (or by `not_queued` if librdkafka refuses the record).
-        let _ = Arc::into_raw(Arc::clone(self));
+    /// The opaque to queue record `i` with: its slot's address.
+    fn opaque(&self, i: usize) -> usize {
         &self.slots[i] as *const Slot as usize
     }
 
-    /// Record `i` was refused by librdkafka: no report will come.
-    fn not_queued(self: &Arc<Reports>) {
-        self.pending.fetch_sub(1, Ordering::AcqRel);
-        // SAFETY: releases the reference `expect` took for the report that will not come.
-        unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+    /// The batch is queued, `queued` of its records accepted by librdkafka: from now on
+    /// `pending` counts the reports still to come. Called once per batch (by [`Queueing`]).
+    fn queued(&self, queued: usize) {
+        let rest = QUEUEING - queued;
+        if self.pending.fetch_sub(rest, Ordering::AcqRel) == rest {
+            // Every report came while the batch was being queued (or none was queued).
+            self.all_reported.notify_one();
+            // SAFETY: the callbacks' reference taken in `new`, released once: `pending`
+            // reached 0 here, so no report will release it.
+            unsafe { Arc::decrement_strong_count(self as *const Reports) };
+        }
     }
 
-    /// Stores a report in its slot and releases the reference taken for it.
+    /// Stores a report in its slot; the last one releases the callbacks' reference.
     ///
     /// # Safety
-    /// `slot` must come from [`Reports::expect`], and each one be reported once.
+    /// `slot` must come from [`Reports::opaque`] of a record librdkafka accepted, and each one
+    /// be reported once.
     unsafe fn report(slot: *const Slot, result: Result<Written, KafkaError>) {
+        let reports = &*(*slot).reports;
         let slot = &*slot;
-        let reports = slot.reports;
-        slot.set(result);
-        if (*reports).pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            (*reports).all_reported.notify_one();
+        match result {
+            Ok(written) => {
+                slot.partition.store(written.partition, Ordering::Relaxed);
+                slot.offset.store(written.offset, Ordering::Relaxed);
+                slot.state.store(WRITTEN, Ordering::Release);
+            }
+            Err(e) => {
+                let index = (slot as *const Slot).offset_from(reports.slots.as_ptr()) as usize;
+                reports
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((index, e));
+                slot.state.store(FAILED, Ordering::Release);
+            }
         }
-        drop(Arc::from_raw(reports));
+        // Past this, only the last report may touch `reports`: the others' references are
+        // gone once it is released.
+        if reports.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            reports.all_reported.notify_one();
+            drop(Arc::from_raw(slot.reports));
+        }
+    }
+
+    /// Each record's report, in order; `None` for a record with none.
+    fn results(&self) -> impl Iterator<Item = Option<Result<Written, KafkaError>>> + '_ {
+        let mut failed =
+            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner()));
+        failed.sort_unstable_by_key(|(i, _)| *i);
+        let mut failed = failed.into_iter().peekable();
+        self.slots.iter().enumerate().map(move |(i, slot)| {
+            match slot.state.load(Ordering::Acquire) {
+                WRITTEN => Some(Ok(Written {
+                    partition: slot.partition.load(Ordering::Relaxed),
+                    offset: slot.offset.load(Ordering::Relaxed),
+                })),
+                FAILED => failed.next_if(|(at, _)| *at == i).map(|(_, e)| Err(e)),
+                _ => None,
+            }
+        })
     }
 
     /// Waits until every queued record is reported.
@@ -801,6 +821,18 @@ impl Reports {
             // and this wait is not missed.
             self.all_reported.notified().await;
         }
+    }
+}
+
+/// The queueing of one batch: on drop, tells its [`Reports`] how many records were queued.
+struct Queueing<'a> {
+    reports: &'a Reports,
+    queued: usize,
+}
+
+impl Drop for Queueing<'_> {
+    fn drop(&mut self) {
+        self.reports.queued(self.queued);
     }
 }
 
@@ -815,6 +847,12 @@ async fn send_all(
     records: &[OutRecord],
 ) -> Vec<Result<Written, ProduceError>> {
     let reports = Reports::new(records.len());
+    // Ends the queueing on every way out of the loop below, this future dropped included,
+    // so that the reports still to come release the callbacks' reference.
+    let mut queueing = Queueing {
+        reports: &reports,
+        queued: 0,
+    };
     // Records librdkafka refused, by index.
     let mut refused: Vec<(usize, KafkaError)> = Vec::new();
     // Taken once records are queued (or the queue is full), not before: records queued
@@ -842,14 +880,14 @@ async fn send_all(
         // Waits for queue space rather than failing when the local queue is full.
         let mut new_partition_wait: Option<Instant> = None;
         loop {
-            // A report is expected only while the record is in librdkafka's hands, so
-            // dropping this future while it waits below leaves no reference behind.
-            let opaque = reports.expect(i);
-            let e = match produce(native, topic, record, &mut headers, opaque) {
-                Ok(()) => break,
+            // A report comes only for a record librdkafka accepts.
+            let e = match produce(native, topic, record, &mut headers, reports.opaque(i)) {
+                Ok(()) => {
+                    queueing.queued += 1;
+                    break;
+                }
                 Err(e) => e,
             };
-            reports.not_queued();
             match e {
                 KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
                     // What is queued drains sooner when it does not linger.
@@ -881,16 +919,17 @@ async fn send_all(
     if refused.len() < records.len() {
         flushing.get_or_insert_with(|| native.hold_flush());
     }
+    drop(queueing);
     reports.all().await;
     drop(flushing);
     let mut refused = refused.into_iter().peekable();
     let mut results = Vec::with_capacity(records.len());
-    for (i, (record, slot)) in records.iter().zip(reports.slots.iter()).enumerate() {
+    for (i, (record, report)) in records.iter().zip(reports.results()).enumerate() {
         let result = match refused.next_if(|(at, _)| *at == i) {
             Some((_, e)) => Err(e),
             // Every queued record is reported before `all` returns; a missing report would
             // be librdkafka's loss, reported as such rather than taken for a success.
-            None => slot.get().unwrap_or(Err(KafkaError::Canceled)),
+            None => report.unwrap_or(Err(KafkaError::Canceled)),
         };
         results.push(result.map_err(|e| {
             let mut reason = e.to_string();
@@ -1195,6 +1234,82 @@ mod tests {
         let mut overridden = producer_defaults("127.0.0.1:1");
         rdkafka_config(&mut overridden, [("linger.ms", "20")]).expect("a valid override");
         assert_eq!(overridden.get("linger.ms"), Some("20"));
+    }
+
+    fn written(offset: i64) -> Result<Written, KafkaError> {
+        Ok(Written {
+            partition: 3,
+            offset,
+        })
+    }
+
+    /// What the delivery callback does with a record's opaque.
+    fn report(opaque: usize, result: Result<Written, KafkaError>) {
+        // SAFETY: the opaque of a queued record, reported once (as librdkafka does).
+        unsafe { Reports::report(opaque as *const Slot, result) };
+    }
+
+    #[tokio::test]
+    async fn reports_during_and_after_queueing_all_count_and_land_in_their_slots() {
+        let reports = Reports::new(4);
+        let mut queueing = Queueing {
+            reports: &reports,
+            queued: 0,
+        };
+        let opaques: Vec<usize> = (0..4).map(|i| reports.opaque(i)).collect();
+        // Record 0 is reported before the others are queued; record 2 is refused.
+        report(opaques[0], written(10));
+        queueing.queued = 3;
+        drop(queueing);
+        assert_ne!(reports.pending.load(Ordering::Acquire), 0);
+        report(opaques[3], Err(KafkaError::Canceled));
+        report(opaques[1], written(11));
+        tokio::time::timeout(Duration::from_secs(5), reports.all())
+            .await
+            .expect("every queued record reported");
+        let results: Vec<_> = reports.results().collect();
+        assert!(matches!(results[0], Some(Ok(Written { offset: 10, .. }))));
+        assert!(matches!(results[1], Some(Ok(Written { offset: 11, .. }))));
+        assert!(results[2].is_none(), "a refused record has no report");
+        assert!(matches!(results[3], Some(Err(KafkaError::Canceled))));
+        // The callbacks' reference went with the last report.
+        assert_eq!(Arc::strong_count(&reports), 1);
+    }
+
+    #[tokio::test]
+    async fn reports_all_in_before_queueing_ends_release_the_callbacks_reference_at_its_end() {
+        let reports = Reports::new(2);
+        let queueing = Queueing {
+            reports: &reports,
+            queued: 2,
+        };
+        report(reports.opaque(0), written(1));
+        report(reports.opaque(1), written(2));
+        assert_eq!(Arc::strong_count(&reports), 2, "held until queueing ends");
+        drop(queueing);
+        assert_eq!(Arc::strong_count(&reports), 1);
+        tokio::time::timeout(Duration::from_secs(5), reports.all())
+            .await
+            .expect("nothing left to wait for");
+    }
+
+    #[test]
+    fn a_batch_abandoned_while_queueing_is_released_by_its_last_report() {
+        let reports = Reports::new(3);
+        let opaque = reports.opaque(0);
+        // The sending future is dropped after one record was queued.
+        drop(Queueing {
+            reports: &reports,
+            queued: 1,
+        });
+        let weak = Arc::downgrade(&reports);
+        drop(reports);
+        assert!(
+            weak.upgrade().is_some(),
+            "kept for the report still to come"
+        );
+        report(opaque, written(7));
+        assert!(weak.upgrade().is_none(), "released by the last report");
     }
 
     #[test]

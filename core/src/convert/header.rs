@@ -12,6 +12,10 @@ use crate::record::Header;
 
 /// Raw headers as Connect headers: each value as `Bytes` (or `Null`), without a schema.
 pub fn headers_to_connect(raw: &[(String, Option<Bytes>)]) -> Vec<Header> {
+    // Most records carry none: an empty list without building a mapping iterator for it.
+    if raw.is_empty() {
+        return Vec::new();
+    }
     raw.iter()
         .map(|(key, value)| {
             let value = match value {

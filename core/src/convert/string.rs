@@ -120,6 +120,28 @@ mod tests {
     }
 
     #[test]
+    fn long_text_is_checked_whole_and_a_late_bad_byte_is_placed() {
+        let c = converter();
+        // Longer than a vector block, with code points across block boundaries.
+        let text = "añ€😀".repeat(40);
+        let got = c
+            .to_connect_shared("t", Some(&Bytes::from(text.clone())))
+            .expect("UTF-8");
+        assert_eq!(got.value, Value::String(text.as_str().into()));
+        let mut bad = text.into_bytes();
+        // The first byte of the last code point (a four-byte one).
+        let at = bad.len() - 4;
+        bad[at] = 0xff;
+        let err = c
+            .to_connect_shared("raw", Some(&Bytes::from(bad)))
+            .expect_err("a bad byte near the end");
+        assert!(
+            err.to_string().contains(&format!("from index {at}")),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_record_s_text_shares_its_buffer_both_ways() {
         let c = converter();
         let raw = Bytes::from("héllo wörld".to_owned());
