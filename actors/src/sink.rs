@@ -662,10 +662,9 @@ async fn run_batch(
     let mut fail_task = None;
     let mut fail_for_good = false;
     let mut verdicts = Vec::with_capacity(batch.raws.len());
-    // Entries are visited in place: moving each out of the list copied several hundred bytes
-    // per record only to read its coordinates.
-    // The next entry that was not ready, looked at in place: a peekable iterator moved each
-    // entry (a few hundred bytes) to look at its index.
+    // Entries are visited in place, and the next not-ready one is looked at where it lies:
+    // moving entries (a few hundred bytes each) per record only to read an index or
+    // coordinates cost a copy per record (a peekable iterator did so too).
     let mut not_ready = std::mem::take(&mut batch.not_ready).into_iter();
     let mut next_not_ready = not_ready.next();
     for (i, raw) in batch.raws.iter_mut().enumerate() {

@@ -5,7 +5,7 @@
 
 use crate::config::ConfigMap;
 use crate::convert::RecordConverter;
-use crate::error::{ConfigError, ConnectError, Stage};
+use crate::error::{ConfigError, ConnectError, ConvertError, Stage};
 use crate::record::{RawRecord, SinkRecord};
 use crate::transforms::TransformChain;
 
@@ -62,10 +62,7 @@ impl RecordPipeline {
                     ready.push(record);
                     None
                 }
-                Err(e) => Some(Processed::Failed {
-                    stage: e.stage(),
-                    error: e.into(),
-                }),
+                Err(e) => Some(conversion_failed(e)),
             };
         }
         match self.process(raw) {
@@ -84,12 +81,7 @@ impl RecordPipeline {
             // pass through the chain moves it twice).
             Ok(record) if self.transforms.is_empty() => return Processed::Ready(record),
             Ok(record) => record,
-            Err(e) => {
-                return Processed::Failed {
-                    stage: e.stage(),
-                    error: e.into(),
-                }
-            }
+            Err(e) => return conversion_failed(e),
         };
         match self.transforms.apply(record) {
             Ok(Some(record)) => Processed::Ready(record),
@@ -99,6 +91,14 @@ impl RecordPipeline {
                 error: e.into(),
             },
         }
+    }
+}
+
+/// A record the key or value converter refused, with the stage that refused it.
+fn conversion_failed(e: ConvertError) -> Processed {
+    Processed::Failed {
+        stage: e.stage(),
+        error: e.into(),
     }
 }
 
