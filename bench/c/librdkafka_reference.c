@@ -9,7 +9,7 @@
  *            every 500 records and synchronously at the end
  *   copy     BOOTSTRAP GROUP TOPIC RECORDS IDLE_MS DEST_TOPIC [DEST_BOOTSTRAP]
  *            classic consumer -> producer (acks=all, idempotent) to DEST_TOPIC, same partition,
- *            key, value and timestamp (the benchmarks' records have no headers); offsets
+ *            key, value, timestamp and headers (a replicator's copy, as MirrorMaker's); offsets
  *            committed once the copies before them are delivered; DEST_BOOTSTRAP names another cluster to copy to (a mirror flow)
  *
  * It stops after RECORDS records or IDLE_MS without records once the first one arrived, and
@@ -35,6 +35,7 @@ typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
 typedef struct rd_kafka_error_s rd_kafka_error_t;
 typedef struct rd_kafka_messages_s rd_kafka_messages_t;
+typedef struct rd_kafka_headers_s rd_kafka_headers_t;
 
 typedef struct {
         int err;
@@ -74,7 +75,8 @@ enum {
         V_VALUE = 4,
         V_KEY = 5,
         V_MSGFLAGS = 7,
-        V_TIMESTAMP = 8
+        V_TIMESTAMP = 8,
+        V_HEADERS = 10
 };
 enum { MSG_F_COPY = 0x2 };
 enum { ERR_QUEUE_FULL = -184 };
@@ -96,6 +98,8 @@ rd_kafka_message_t *rd_kafka_consumer_poll(rd_kafka_t *, int);
 int rd_kafka_commit(rd_kafka_t *, const rd_kafka_topic_partition_list_t *, int);
 int rd_kafka_consumer_close(rd_kafka_t *);
 void rd_kafka_message_destroy(rd_kafka_message_t *);
+int rd_kafka_message_detach_headers(rd_kafka_message_t *, rd_kafka_headers_t **);
+void rd_kafka_headers_destroy(rd_kafka_headers_t *);
 const char *rd_kafka_err2str(int);
 
 rd_kafka_topic_partition_list_t *rd_kafka_topic_partition_list_new(int);
@@ -313,17 +317,26 @@ static int classic_drain(const char *bootstrap, const char *group, const char *t
                 if (first == 0)
                         first = now_seconds();
                 if (producer) {
+                        /* A copy carries the record's headers, as a replicator's must (the
+                         * mirror copies them). librdkafka parses a record's header block
+                         * on this first request for it, even when it holds none. The
+                         * producer owns the list once it accepted the copy. */
+                        rd_kafka_headers_t *headers = NULL;
+                        if (rd_kafka_message_detach_headers(m, &headers) != 0)
+                                headers = NULL;
                         for (;;) {
                                 err = rd_kafka_producev(
                                     producer, V_TOPIC, dest, V_PARTITION, m->partition,
                                     V_KEY, m->key, m->key_len, V_VALUE, m->payload, m->len,
                                     V_TIMESTAMP, rd_kafka_message_timestamp(m, NULL),
-                                    V_MSGFLAGS, MSG_F_COPY, V_END);
+                                    V_HEADERS, headers, V_MSGFLAGS, MSG_F_COPY, V_END);
                                 if (err != ERR_QUEUE_FULL)
                                         break;
                                 rd_kafka_poll(producer, 10);
                         }
                         if (err) {
+                                if (headers)
+                                        rd_kafka_headers_destroy(headers);
                                 fprintf(stderr, "produce: %s\n", rd_kafka_err2str(err));
                                 return 1;
                         }

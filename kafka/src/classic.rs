@@ -1336,12 +1336,13 @@ pub(crate) fn owned<M: Message>(
         rdkafka::Timestamp::CreateTime(t) => Some((t, false)),
         rdkafka::Timestamp::LogAppendTime(t) => Some((t, true)),
     };
+    let (key, value) = copies.copy_pair(m.key(), m.payload());
     classic_record(
         shared_topic(m.topic(), last_topic),
         m.partition(),
         m.offset(),
-        m.key().map(|k| copies.copy(k)),
-        m.payload().map(|v| copies.copy(v)),
+        key,
+        value,
         headers,
         timestamp,
     )

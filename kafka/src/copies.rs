@@ -37,6 +37,30 @@ impl Copies {
         self.chunk.extend_from_slice(data);
         self.chunk.split().freeze()
     }
+
+    /// A record's key and value, copied as [`Copies::copy`] would: when both are small and
+    /// not empty, into one slice of the chunk that is then split in two. Splitting a `BytesMut`
+    /// costs about a hundred instructions more than splitting the `Bytes` it became (issue 18).
+    pub(crate) fn copy_pair(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> (Option<Bytes>, Option<Bytes>) {
+        let (Some(k), Some(v)) = (key, value) else {
+            return (key.map(|k| self.copy(k)), value.map(|v| self.copy(v)));
+        };
+        if k.is_empty() || v.is_empty() || k.len() + v.len() > self.chunk_size / 4 {
+            return (Some(self.copy(k)), Some(self.copy(v)));
+        }
+        if self.chunk.capacity() - self.chunk.len() < k.len() + v.len() {
+            self.chunk = BytesMut::with_capacity(self.chunk_size);
+        }
+        self.chunk.extend_from_slice(k);
+        self.chunk.extend_from_slice(v);
+        let mut key = self.chunk.split().freeze();
+        let value = key.split_off(k.len());
+        (Some(key), Some(value))
+    }
 }
 
 #[cfg(test)]
@@ -66,5 +90,45 @@ mod tests {
         assert_eq!(&a[..], b"first");
         assert!(Copies::new(0).copy(b"").is_empty());
         assert_eq!(&Copies::new(0).copy(b"x")[..], b"x");
+    }
+
+    #[test]
+    fn a_key_and_its_value_are_copied_as_one_slice_split_in_two() {
+        let mut copies = Copies::new(1024);
+        let (key, value) = copies.copy_pair(Some(b"key-1"), Some(b"value one"));
+        let (key, value) = (key.expect("key"), value.expect("value"));
+        assert_eq!((&key[..], &value[..]), (&b"key-1"[..], &b"value one"[..]));
+        assert_eq!(value.as_ptr(), key.as_ptr().wrapping_add(5), "one slice");
+        // The next copy follows them in the chunk.
+        let next = copies.copy(b"next");
+        assert_eq!(next.as_ptr(), value.as_ptr().wrapping_add(9));
+        // Null, empty and large parts are copied as `copy` does.
+        assert_eq!(copies.copy_pair(None, Some(b"v")).0, None);
+        assert_eq!(
+            &copies.copy_pair(None, Some(b"v")).1.expect("value")[..],
+            b"v"
+        );
+        assert_eq!(copies.copy_pair(Some(b"k"), None).1, None);
+        let (empty, v) = copies.copy_pair(Some(b""), Some(b"v"));
+        assert_eq!(
+            (empty.as_deref(), v.as_deref()),
+            (Some(&b""[..]), Some(&b"v"[..]))
+        );
+        let big = [3u8; 300];
+        let (k, v) = copies.copy_pair(Some(b"k"), Some(&big));
+        assert_eq!(
+            (k.as_deref(), v.as_deref()),
+            (Some(&b"k"[..]), Some(&big[..]))
+        );
+        // Past a chunk's end a new one starts; the copies before keep their bytes.
+        let pairs: Vec<_> = (0..50u8)
+            .map(|i| copies.copy_pair(Some(&[i; 4]), Some(&[i; 60])))
+            .collect();
+        drop(copies);
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            assert_eq!(k.as_deref(), Some(&[i as u8; 4][..]));
+            assert_eq!(v.as_deref(), Some(&[i as u8; 60][..]));
+        }
+        assert_eq!((&key[..], &value[..]), (&b"key-1"[..], &b"value one"[..]));
     }
 }

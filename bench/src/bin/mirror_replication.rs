@@ -175,11 +175,29 @@ fn mm2_properties(
     text
 }
 
-/// The mirror process; killed when dropped.
+/// The mirror process; stopped when dropped.
 struct MirrorChild(Child);
+
+/// How long a stopped mirror may take to leave before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(10);
 
 impl Drop for MirrorChild {
     fn drop(&mut self) {
+        // SIGTERM first, as an operator stops it: the process leaves through its own exit,
+        // so a profiler that runs it (`valgrind --trace-children=yes`) writes its output.
+        let asked = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if asked {
+            let deadline = Instant::now() + STOP_WAIT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

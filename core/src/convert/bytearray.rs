@@ -62,7 +62,8 @@ impl Converter for ByteArrayConverter {
             detail,
         };
         if let Some(s) = schema {
-            if s.kind != SchemaType::Bytes {
+            // A variant test: the derived `!=` was a call per key and per value (issue 18).
+            if !matches!(s.kind, SchemaType::Bytes) {
                 return Err(error(format!(
                     "the schema is {s}, not BYTES; use the json or string converter for such data"
                 )));

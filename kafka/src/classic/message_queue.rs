@@ -316,12 +316,13 @@ fn record_of(
     };
     // SAFETY: key and payload live as long as the message.
     let (key, value) = unsafe { (slice(m.key, m.key_len), slice(m.payload, m.len)) };
+    let (key, value) = copies.copy_pair(key, value);
     Ok(classic_record(
         topic,
         m.partition,
         m.offset,
-        key.map(|k| copies.copy(k)),
-        value.map(|v| copies.copy(v)),
+        key,
+        value,
         headers,
         timestamp,
     ))

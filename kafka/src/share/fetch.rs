@@ -1063,8 +1063,10 @@ pub(crate) fn absorb_partition(
                 let field = |range: Option<Range<usize>>, copies: &mut Copies| {
                     range.map(|range| copies.copy(&batch[range]))
                 };
-                let key = field(r.key, &mut copies);
-                let value = field(r.value, &mut copies);
+                let (key, value) = copies.copy_pair(
+                    r.key.map(|range| &batch[range]),
+                    r.value.map(|range| &batch[range]),
+                );
                 let headers = r
                     .headers
                     .into_iter()
@@ -1115,12 +1117,14 @@ pub(crate) fn absorb_partition(
                     // offsets (the records of other members too), so what we hold would
                     // grow with the producer's batch size rather than with what we acquired.
                     // The copies share chunks: one allocation per chunk, not per copy.
+                    let (key, value) =
+                        copies.copy_pair(record.key.as_deref(), record.value.as_deref());
                     out.push(ShareRecord {
                         topic: Arc::clone(topic),
                         partition,
                         offset: record.offset,
-                        key: record.key.map(|b| copies.copy(&b)),
-                        value: record.value.map(|b| copies.copy(&b)),
+                        key,
+                        value,
                         headers: record
                             .headers
                             .into_iter()
