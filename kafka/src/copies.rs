@@ -31,9 +31,7 @@ impl Copies {
         if data.len() > self.chunk_size / 4 {
             return Bytes::copy_from_slice(data);
         }
-        if self.chunk.capacity() - self.chunk.len() < data.len() {
-            self.chunk = BytesMut::with_capacity(self.chunk_size);
-        }
+        self.make_room(data.len());
         self.chunk.extend_from_slice(data);
         self.chunk.split().freeze()
     }
@@ -52,14 +50,20 @@ impl Copies {
         if k.is_empty() || v.is_empty() || k.len() + v.len() > self.chunk_size / 4 {
             return (Some(self.copy(k)), Some(self.copy(v)));
         }
-        if self.chunk.capacity() - self.chunk.len() < k.len() + v.len() {
-            self.chunk = BytesMut::with_capacity(self.chunk_size);
-        }
+        self.make_room(k.len() + v.len());
         self.chunk.extend_from_slice(k);
         self.chunk.extend_from_slice(v);
         let mut key = self.chunk.split().freeze();
         let value = key.split_off(k.len());
         (Some(key), Some(value))
+    }
+
+    /// A new chunk when the current one has no room for `len` more bytes; the old one lives
+    /// on with the copies made in it.
+    fn make_room(&mut self, len: usize) {
+        if self.chunk.capacity() - self.chunk.len() < len {
+            self.chunk = BytesMut::with_capacity(self.chunk_size);
+        }
     }
 }
 
