@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use spillway_kafka::classic::{
     ClassicConfig, ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent,
 };
-use spillway_tests::{numbered_records, produce, DevBroker};
+use spillway_tests::{numbered_records, produce, DevBroker, TestRecord};
 
 const POLL: Duration = Duration::from_millis(200);
 
@@ -154,6 +154,53 @@ async fn headers_are_read_unless_turned_off() {
     source.seek_back("headed", 0, 0);
     for r in read_all(&source, deadline).await {
         assert_eq!(r.headers, expected, "read again once turned on: {r:?}");
+    }
+}
+
+/// A poll's keys and values are copied out of librdkafka's messages into one buffer the
+/// records share: null and empty parts stay apart, large and small ones keep their bytes,
+/// and the records outlive the source (and its messages).
+#[tokio::test(flavor = "current_thread")]
+async fn keys_and_values_are_read_as_produced_null_empty_and_large_alike() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("parts", 1);
+    let bootstrap = broker.bootstrap();
+    let part = |i: usize| -> Option<Vec<u8>> {
+        match i % 5 {
+            0 => None,
+            1 => Some(Vec::new()),
+            2 => Some(vec![b'a' + (i % 26) as u8; 200_000]),
+            _ => Some(format!("part-{i}").into_bytes()),
+        }
+    };
+    let records: Vec<TestRecord> = (0..40)
+        .map(|i| TestRecord {
+            partition: Some(0),
+            key: part(i),
+            value: part(i / 5 + i),
+            ..TestRecord::default()
+        })
+        .collect();
+    produce(&bootstrap, "parts", records.clone(), "none").await;
+    let mut config = ClassicConfig::new(&bootstrap, "parts");
+    config.max_poll_records = 40;
+    let source = ClassicSource::connect(config).expect("consumer");
+    source.subscribe(&["parts".to_owned()]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = Vec::new();
+    while read.len() < records.len() {
+        read.extend(source.poll(POLL).await.expect("poll").records);
+        assert!(Instant::now() < deadline, "only {} read", read.len());
+    }
+    drop(source);
+    for (i, (r, sent)) in read.iter().zip(&records).enumerate() {
+        assert_eq!(r.offset, i as i64);
+        assert_eq!(r.key.as_deref(), sent.key.as_deref(), "key of record {i}");
+        assert_eq!(
+            r.value.as_deref(),
+            sent.value.as_deref(),
+            "value of record {i}"
+        );
     }
 }
 

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use spillway_core::Topic;
@@ -220,16 +221,54 @@ impl Batch {
 
     /// Each message as a record, or as the error librdkafka put in its place.
     /// Without `headers`, the records' headers are left unread.
+    ///
+    /// Every key and value of the batch is copied into one buffer, which the records share:
+    /// one allocation per batch, and a record's parts are slices of it (issue 18: cheaper than
+    /// splitting a chunk per record). Header values go to `copies`.
     pub(super) fn records<'a>(
         &'a self,
         copies: &'a mut Copies,
         headers: bool,
     ) -> impl Iterator<Item = Result<ClassicRecord, KafkaError>> + 'a {
+        let parts = |m: &rdsys::rd_kafka_message_t| {
+            // SAFETY: key and payload live as long as the message, which the batch holds.
+            unsafe { (slice(m.key, m.key_len), slice(m.payload, m.len)) }
+        };
+        let fetched = || {
+            self.0.iter().filter_map(|&m| {
+                // SAFETY: a message of this batch, alive until the batch is dropped.
+                let m = unsafe { &*m };
+                (m.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR).then_some(m)
+            })
+        };
+        let total: usize = fetched().map(|m| m.key_len + m.len).sum();
+        let mut buffer = Vec::with_capacity(total);
+        for m in fetched() {
+            let (key, value) = parts(m);
+            buffer.extend_from_slice(key.unwrap_or_default());
+            buffer.extend_from_slice(value.unwrap_or_default());
+        }
+        let buffer = Bytes::from(buffer);
+        let mut at = 0;
         let mut last_topic: Option<(*mut rdsys::rd_kafka_topic_t, Topic)> = None;
         self.0.iter().map(move |&m| {
             // SAFETY: a message of this batch, alive until the batch is dropped.
             let m = unsafe { &*m };
-            record_of(m, &mut last_topic, copies, headers)
+            // An error's payload is its text, not a record's: it was not copied.
+            let (key, value) = if m.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                parts(m)
+            } else {
+                (None, None)
+            };
+            let mut part = |data: Option<&[u8]>| {
+                data.map(|d| {
+                    at += d.len();
+                    buffer.slice(at - d.len()..at)
+                })
+            };
+            let key = part(key);
+            let value = part(value);
+            record_of(m, &mut last_topic, copies, headers, key, value)
         })
     }
 }
@@ -255,11 +294,14 @@ unsafe fn slice<'a>(data: *const c_void, len: usize) -> Option<&'a [u8]> {
     }
 }
 
+/// The record of `m`, whose key and value were copied already.
 fn record_of(
     m: &rdsys::rd_kafka_message_t,
     last_topic: &mut Option<(*mut rdsys::rd_kafka_topic_t, Topic)>,
     copies: &mut Copies,
     read_headers: bool,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
 ) -> Result<ClassicRecord, KafkaError> {
     if m.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
         return Err(
@@ -314,9 +356,6 @@ fn record_of(
         rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => Some((stamp, true)),
         _ => None,
     };
-    // SAFETY: key and payload live as long as the message.
-    let (key, value) = unsafe { (slice(m.key, m.key_len), slice(m.payload, m.len)) };
-    let (key, value) = copies.copy_pair(key, value);
     Ok(classic_record(
         topic,
         m.partition,
