@@ -151,6 +151,7 @@ pub type ClassicRecord = spillway_core::RawRecord;
 
 /// A record read from a consumer group; `timestamp` in milliseconds since the epoch, with
 /// whether the log stamped it (true) or the producer.
+#[inline]
 pub(crate) fn classic_record(
     topic: Topic,
     partition: i32,
@@ -1380,13 +1381,9 @@ fn read(
     bootstrap: &str,
 ) -> Result<(), ClassicError> {
     let read_headers = consumer.read_headers.load(Ordering::Relaxed);
-    for record in batch.records(copies, read_headers) {
-        match record {
-            Ok(record) => records.push(record),
-            Err(e) => consumer_error(consumer, group, bootstrap, e)?,
-        }
-    }
-    Ok(())
+    batch.read_into(copies, read_headers, records, |e| {
+        consumer_error(consumer, group, bootstrap, e)
+    })
 }
 
 /// An error the consumer reported: fatal ones fail the poll, the rest librdkafka retries
