@@ -670,46 +670,46 @@ async fn run_batch(
     for (i, raw) in batch.raws.iter_mut().enumerate() {
         let record = raw.coordinates();
         let last_delivery = ctx.share && is_last_delivery(raw, ctx.delivery_attempt_limit);
-        let outcome = outcomes[i].take();
         // A ready record went into the put: its outcome is what counts.
         let processed = if next_not_ready.as_ref().is_some_and(|(at, _)| *at == i) {
             std::mem::replace(&mut next_not_ready, not_ready.next()).map(|(_, p)| p)
         } else {
             None
         };
-        let failure = match (processed, outcome) {
-            (Some(Processed::Filtered), _) => {
+        // Matched in place, not as a pair: a pair of these enums is a copy per record.
+        let failure = match processed {
+            Some(Processed::Filtered) => {
                 TaskCounters::add(&ctx.counters.filtered, 1);
                 None
             }
-            (Some(Processed::Failed { stage, error }), _) => {
+            Some(Processed::Failed { stage, error }) => {
                 ctx.counters.metrics.conversion_failed();
                 Some((stage, error))
             }
-            (None | Some(Processed::Ready(_)), Some(PutOutcome::Ok)) => None,
-            (None | Some(Processed::Ready(_)), Some(PutOutcome::Retriable(e)))
-                if ctx.share && !last_delivery =>
-            {
-                ctx.counters.metrics.retried(1);
-                ctx.counters.metrics.logged(ctx.errors.log_enable);
-                if ctx.errors.log_enable {
-                    warn!(connector = %ctx.connector, task = ctx.task, record = %record, error = %e, "retriable put error; releasing the record");
+            None | Some(Processed::Ready(_)) if matches!(outcomes[i], Some(PutOutcome::Ok)) => None,
+            None | Some(Processed::Ready(_)) => match outcomes[i].take() {
+                Some(PutOutcome::Ok) => None,
+                Some(PutOutcome::Retriable(e)) if ctx.share && !last_delivery => {
+                    ctx.counters.metrics.retried(1);
+                    ctx.counters.metrics.logged(ctx.errors.log_enable);
+                    if ctx.errors.log_enable {
+                        warn!(connector = %ctx.connector, task = ctx.task, record = %record, error = %e, "retriable put error; releasing the record");
+                    }
+                    verdicts.push(Verdict {
+                        record,
+                        disposition: Disposition::Release,
+                        dead_letter: None,
+                    });
+                    continue;
                 }
-                verdicts.push(Verdict {
-                    record,
-                    disposition: Disposition::Release,
-                    dead_letter: None,
-                });
-                continue;
-            }
-            (
-                None | Some(Processed::Ready(_)),
-                Some(PutOutcome::Retriable(e) | PutOutcome::Fatal(e) | PutOutcome::TaskLevel(e)),
-            ) => Some((Stage::TaskPut, ConnectError::Sink(e))),
-            (None | Some(Processed::Ready(_)), None) => Some((
-                Stage::TaskPut,
-                ConnectError::Sink(SinkError::fatal("put returned no outcome")),
-            )),
+                Some(
+                    PutOutcome::Retriable(e) | PutOutcome::Fatal(e) | PutOutcome::TaskLevel(e),
+                ) => Some((Stage::TaskPut, ConnectError::Sink(e))),
+                None => Some((
+                    Stage::TaskPut,
+                    ConnectError::Sink(SinkError::fatal("put returned no outcome")),
+                )),
+            },
         };
         let Some((stage, error)) = failure else {
             verdicts.push(Verdict {

@@ -57,13 +57,11 @@ impl RecordPipeline {
     #[inline]
     pub fn process_into(&self, raw: &RawRecord, ready: &mut Vec<SinkRecord>) -> Option<Processed> {
         if self.transforms.is_empty() {
-            return match self.converter.convert(raw) {
-                Ok(record) => {
-                    ready.push(record);
-                    None
-                }
-                Err(e) => Some(conversion_failed(e)),
-            };
+            return self
+                .converter
+                .convert_into(raw, ready)
+                .err()
+                .map(conversion_failed);
         }
         match self.process(raw) {
             Processed::Ready(record) => {

@@ -9,7 +9,9 @@ pub(crate) const COPY_CHUNK: usize = 64 * 1024;
 /// buffers (librdkafka's, freed with the message; a ShareFetch response, which also carries
 /// records of other members): consecutive slices of shared chunks, one allocation per
 /// chunk instead of one per copy (issue 18). A record keeps its chunk alive; a copy larger
-/// than a quarter of a chunk gets an allocation of its own.
+/// than a quarter of a chunk gets an allocation of its own. (The classic consumer copies a
+/// batch's keys and values into one buffer of the batch's size instead, `message_queue`; its
+/// header values and the rare record served from the consumer queue come here.)
 pub(crate) struct Copies {
     chunk: BytesMut,
     chunk_size: usize,

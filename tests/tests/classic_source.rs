@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use spillway_kafka::classic::{
     ClassicConfig, ClassicPoll, ClassicRecord, ClassicSource, RebalanceEvent,
 };
-use spillway_tests::{numbered_records, produce, DevBroker};
+use spillway_tests::{numbered_records, produce, DevBroker, TestRecord};
 
 const POLL: Duration = Duration::from_millis(200);
 
@@ -76,16 +76,9 @@ async fn a_record_given_back_is_read_again_and_the_seek_is_made_by_the_next_poll
     broker.create_topic("again", 1);
     let bootstrap = broker.bootstrap();
     produce(&bootstrap, "again", numbered_records(10, 16, 1), "none").await;
-    let mut config = ClassicConfig::new(&bootstrap, "seek-back");
-    config.max_poll_records = 10;
-    let source = ClassicSource::connect(config).expect("consumer");
-    source.subscribe(&["again".to_owned()]).expect("subscribe");
+    let source = subscribed(&bootstrap, "seek-back", "again", 10);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut read = Vec::new();
-    while read.len() < 10 {
-        read.extend(source.poll(POLL).await.expect("poll").records);
-        assert!(Instant::now() < deadline, "only {} of 10 read", read.len());
-    }
+    read_n(&source, 10, deadline).await;
     source.seek_back("again", 0, 3);
     assert_eq!(
         source.pending_seeks(),
@@ -101,12 +94,21 @@ async fn a_record_given_back_is_read_again_and_the_seek_is_made_by_the_next_poll
     assert_eq!(again[0].offset, 3, "read again from the record given back");
 }
 
-/// The first ten records the next polls return.
-async fn read_all(source: &ClassicSource, deadline: Instant) -> Vec<ClassicRecord> {
+/// A source of group `group` subscribed to `topic`, polling up to `max` records at a time.
+fn subscribed(bootstrap: &str, group: &str, topic: &str, max: usize) -> ClassicSource {
+    let mut config = ClassicConfig::new(bootstrap, group);
+    config.max_poll_records = max;
+    let source = ClassicSource::connect(config).expect("consumer");
+    source.subscribe(&[topic.to_owned()]).expect("subscribe");
+    source
+}
+
+/// The first `n` records the next polls return.
+async fn read_n(source: &ClassicSource, n: usize, deadline: Instant) -> Vec<ClassicRecord> {
     let mut read = Vec::new();
-    while read.len() < 10 {
+    while read.len() < n {
         read.extend(source.poll(POLL).await.expect("poll").records);
-        assert!(Instant::now() < deadline, "only {} of 10 read", read.len());
+        assert!(Instant::now() < deadline, "only {} of {n} read", read.len());
     }
     read
 }
@@ -129,21 +131,18 @@ async fn headers_are_read_unless_turned_off() {
         })
         .collect();
     produce(&bootstrap, "headed", records, "none").await;
-    let mut config = ClassicConfig::new(&bootstrap, "headers");
-    config.max_poll_records = 10;
-    let source = ClassicSource::connect(config).expect("consumer");
-    source.subscribe(&["headed".to_owned()]).expect("subscribe");
+    let source = subscribed(&bootstrap, "headers", "headed", 10);
     let deadline = Instant::now() + Duration::from_secs(30);
     let expected = vec![
         ("h".to_owned(), Some(bytes::Bytes::from_static(b"v"))),
         ("empty".to_owned(), None),
     ];
-    for r in read_all(&source, deadline).await {
+    for r in read_n(&source, 10, deadline).await {
         assert_eq!(r.headers, expected, "read by default: {r:?}");
     }
     source.read_headers(false);
     source.seek_back("headed", 0, 0);
-    for r in read_all(&source, deadline).await {
+    for r in read_n(&source, 10, deadline).await {
         assert!(r.headers.is_empty(), "left unread: {r:?}");
         assert!(
             r.value.is_some() && r.key.is_some(),
@@ -152,8 +151,48 @@ async fn headers_are_read_unless_turned_off() {
     }
     source.read_headers(true);
     source.seek_back("headed", 0, 0);
-    for r in read_all(&source, deadline).await {
+    for r in read_n(&source, 10, deadline).await {
         assert_eq!(r.headers, expected, "read again once turned on: {r:?}");
+    }
+}
+
+/// A poll's keys and values are copied out of librdkafka's messages into one buffer the
+/// records share: null and empty parts stay apart, large and small ones keep their bytes,
+/// and the records outlive the source (and its messages).
+#[tokio::test(flavor = "current_thread")]
+async fn keys_and_values_are_read_as_produced_null_empty_and_large_alike() {
+    let broker = DevBroker::start(1);
+    broker.create_topic("parts", 1);
+    let bootstrap = broker.bootstrap();
+    let part = |i: usize| -> Option<Vec<u8>> {
+        match i % 5 {
+            0 => None,
+            1 => Some(Vec::new()),
+            2 => Some(vec![b'a' + (i % 26) as u8; 200_000]),
+            _ => Some(format!("part-{i}").into_bytes()),
+        }
+    };
+    let records: Vec<TestRecord> = (0..40)
+        .map(|i| TestRecord {
+            partition: Some(0),
+            key: part(i),
+            value: part(i / 5 + i),
+            ..TestRecord::default()
+        })
+        .collect();
+    produce(&bootstrap, "parts", records.clone(), "none").await;
+    let source = subscribed(&bootstrap, "parts", "parts", 40);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let read = read_n(&source, records.len(), deadline).await;
+    drop(source);
+    for (i, (r, sent)) in read.iter().zip(&records).enumerate() {
+        assert_eq!(r.offset, i as i64);
+        assert_eq!(r.key.as_deref(), sent.key.as_deref(), "key of record {i}");
+        assert_eq!(
+            r.value.as_deref(),
+            sent.value.as_deref(),
+            "value of record {i}"
+        );
     }
 }
 
