@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use spillway_core::{
-    BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
+    Ack, BatchAck, ConsumerGroupMetadata, DeadLetterRecord, Disposition, Processed, RawRecord,
     RecordCoordinates, SinkRecord, TopicPartition,
 };
 
@@ -80,6 +80,56 @@ pub struct Verdict {
     pub dead_letter: Option<Box<DeadLetterRecord>>,
 }
 
+/// A batch's verdicts as they travel to the acker: each record's acknowledgement in batch
+/// order, and apart from them the few dead letters to write first, each with the index of
+/// its record's acknowledgement.
+///
+/// Kept apart so that the acknowledgements are the list the acker commits, moved on whole:
+/// a list of [`Verdict`]s was searched for dead letters and copied into acknowledgements,
+/// record by record, in every batch (issue 18).
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    pub acks: Vec<Ack>,
+    pub dead_letters: Vec<(usize, Box<DeadLetterRecord>)>,
+}
+
+impl Verdicts {
+    pub fn with_capacity(records: usize) -> Self {
+        Verdicts {
+            acks: Vec::with_capacity(records),
+            dead_letters: Vec::new(),
+        }
+    }
+
+    /// Adds the verdict on the next record of the batch.
+    pub fn push(&mut self, verdict: Verdict) {
+        if let Some(letter) = verdict.dead_letter {
+            self.dead_letters.push((self.acks.len(), letter));
+        }
+        self.ack(verdict.record, verdict.disposition);
+    }
+
+    /// Adds the verdict on the next record of the batch when it has no dead letter: the
+    /// common case, built where it is kept.
+    #[inline(always)]
+    pub fn ack(&mut self, record: RecordCoordinates, disposition: Disposition) {
+        self.acks.push(Ack {
+            record,
+            disposition,
+            implicit: false,
+        });
+    }
+}
+
+impl FromIterator<Verdict> for Verdicts {
+    fn from_iter<I: IntoIterator<Item = Verdict>>(iter: I) -> Self {
+        let iter = iter.into_iter();
+        let mut verdicts = Verdicts::with_capacity(iter.size_hint().0);
+        iter.for_each(|v| verdicts.push(v));
+        verdicts
+    }
+}
+
 /// What became of each record of a batch in the sink stage: its verdict (ACCEPT, RELEASE,
 /// REJECT) and any dead letter to write first.
 #[derive(Message)]
@@ -87,7 +137,7 @@ pub struct Verdict {
 pub struct Outcomes {
     /// The batch's handle (its number is the batch's sequence number in the task).
     pub ack: BatchAck,
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Verdicts,
     /// Set when a record failed under `errors.tolerance=none`: the task fails once this
     /// batch's verdicts are committed.
     pub fail_task: Option<String>,
@@ -261,3 +311,49 @@ pub enum TaskEvent {
 
 /// Where a task's events go (its connector, or a test).
 pub type Reporter = Arc<dyn Fn(TaskEvent) + Send + Sync>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(offset: i64, disposition: Disposition, letter: Option<&str>) -> Verdict {
+        Verdict {
+            record: RecordCoordinates::new("orders", 0, offset),
+            disposition,
+            dead_letter: letter.map(|dlq| {
+                Box::new(DeadLetterRecord {
+                    topic: dlq.to_owned(),
+                    key: None,
+                    value: None,
+                    headers: Vec::new(),
+                    timestamp: None,
+                })
+            }),
+        }
+    }
+
+    #[test]
+    fn dead_letters_point_at_their_records_acknowledgements() {
+        let reject = || Disposition::Reject {
+            reason: "bad".into(),
+        };
+        let verdicts: Verdicts = [
+            verdict(10, Disposition::Accept, None),
+            verdict(11, reject(), Some("dlq-a")),
+            verdict(12, Disposition::Release, None),
+            verdict(13, reject(), Some("dlq-b")),
+        ]
+        .into_iter()
+        .collect();
+        let offsets: Vec<i64> = verdicts.acks.iter().map(|a| a.record.offset).collect();
+        assert_eq!(offsets, [10, 11, 12, 13]);
+        assert!(verdicts.acks.iter().all(|a| !a.implicit));
+        assert!(matches!(verdicts.acks[2].disposition, Disposition::Release));
+        let letters: Vec<(i64, &str)> = verdicts
+            .dead_letters
+            .iter()
+            .map(|(i, letter)| (verdicts.acks[*i].record.offset, letter.topic.as_str()))
+            .collect();
+        assert_eq!(letters, [(11, "dlq-a"), (13, "dlq-b")]);
+    }
+}

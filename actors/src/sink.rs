@@ -62,7 +62,7 @@ use crate::lock_retry::{
 };
 use crate::messages::{
     Acknowledged, BatchHeld, Failing, Finish, FlushHeld, Outcomes, Ready, SinkBatch, TaskFailure,
-    Verdict,
+    Verdict, Verdicts,
 };
 use crate::panic_guard::guard_future;
 use crate::source::AssignmentChange;
@@ -180,7 +180,7 @@ struct PutBatch {
 
 /// What `run_batch` decided.
 struct Decided {
-    verdicts: Vec<Verdict>,
+    verdicts: Verdicts,
     fail_task: Option<String>,
     fail_for_good: bool,
     pause_fetch_until: Option<Instant>,
@@ -661,7 +661,7 @@ async fn run_batch(
     }
     let mut fail_task = None;
     let mut fail_for_good = false;
-    let mut verdicts = Vec::with_capacity(batch.raws.len());
+    let mut verdicts = Verdicts::with_capacity(batch.raws.len());
     // Entries are visited in place, and the next not-ready one is looked at where it lies:
     // moving entries (a few hundred bytes each) per record only to read an index or
     // coordinates cost a copy per record (a peekable iterator did so too).
@@ -695,11 +695,7 @@ async fn run_batch(
                     if ctx.errors.log_enable {
                         warn!(connector = %ctx.connector, task = ctx.task, record = %record, error = %e, "retriable put error; releasing the record");
                     }
-                    verdicts.push(Verdict {
-                        record,
-                        disposition: Disposition::Release,
-                        dead_letter: None,
-                    });
+                    verdicts.ack(record, Disposition::Release);
                     continue;
                 }
                 Some(
@@ -712,11 +708,7 @@ async fn run_batch(
             },
         };
         let Some((stage, error)) = failure else {
-            verdicts.push(Verdict {
-                record,
-                disposition: Disposition::Accept,
-                dead_letter: None,
-            });
+            verdicts.ack(record, Disposition::Accept);
             continue;
         };
         let limit = last_delivery.then(|| LastDelivery {

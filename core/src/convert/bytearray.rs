@@ -43,7 +43,12 @@ impl Converter for ByteArrayConverter {
         _topic: &str,
         data: Option<&Bytes>,
     ) -> Result<SchemaAndValue, ConvertError> {
-        let value = data.map_or(Value::Null, |d| Value::Bytes(d.clone()));
+        // A match, not `map_or`: that built the `Null` first and dropped it for every key and
+        // value that was there (issue 18).
+        let value = match data {
+            Some(d) => Value::Bytes(d.clone()),
+            None => Value::Null,
+        };
         Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
     }
 

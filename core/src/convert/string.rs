@@ -20,10 +20,13 @@ impl StringConverter {
 }
 
 impl StringConverter {
-    /// `data` as text, or the error naming the topic and the fix. `str::from_utf8` rather
-    /// than `Text::try_from`, whose ASCII pre-pass costs more than the whole check for text
-    /// of record size.
+    /// `data` as text, or the error naming the topic and the fix. ASCII is checked a word at
+    /// a time first ([`is_ascii_text`]); other text goes through `str::from_utf8`.
     fn checked<'a>(&self, topic: &str, data: &'a [u8]) -> Result<&'a str, ConvertError> {
+        if is_ascii_text(data) {
+            // SAFETY: ASCII is UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(data) });
+        }
         std::str::from_utf8(data).map_err(|e| ConvertError::Deserialize {
             converter: "string",
             part: self.part,
@@ -34,6 +37,36 @@ impl StringConverter {
             ),
         })
     }
+}
+
+/// Whether every byte of `data` is ASCII: 32 bytes per step through unaligned 8-byte words,
+/// then the words and bytes left. Record-sized text (issue 18) costs about half of
+/// `str::from_utf8`, which goes byte by byte up to an aligned word and after the last block
+/// of 16, and a third of `<[u8]>::is_ascii` (bench/README.md, "An ASCII pass before UTF-8").
+#[inline]
+pub(crate) fn is_ascii_text(data: &[u8]) -> bool {
+    const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+    let word = |bytes: &[u8]| u64::from_ne_bytes(bytes.try_into().expect("8 bytes"));
+    let mut seen = 0u64;
+    let mut blocks = data.chunks_exact(32);
+    for b in &mut blocks {
+        seen |= word(&b[..8]) | word(&b[8..16]) | word(&b[16..24]) | word(&b[24..]);
+    }
+    let mut words = blocks.remainder().chunks_exact(8);
+    for w in &mut words {
+        seen |= word(w);
+    }
+    let rest = words.remainder();
+    if rest.len() >= 4 {
+        // Two 4-byte reads that overlap cover 4 to 7 bytes.
+        let half = |bytes: &[u8]| u32::from_ne_bytes(bytes.try_into().expect("4 bytes"));
+        seen |= u64::from(half(&rest[..4]) | half(&rest[rest.len() - 4..]));
+    } else {
+        for &b in rest {
+            seen |= u64::from(b);
+        }
+    }
+    seen & HIGH_BITS == 0
 }
 
 impl Converter for StringConverter {
@@ -90,6 +123,40 @@ mod tests {
 
     fn converter() -> StringConverter {
         StringConverter::new(RecordPart::Value)
+    }
+
+    #[test]
+    fn the_ascii_pass_finds_a_high_byte_at_any_length_and_position() {
+        for len in 0..=100usize {
+            let text: Vec<u8> = (0..len).map(|i| b' ' + (i % 95) as u8).collect();
+            assert!(is_ascii_text(&text), "all ASCII, {len} bytes");
+            for at in 0..len {
+                for high in [0x80u8, 0xc3, 0xff] {
+                    let mut t = text.clone();
+                    t[at] = high;
+                    assert!(!is_ascii_text(&t), "{high:#x} at {at} of {len}");
+                    assert_eq!(is_ascii_text(&t), t.is_ascii());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn text_past_the_ascii_pass_is_still_checked_as_utf8() {
+        // Each length puts the byte in another of the pass's steps: block, word, tail.
+        for len in [3usize, 7, 12, 31, 45, 100] {
+            let mut valid = "a".repeat(len).into_bytes();
+            valid.extend_from_slice("é".as_bytes());
+            let got = converter().to_connect_shared("t", Some(&Bytes::from(valid.clone())));
+            let expected = String::from_utf8(valid.clone()).unwrap();
+            assert_eq!(got.expect("UTF-8").value, Value::from(expected.as_str()));
+            let mut invalid = valid;
+            invalid.pop();
+            let err = converter()
+                .to_connect_shared("t", Some(&Bytes::from(invalid)))
+                .expect_err("a cut sequence is not UTF-8");
+            assert!(err.to_string().contains("not UTF-8"), "{err}");
+        }
     }
 
     #[test]
