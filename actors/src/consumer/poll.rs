@@ -153,7 +153,12 @@ impl ConsumerActor {
     pub(super) fn dispatch(&mut self, mut polled: Polled, started: SystemTime) {
         if !polled.records.is_empty() || !polled.changes.is_empty() {
             TaskCounters::add(&self.counters.read, polled.records.len());
-            let bytes: u64 = polled.records.iter().map(record_bytes).sum();
+            // Counted only for a budget that needs it: a pass over the records otherwise.
+            let bytes: u64 = if self.throttle.is_some() || self.inflight_bytes.is_some() {
+                polled.records.iter().map(record_bytes).sum()
+            } else {
+                0
+            };
             if self.throttle.is_some() {
                 self.debt.records += polled.records.len() as u64;
                 self.debt.bytes += bytes;

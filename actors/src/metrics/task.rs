@@ -75,6 +75,7 @@ fn now_epoch_ms() -> i64 {
 pub struct BatchMeta {
     offsets: Vec<i64>,
     timestamps: Vec<i64>,
+    /// Share mode; empty for classic records, which count as first deliveries.
     delivery_counts: Vec<u16>,
     /// Share mode: when each record's acquisition lock runs out.
     lock_deadlines: Vec<Instant>,
@@ -140,19 +141,26 @@ impl TaskMetrics {
             return BatchMeta::default();
         }
         let share = !lock_deadlines.is_empty();
+        // Classic records carry no delivery count: none is kept for them (each counts as a
+        // first delivery), one pass less per record.
+        let counted = records[0].delivery_count.is_some();
         let mut meta = BatchMeta {
             offsets: Vec::with_capacity(n),
             timestamps: Vec::with_capacity(n),
-            delivery_counts: Vec::with_capacity(n),
+            delivery_counts: Vec::with_capacity(if counted { n } else { 0 }),
             lock_deadlines,
         };
         let mut redelivered = 0;
         for r in records {
-            let delivery_count = r.delivery_count.unwrap_or(1);
-            redelivered += usize::from(delivery_count > 1);
             meta.offsets.push(r.offset);
             meta.timestamps.push(r.timestamp.unwrap_or(-1));
-            meta.delivery_counts.push(delivery_count);
+        }
+        if counted {
+            for r in records {
+                let delivery_count = r.delivery_count.unwrap_or(1);
+                redelivered += usize::from(delivery_count > 1);
+                meta.delivery_counts.push(delivery_count);
+            }
         }
         if share {
             add(&self.acquired, n);
@@ -218,7 +226,8 @@ impl TaskMetrics {
             for (i, ack) in acks.iter().enumerate() {
                 let m = aligned.filter(|m| m.offsets[i] == ack.record.offset);
                 let applied = !unapplied.contains(&ack.record);
-                let delivery_count = m.map_or(1, |m| m.delivery_counts[i]);
+                let delivery_count =
+                    m.map_or(1, |m| m.delivery_counts.get(i).copied().unwrap_or(1));
                 let deadline = m.and_then(|m| m.lock_deadlines.get(i));
                 if let (Some(b), Some(deadline)) = (bound, deadline) {
                     // Newest first: a batch's records come in fetch order.
@@ -476,6 +485,47 @@ mod tests {
             (80.0..60_000.0).contains(&latency),
             "two records 40 ms old: {latency}"
         );
+    }
+
+    #[test]
+    fn classic_records_keep_no_delivery_counts_and_count_as_first_deliveries() {
+        let e = exported();
+        let m = &e.task.metrics;
+        m.task_starting();
+        let records: Vec<RawRecord> = (0..3)
+            .map(|offset| {
+                let mut r = record(offset, 1, 40);
+                r.delivery_count = None;
+                r
+            })
+            .collect();
+        let meta = m.polled(&records, Vec::new());
+        assert!(meta.delivery_counts.is_empty());
+        assert_eq!(meta.offsets, [0, 1, 2]);
+        let acks = [
+            ack(0, Disposition::Accept),
+            ack(1, Disposition::Release),
+            ack(2, Disposition::Accept),
+        ];
+        // A partition lost before the commit: offset 2's verdict did not take effect, which
+        // takes the path that reads each record's delivery count.
+        let unapplied = [acks[2].record.clone()];
+        m.committed(
+            &[(&acks, Some(meta))],
+            &CommitOutcome {
+                started: Instant::now(),
+                elapsed: Duration::from_millis(2),
+                all_applied: false,
+                unapplied: &unapplied,
+                expired: &[],
+                delivery_attempt_limit: 1,
+            },
+        );
+        let get = |name: &str| sample(&e.registry, &prometheus_name(GROUP_SINK_TASK, name));
+        assert_eq!(get("sink-record-redelivered-total"), Some(0.0));
+        assert_eq!(get("sink-record-archived-by-limit-total"), Some(0.0));
+        assert_eq!(get("sink-record-e2e-latency-ms_count"), Some(1.0));
+        assert_eq!(get("sink-record-active-count"), Some(0.0));
     }
 
     #[test]
