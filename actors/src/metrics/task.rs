@@ -430,6 +430,33 @@ mod tests {
         }
     }
 
+    /// Commits ACCEPT, RELEASE, ACCEPT for offsets 0 to 2 of `meta`; the last ACCEPT does not
+    /// take effect (its lock ran out, or its partition was lost).
+    fn commit_with_the_last_accept_unapplied(
+        m: &TaskMetrics,
+        meta: BatchMeta,
+        started: Instant,
+        delivery_attempt_limit: u16,
+    ) {
+        let acks = [
+            ack(0, Disposition::Accept),
+            ack(1, Disposition::Release),
+            ack(2, Disposition::Accept),
+        ];
+        let unapplied = [acks[2].record.clone()];
+        m.committed(
+            &[(&acks, Some(meta))],
+            &CommitOutcome {
+                started,
+                elapsed: Duration::from_millis(7),
+                all_applied: false,
+                unapplied: &unapplied,
+                expired: &[],
+                delivery_attempt_limit,
+            },
+        );
+    }
+
     #[test]
     fn a_committed_classic_batch_only_settles_its_records() {
         let e = exported();
@@ -502,25 +529,9 @@ mod tests {
         let meta = m.polled(&records, Vec::new());
         assert!(meta.delivery_counts.is_empty());
         assert_eq!(meta.offsets, [0, 1, 2]);
-        let acks = [
-            ack(0, Disposition::Accept),
-            ack(1, Disposition::Release),
-            ack(2, Disposition::Accept),
-        ];
         // A partition lost before the commit: offset 2's verdict did not take effect, which
         // takes the path that reads each record's delivery count.
-        let unapplied = [acks[2].record.clone()];
-        m.committed(
-            &[(&acks, Some(meta))],
-            &CommitOutcome {
-                started: Instant::now(),
-                elapsed: Duration::from_millis(2),
-                all_applied: false,
-                unapplied: &unapplied,
-                expired: &[],
-                delivery_attempt_limit: 1,
-            },
-        );
+        commit_with_the_last_accept_unapplied(m, meta, Instant::now(), 1);
         let get = |name: &str| sample(&e.registry, &prometheus_name(GROUP_SINK_TASK, name));
         assert_eq!(get("sink-record-redelivered-total"), Some(0.0));
         assert_eq!(get("sink-record-archived-by-limit-total"), Some(0.0));
@@ -551,24 +562,8 @@ mod tests {
             ),
             Some(3.0)
         );
-        let acks = [
-            ack(0, Disposition::Accept),
-            ack(1, Disposition::Release),
-            ack(2, Disposition::Accept),
-        ];
         // Offset 2's lock ran out before the commit: its ACCEPT is not applied.
-        let unapplied = [acks[2].record.clone()];
-        m.committed(
-            &[(&acks, Some(meta))],
-            &CommitOutcome {
-                started: now,
-                elapsed: Duration::from_millis(7),
-                all_applied: false,
-                unapplied: &unapplied,
-                expired: &[],
-                delivery_attempt_limit: 2,
-            },
-        );
+        commit_with_the_last_accept_unapplied(m, meta, now, 2);
         let get = |name: &str| sample(&e.registry, &prometheus_name(GROUP_SINK_TASK, name));
         assert_eq!(get("sink-record-read-total"), Some(3.0));
         assert_eq!(get("sink-record-acquired-total"), Some(3.0));
