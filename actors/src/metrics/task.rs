@@ -142,7 +142,7 @@ impl TaskMetrics {
         }
         let share = !lock_deadlines.is_empty();
         // Classic records carry no delivery count: none is kept for them (each counts as a
-        // first delivery), one pass less per record.
+        // first delivery).
         let counted = records[0].delivery_count.is_some();
         let mut meta = BatchMeta {
             offsets: Vec::with_capacity(n),
@@ -154,9 +154,7 @@ impl TaskMetrics {
         for r in records {
             meta.offsets.push(r.offset);
             meta.timestamps.push(r.timestamp.unwrap_or(-1));
-        }
-        if counted {
-            for r in records {
+            if counted {
                 let delivery_count = r.delivery_count.unwrap_or(1);
                 redelivered += usize::from(delivery_count > 1);
                 meta.delivery_counts.push(delivery_count);
