@@ -157,6 +157,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "fetch.wait.max.ms",
     "fetch.message.max.bytes",
     "fetch.error.backoff.ms",
+    "fetch.queue.backoff.ms",
     "max.partition.fetch.bytes",
     "queued.min.messages",
     "queued.max.messages.kbytes",

@@ -259,6 +259,10 @@ static int classic_drain(const char *bootstrap, const char *group, const char *t
         set(conf, "group.id", group);
         set(conf, "auto.offset.reset", "earliest");
         set(conf, "enable.auto.commit", "false");
+        /* As Spillway's classic source sets it (kafka/src/classic.rs): with librdkafka's
+         * 1 s default, a drain that empties a full prefetch queue waits out the rest of the
+         * second, for both contenders alike. */
+        set(conf, "fetch.queue.backoff.ms", "100");
         set(conf, "log_level", "3");
         rd_kafka_t *consumer = rd_kafka_new(KIND_CONSUMER, conf, errstr, sizeof(errstr));
         if (!consumer) {

@@ -202,6 +202,14 @@ impl Rounds {
         Ok(())
     }
 
+    /// The last round added: "CPU per record, rate", for a line per round.
+    pub fn last_round(&self) -> String {
+        match (self.cpu_us.last(), self.rates.last()) {
+            (Some(cpu), Some(rate)) => format!("{cpu:>6.2} us CPU/record {rate:>8.0} rec/s"),
+            _ => "no round yet".into(),
+        }
+    }
+
     pub fn cpu_us_median(&self) -> f64 {
         median(&self.cpu_us)
     }
@@ -265,5 +273,11 @@ mod tests {
         assert_eq!(rounds.cpu_us_median(), 2.0);
         assert_eq!(rounds.peak_rss_bytes, 30);
         assert_eq!(rounds.records, 2_000);
+        assert_eq!(
+            rounds.last_round(),
+            "  3.00 us CPU/record     1000 rec/s",
+            "the last round's figures, not the first's"
+        );
+        assert_eq!(Rounds::default().last_round(), "no round yet");
     }
 }

@@ -103,6 +103,20 @@ pub enum RebalanceProtocol {
 /// needs.
 pub use rdkafka::consumer::ConsumerGroupMetadata as GroupMetadata;
 
+/// How long librdkafka waits before it fetches again for a partition whose prefetch queue
+/// was full (`fetch.queue.backoff.ms`, 1000 by default); a consumer override still wins.
+///
+/// Every partition's fetch queue is forwarded to one queue ([`message_queue`]), so the queue
+/// counts as full once it holds `queued.min.messages` (100,000) records of all partitions.
+/// A task that drains a backlog faster than that per second then waits out the rest of the
+/// second with nothing to read: a classic connector into the file sink read 250,000 records a
+/// second on the dev broker with the default and 1.4 million with this one (bench/README.md,
+/// "The prefetch queue's backoff"). Kafka's Java consumer fetches again as soon as a
+/// partition's buffered records are taken; a tenth of a second comes close to that, and a
+/// task whose sink is slow and whose queue stays full costs its fetcher ten wake-ups a second
+/// instead of one.
+pub const FETCH_QUEUE_BACKOFF_MS: &str = "100";
+
 /// Settings of a [`ClassicSource`].
 #[derive(Debug, Clone)]
 pub struct ClassicConfig {
@@ -851,7 +865,8 @@ impl ClassicSource {
             .set("group.id", &config.group_id)
             // Connect's default for sink consumers: a new group starts at the beginning.
             .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "10000");
+            .set("session.timeout.ms", "10000")
+            .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         // Security keys in either spelling are translated for librdkafka.
         let security = rdkafka_config(
             &mut client,
@@ -1831,5 +1846,43 @@ mod tests {
             .overrides
             .insert("fetch.min.bytes".into(), "1".into());
         assert!(ClassicSource::connect(config).is_ok());
+    }
+
+    /// `key` as the created consumer runs with it: librdkafka's own copy of its settings.
+    fn setting_in_effect(source: &ClassicSource, key: &str) -> String {
+        let member = source.consumer.0.as_ref().expect("a connected source");
+        let key = std::ffi::CString::new(key).expect("a key without NUL");
+        let mut value = [0 as std::ffi::c_char; 64];
+        let mut size = value.len();
+        // SAFETY: the consumer is live; librdkafka writes at most `size` bytes, NUL included.
+        let result = unsafe {
+            let conf = rdkafka::bindings::rd_kafka_conf(member.native());
+            rdkafka::bindings::rd_kafka_conf_get(conf, key.as_ptr(), value.as_mut_ptr(), &mut size)
+        };
+        assert_eq!(
+            result,
+            rdkafka::bindings::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK,
+            "{key:?} is a librdkafka setting"
+        );
+        // SAFETY: NUL-terminated by `rd_kafka_conf_get`.
+        unsafe { std::ffi::CStr::from_ptr(value.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn the_prefetch_queue_is_refilled_a_tenth_of_a_second_after_it_was_full_unless_overridden() {
+        let source =
+            ClassicSource::connect(ClassicConfig::new("127.0.0.1:1", "g")).expect("created");
+        assert_eq!(
+            setting_in_effect(&source, "fetch.queue.backoff.ms"),
+            FETCH_QUEUE_BACKOFF_MS
+        );
+        let mut config = ClassicConfig::new("127.0.0.1:1", "g");
+        config
+            .overrides
+            .insert("fetch.queue.backoff.ms".into(), "5".into());
+        let source = ClassicSource::connect(config).expect("created");
+        assert_eq!(setting_in_effect(&source, "fetch.queue.backoff.ms"), "5");
     }
 }

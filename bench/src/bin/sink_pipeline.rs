@@ -558,6 +558,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                 .await?;
                 let _ = std::fs::remove_file(&file);
                 summary.add_window_to(&mut ours);
+                eprintln!("  round {} connector: {}", round + 1, ours.last_round());
             } else {
                 eprintln!(
                     "classic round {}: librdkafka's C classic consumer...",
@@ -570,6 +571,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                 })
                 .await?;
                 reference.add_complete(&summary, records)?;
+                eprintln!("  round {} C: {}", round + 1, reference.last_round());
             }
         }
     }
