@@ -9,6 +9,7 @@ use spillway_actors::Worker;
 use spillway_tests::DevBroker;
 
 pub mod c_reference;
+pub mod thread_cpu;
 
 /// Runs this benchmark binary again with `args` (a child role), with its stderr shown, and
 /// reads the JSON summary it prints on stdout. Children measure their own peak RSS and CPU.

@@ -41,7 +41,8 @@ use serde::{Deserialize, Serialize};
 use spillway_actors::consumer_settings::DEFAULT_MAX_POLL_RECORDS;
 use spillway_actors::settings::SHARE_INFLIGHT_BATCHES_DEFAULT;
 use spillway_actors::Worker;
-use spillway_bench::c_reference::{CReference, CSummary, Rounds};
+use spillway_bench::c_reference::{CReference, Rounds};
+use spillway_bench::thread_cpu::{while_sampling, BrokerWork, Sampled};
 use spillway_bench::{
     child_command, config, cpu_time, last_json_line, measure, mib, peak_rss_bytes, run_child,
     share_requests, start_broker, HeapCounter,
@@ -400,6 +401,7 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
     let mut ours = Rounds::default();
     let mut ours_requests = std::collections::BTreeMap::new();
     let mut reference_requests = std::collections::BTreeMap::new();
+    let (mut ours_broker, mut reference_broker) = (BrokerWork::default(), BrokerWork::default());
     for round in 0..args.rounds.max(1) {
         let ours_first = round % 2 == 1;
         for ours_turn in [ours_first, !ours_first] {
@@ -408,16 +410,17 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
                     "(a) round {}: a share-mode connector into the file sink (1 task, metrics recorded and scraped every second)...",
                     round + 1
                 );
-                let (summary, requests) =
+                let run =
                     on_fresh_cluster(args, |b| pipeline_args("overhead-pipeline", true, b)).await?;
-                summary.add_window_to(&mut ours);
-                add_counts(&mut ours_requests, requests);
+                run.summary.add_window_to(&mut ours);
+                add_counts(&mut ours_requests, run.requests);
+                ours_broker.add(run.broker, records);
             } else {
                 eprintln!(
                     "(a) round {}: librdkafka 2.16's C share consumer...",
                     round + 1
                 );
-                let (summary, requests) = on_fresh_cluster_with(args, |bootstrap| async move {
+                let run = on_fresh_cluster_with(args, |bootstrap| async move {
                     reference_program
                         .share_drain(
                             &bootstrap,
@@ -429,13 +432,18 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
                         .await
                 })
                 .await?;
-                reference.add_complete(&summary, records)?;
-                add_counts(&mut reference_requests, requests);
+                reference.add_complete(&run.summary, records)?;
+                add_counts(&mut reference_requests, run.requests);
+                reference_broker.add(run.broker, records);
             }
         }
     }
     eprintln!("(a) draining with the bare ShareConsumer...");
-    let (bare, bare_requests) = on_fresh_cluster(args, |bootstrap| {
+    let OnCluster {
+        summary: bare,
+        requests: bare_requests,
+        broker: bare_broker,
+    } = on_fresh_cluster(args, |bootstrap| {
         let mut a = child_args("drain", bootstrap);
         a.extend(["--group".into(), "overhead-bare".into()]);
         a
@@ -444,7 +452,11 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
     eprintln!("(a) the connector with a no-op meter (no metrics SDK)...");
     let unmetered = on_fresh_cluster(args, |b| pipeline_args("overhead-unmetered", false, b)).await;
     let _ = std::fs::remove_dir_all(&dir);
-    let (unmetered, unmetered_requests) = unmetered?;
+    let OnCluster {
+        summary: unmetered,
+        requests: unmetered_requests,
+        broker: unmetered_broker,
+    } = unmetered?;
 
     println!(
         "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker), task.inflight.batches {overhead_inflight}; {} round(s), a fresh cluster per contender and round, order alternating; median (spread)",
@@ -466,6 +478,18 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
         share_requests(&ours_requests, ours.records),
         share_requests(&bare_requests, bare.records),
         share_requests(&unmetered_requests, unmetered.records)
+    );
+    let once = |sampled: Sampled| {
+        let mut work = BrokerWork::default();
+        work.add(sampled, records);
+        work.line()
+    };
+    println!(
+        "  dev broker's busiest thread (share of a core while it worked; its CPU per record drained):\n    C {}\n    connector {}\n    bare {}; unmetered {}",
+        reference_broker.line(),
+        ours_broker.line(),
+        once(bare_broker),
+        once(unmetered_broker)
     );
     let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
     let rate_ratio = ours.rate_median() / reference.rate_median().max(1e-9);
@@ -500,8 +524,9 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
     }
     if rate_ratio < args.min_rate_ratio {
         missed.push(format!(
-            "(a) share connector rate {rate_ratio:.2}x the C share consumer's (goal >= {:.2})",
-            args.min_rate_ratio
+            "(a) share connector rate {rate_ratio:.2}x the C share consumer's (goal >= {:.2}){}",
+            args.min_rate_ratio,
+            ours_broker.ceiling_against(&reference_broker)
         ));
     }
     if rss > args.max_rss_mib {
@@ -531,7 +556,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                     round + 1
                 );
                 let file = dir.join("classic.txt").to_string_lossy().into_owned();
-                let (summary, _) = on_fresh_cluster(args, |bootstrap| {
+                let OnCluster { summary, .. } = on_fresh_cluster(args, |bootstrap| {
                     vec![
                         "pipeline".into(),
                         "--bootstrap".into(),
@@ -564,12 +589,13 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                     "classic round {}: librdkafka's C classic consumer...",
                     round + 1
                 );
-                let (summary, _) = on_fresh_cluster_with(args, |bootstrap| async move {
-                    reference_program
-                        .classic_drain(&bootstrap, "classic-c", "overhead", records)
-                        .await
-                })
-                .await?;
+                let OnCluster { summary, .. } =
+                    on_fresh_cluster_with(args, |bootstrap| async move {
+                        reference_program
+                            .classic_drain(&bootstrap, "classic-c", "overhead", records)
+                            .await
+                    })
+                    .await?;
                 reference.add_complete(&summary, records)?;
                 eprintln!("  round {} C: {}", round + 1, reference.last_round());
             }
@@ -617,28 +643,28 @@ fn add_counts(
 async fn on_fresh_cluster(
     args: &Args,
     child_args: impl FnOnce(&str) -> Vec<String>,
-) -> Result<(Summary, std::collections::BTreeMap<i16, u64>)> {
-    let (records, partitions, bytes) = (
-        args.overhead_records,
-        args.overhead_partitions,
-        args.overhead_record_bytes,
-    );
-    let broker = start_broker(args.brokers, "overhead", partitions)?;
-    let bootstrap = broker.bootstrap();
-    produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
-    broker.start_request_tracking();
-    let summary = run_child::<Summary>(&child_args(&bootstrap)).await?;
-    Ok((summary, broker.request_counts()))
+) -> Result<OnCluster<Summary>> {
+    on_fresh_cluster_with(args, |bootstrap| async move {
+        run_child::<Summary>(&child_args(&bootstrap)).await
+    })
+    .await
 }
 
-/// As [`on_fresh_cluster`], with the C reference (run by `drain`) instead of a child of ours.
-async fn on_fresh_cluster_with<F, Fut>(
-    args: &Args,
-    drain: F,
-) -> Result<(CSummary, std::collections::BTreeMap<i16, u64>)>
+/// What one contender's drain on a fresh cluster gave.
+struct OnCluster<S> {
+    summary: S,
+    /// The dev broker's request counts by API key.
+    requests: std::collections::BTreeMap<i16, u64>,
+    /// What the dev broker's busiest thread did meanwhile.
+    broker: Sampled,
+}
+
+/// As [`on_fresh_cluster`], with any drain (`drain`, given the bootstrap servers): the C
+/// reference, or a child of ours.
+async fn on_fresh_cluster_with<S, F, Fut>(args: &Args, drain: F) -> Result<OnCluster<S>>
 where
     F: FnOnce(String) -> Fut,
-    Fut: std::future::Future<Output = Result<CSummary>>,
+    Fut: std::future::Future<Output = Result<S>>,
 {
     let (records, partitions, bytes) = (
         args.overhead_records,
@@ -649,8 +675,12 @@ where
     let bootstrap = broker.bootstrap();
     produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
     broker.start_request_tracking();
-    let summary = drain(bootstrap).await?;
-    Ok((summary, broker.request_counts()))
+    let (summary, sampled) = while_sampling(broker.launcher_pid(), drain(bootstrap)).await;
+    Ok(OnCluster {
+        summary: summary?,
+        requests: broker.request_counts(),
+        broker: sampled,
+    })
 }
 
 /// Drains `expected` records with the bare share consumer: ACCEPT every record, commit once
