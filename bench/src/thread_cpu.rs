@@ -323,11 +323,12 @@ mod tests {
         let share = sampled
             .busy_share
             .expect("this process's threads were read");
-        // A core of its own most of the time, even on a busy machine; never much more.
-        assert!((0.3..=1.2).contains(&share), "share of a core: {share}");
+        // Most of a core, never much more. Loose below, for a loaded CI machine: a unit slip
+        // (ticks taken for seconds) would read a hundred times off.
+        assert!((0.15..=1.2).contains(&share), "share of a core: {share}");
         let cpu = sampled.busiest_cpu_seconds.expect("read at both ends");
         assert!(
-            (0.3..=1.2).contains(&cpu),
+            (0.15..=1.2).contains(&cpu),
             "CPU seconds over the 1 s run: {cpu}"
         );
     }
