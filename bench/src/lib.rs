@@ -127,6 +127,36 @@ pub fn mib(bytes: u64) -> f64 {
 
 pub use spillway_core::config::config_map as config;
 
+/// The most a dev-broker partition keeps: librdkafka's mock cluster deletes a partition's
+/// oldest batches beyond 5 MiB (or 100,000 batches) (`rdkafka_mock.c`,
+/// `rd_kafka_mock_partition_new`), so records produced past that are gone before a drain.
+pub const DEV_BROKER_PARTITION_BYTES: u64 = 5 * 1024 * 1024;
+
+/// What a produced record takes in a dev-broker partition beyond its value: key, record and
+/// batch overhead. Measured: 600,000 records of 100 B over 8 partitions left 40,710 in each
+/// (about 129 B a record); rounded up so that a run this passes fits.
+pub const STORED_RECORD_OVERHEAD: u64 = 32;
+
+/// Refuses a run whose records would not all stay on the dev broker: `records` of
+/// `value_bytes` spread evenly over `partitions`. The error says how many fit.
+pub fn fits_dev_broker(records: u64, partitions: i32, value_bytes: usize) -> Result<()> {
+    let partitions = partitions.max(1) as u64;
+    let stored = value_bytes as u64 + STORED_RECORD_OVERHEAD;
+    let per_partition = records.div_ceil(partitions);
+    if per_partition * stored <= DEV_BROKER_PARTITION_BYTES {
+        return Ok(());
+    }
+    let most = partitions * (DEV_BROKER_PARTITION_BYTES / stored);
+    bail!(
+        "{records} records of {value_bytes} B over {partitions} partitions put about {:.1} MiB in \
+         each partition, and the dev broker keeps at most {:.0} MiB a partition, deleting the \
+         oldest records (librdkafka rdkafka_mock.c): ask for at most {most} records, or more \
+         partitions",
+        mib(per_partition * stored),
+        mib(DEV_BROKER_PARTITION_BYTES)
+    )
+}
+
 pub fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBroker> {
     let broker = DevBroker::try_start(brokers, &[(topic, partitions)])?;
     broker.set_share_auto_offset_reset("earliest");
@@ -316,6 +346,31 @@ unsafe impl std::alloc::GlobalAlloc for HeapCounter {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_run_is_refused_when_its_records_would_not_all_stay_on_the_dev_broker() {
+        // The benches' defaults fit: classic 300,000 and share 200,000 records of 100 B over 8.
+        fits_dev_broker(300_000, 8, 100).expect("300,000 x 100 B over 8 partitions fits");
+        fits_dev_broker(200_000, 8, 100).expect("200,000 x 100 B over 8 partitions fits");
+        fits_dev_broker(24_000, 8, 1024).expect("the memory part's records fit");
+        // 600,000 did not: the C reference drained 325,680 of them.
+        let refused = fits_dev_broker(600_000, 8, 100)
+            .expect_err("600,000 x 100 B over 8 partitions does not fit")
+            .to_string();
+        assert!(
+            refused.contains("600000 records of 100 B over 8 partitions"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("ask for at most 317744 records"),
+            "{refused}"
+        );
+        // The figure it names fits; one more record a partition does not.
+        fits_dev_broker(317_744, 8, 100).expect("the most it names fits");
+        assert!(fits_dev_broker(317_744 + 8, 8, 100).is_err());
+        // More partitions make room.
+        fits_dev_broker(600_000, 16, 100).expect("600,000 over 16 partitions fits");
+    }
+
     #[test]
     fn the_summary_is_the_last_json_line_whatever_a_wrapper_prints_after_it() {
         let out = "progress\n{\"n\": 1}\n{\"n\": 2}\nheaptrack finished: run heaptrack --analyze\n";

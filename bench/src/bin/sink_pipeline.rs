@@ -44,8 +44,8 @@ use spillway_actors::Worker;
 use spillway_bench::c_reference::{CReference, Rounds};
 use spillway_bench::thread_cpu::{while_sampling, BrokerWork, Sampled};
 use spillway_bench::{
-    child_command, config, cpu_time, last_json_line, measure, mib, peak_rss_bytes, run_child,
-    share_requests, start_broker, HeapCounter,
+    child_command, config, cpu_time, fits_dev_broker, last_json_line, measure, mib, peak_rss_bytes,
+    run_child, share_requests, start_broker, HeapCounter,
 };
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
@@ -671,6 +671,7 @@ where
         args.overhead_partitions,
         args.overhead_record_bytes,
     );
+    fits_dev_broker(records, partitions, bytes)?;
     let broker = start_broker(args.brokers, "overhead", partitions)?;
     let bootstrap = broker.bootstrap();
     produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
