@@ -244,11 +244,11 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
-fn min(values: &[f64]) -> f64 {
+pub fn min(values: &[f64]) -> f64 {
     values.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
-fn max(values: &[f64]) -> f64 {
+pub fn max(values: &[f64]) -> f64 {
     values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 

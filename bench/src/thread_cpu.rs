@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::c_reference::median;
+use crate::c_reference::{max, median, min};
 
 /// Each thread's name and CPU time (user + system) in seconds at one moment, by thread id.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -177,8 +177,8 @@ impl BrokerWork {
         if self.busy.is_empty() || self.us_per_record.is_empty() {
             return "not read".into();
         }
-        let (busy_lo, busy_hi) = spread(&self.busy);
-        let (us_lo, us_hi) = spread(&self.us_per_record);
+        let (busy_lo, busy_hi) = (min(&self.busy), max(&self.busy));
+        let (us_lo, us_hi) = (min(&self.us_per_record), max(&self.us_per_record));
         format!(
             "busy {:.2} ({busy_lo:.2}-{busy_hi:.2}), {:.1} us CPU/record ({us_lo:.1}-{us_hi:.1})",
             median(&self.busy),
@@ -212,12 +212,6 @@ impl BrokerWork {
             median(&self.us_per_record)
         )
     }
-}
-
-fn spread(values: &[f64]) -> (f64, f64) {
-    values
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)))
 }
 
 #[cfg(test)]
