@@ -35,6 +35,8 @@ for i in 1 2 3 4 5 6; do
   nodes="$nodes n$i=$node:x64"
   node="+0($node)"
 done
+# A run stopped short may have left the probe behind.
+perf probe -q -d "spillway_mock:*" 2>/dev/null || true
 perf probe -q -x "$lib" -a "spillway_mock:walk=rd_kafka_mock_sgrp_write_acquired_records_meta spso=+64(%si):s64 speo=+72(%si):s64 listed=+96(%si):s32 acquired=+100(%si):s32$nodes"
 # A bench that misses a goal exits non-zero; its walks are still worth reading.
 status=0
@@ -42,6 +44,8 @@ perf record -q -e spillway_mock:walk -a -o "$out/walks.data" -- "$@" || status=$
 perf script -i "$out/walks.data" 2>/dev/null | python3 -c '
 import re, sys
 from collections import OrderedDict
+# The layout columns read lists of a whole fetch: max.poll.records, 500 in the benches.
+WHOLE_FETCH = 500
 mocks = OrderedDict()
 pattern = re.compile(r"rdk:mock\s+(\d+).*spso=(-?\d+) speo=(-?\d+) listed=(\d+) acquired=(\d+)"
                      + "".join(r" n%d=(\S+)" % i for i in range(1, 7)))
@@ -55,17 +59,18 @@ for line in sys.stdin:
     s["acquired"] += acquired
     # A lookup walks the list to the offset, or all of it when the offset holds no lock state.
     s["visits"] += max(0, speo - spso + 1) * listed
-    if acquired >= 500:
+    if acquired >= WHOLE_FETCH:
         addrs = [int(x, 16) for x in m.groups()[5:]]
         s["pairs"] += 5
         s["contiguous"] += sum(abs(b - a) == 64 for a, b in zip(addrs, addrs[1:]))
         s["nodes"] += 6
         # next at +0 and offset at +16: a node 48 bytes into a cache line needs two lines.
         s["straddling"] += sum(a % 64 == 48 for a in addrs)
-print("mock thread | answers | records acquired | list nodes visited per record | first nodes 64 B apart | nodes across two cache lines")
+# acquired: summed over answers, so a record still held at a later answer counts again.
+print("mock thread | answers | acquired at answers | list nodes visited per record | first nodes 64 B apart | nodes across two cache lines")
 for pid, s in mocks.items():
     per = s["visits"] / max(1, s["acquired"])
-    print("%11s | %7d | %16d | %29.0f | %22s | %s" % (pid, s["answers"], s["acquired"], per,
+    print("%11s | %7d | %19d | %29.0f | %22s | %s" % (pid, s["answers"], s["acquired"], per,
           "%.0f%%" % (100 * s["contiguous"] / s["pairs"]) if s["pairs"] else "-",
           "%.0f%%" % (100 * s["straddling"] / s["nodes"]) if s["nodes"] else "-"))
 '
