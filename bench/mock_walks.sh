@@ -53,7 +53,7 @@ for line in sys.stdin:
     m = pattern.search(line)
     if not m:
         continue
-    s = mocks.setdefault(m.group(1), dict(answers=0, acquired=0, visits=0, pairs=0, contiguous=0, nodes=0, straddling=0))
+    s = mocks.setdefault(m.group(1), dict(answers=0, acquired=0, visits=0, pairs=0, contiguous=0, interleaved=0, nodes=0, straddling=0))
     spso, speo, listed, acquired = (int(x) for x in m.groups()[1:5])
     s["answers"] += 1
     s["acquired"] += acquired
@@ -63,15 +63,19 @@ for line in sys.stdin:
         addrs = [int(x, 16) for x in m.groups()[5:]]
         s["pairs"] += 5
         s["contiguous"] += sum(abs(b - a) == 64 for a, b in zip(addrs, addrs[1:]))
+        # 96 B: a node, then its own 23-byte copy of the member id, then the next node.
+        s["interleaved"] += sum(abs(b - a) == 96 for a, b in zip(addrs, addrs[1:]))
         s["nodes"] += 6
         # next at +0 and offset at +16: a node 48 bytes into a cache line needs two lines.
         s["straddling"] += sum(a % 64 == 48 for a in addrs)
+def share(part, whole):
+    return "%.0f%%" % (100 * part / whole) if whole else "-"
 # acquired: summed over answers, so a record still held at a later answer counts again.
-print("mock thread | answers | acquired at answers | list nodes visited per record | first nodes 64 B apart | nodes across two cache lines")
+print("mock thread | answers | acquired at answers | list nodes visited per record | first nodes 64 B apart | 96 B apart | nodes across two cache lines")
 for pid, s in mocks.items():
     per = s["visits"] / max(1, s["acquired"])
-    print("%11s | %7d | %19d | %29.0f | %22s | %s" % (pid, s["answers"], s["acquired"], per,
-          "%.0f%%" % (100 * s["contiguous"] / s["pairs"]) if s["pairs"] else "-",
-          "%.0f%%" % (100 * s["straddling"] / s["nodes"]) if s["nodes"] else "-"))
+    print("%11s | %7d | %19d | %29.0f | %22s | %10s | %s" % (pid, s["answers"], s["acquired"], per,
+          share(s["contiguous"], s["pairs"]), share(s["interleaved"], s["pairs"]),
+          share(s["straddling"], s["nodes"])))
 '
 exit "$status"
