@@ -13,6 +13,9 @@
 # rd_kafka_mock_sgrp_partmeta_t (spso +64, speo +72, first lock state +80, list length +96,
 # acquired +100), the wheel tools/ installs.
 #
+# The benches run the dev broker on jemalloc unless told `--broker-allocator glibc`; the layout
+# columns show both (48 B apart: jemalloc's slots; 64 and 96 B: glibc's chunks).
+#
 # Usage: bench/mock_walks.sh target/release/sink_pipeline --part overhead --rounds 1
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
@@ -53,7 +56,7 @@ for line in sys.stdin:
     m = pattern.search(line)
     if not m:
         continue
-    s = mocks.setdefault(m.group(1), dict(answers=0, acquired=0, visits=0, pairs=0, contiguous=0, interleaved=0, nodes=0, straddling=0))
+    s = mocks.setdefault(m.group(1), dict(answers=0, acquired=0, visits=0, pairs=0, packed=0, contiguous=0, interleaved=0, nodes=0, straddling=0))
     spso, speo, listed, acquired = (int(x) for x in m.groups()[1:5])
     s["answers"] += 1
     s["acquired"] += acquired
@@ -62,6 +65,9 @@ for line in sys.stdin:
     if acquired >= WHOLE_FETCH:
         addrs = [int(x, 16) for x in m.groups()[5:]]
         s["pairs"] += 5
+        # 48 B: slots of jemalloc for the 48-byte state, side by side.
+        s["packed"] += sum(abs(b - a) == 48 for a, b in zip(addrs, addrs[1:]))
+        # 64 B: chunks of glibc for the state (48 bytes and a header), side by side.
         s["contiguous"] += sum(abs(b - a) == 64 for a, b in zip(addrs, addrs[1:]))
         # 96 B: a node, then its own 23-byte copy of the member id, then the next node.
         s["interleaved"] += sum(abs(b - a) == 96 for a, b in zip(addrs, addrs[1:]))
@@ -71,11 +77,11 @@ for line in sys.stdin:
 def share(part, whole):
     return "%.0f%%" % (100 * part / whole) if whole else "-"
 # acquired: summed over answers, so a record still held at a later answer counts again.
-print("mock thread | answers | acquired at answers | list nodes visited per record | first nodes 64 B apart | 96 B apart | nodes across two cache lines")
+print("mock thread | answers | acquired at answers | list nodes visited per record | first nodes 48 B apart | 64 B apart | 96 B apart | nodes across two cache lines")
 for pid, s in mocks.items():
     per = s["visits"] / max(1, s["acquired"])
-    print("%11s | %7d | %19d | %29.0f | %22s | %10s | %s" % (pid, s["answers"], s["acquired"], per,
-          share(s["contiguous"], s["pairs"]), share(s["interleaved"], s["pairs"]),
+    print("%11s | %7d | %19d | %29.0f | %22s | %10s | %10s | %s" % (pid, s["answers"], s["acquired"], per,
+          share(s["packed"], s["pairs"]), share(s["contiguous"], s["pairs"]), share(s["interleaved"], s["pairs"]),
           share(s["straddling"], s["nodes"])))
 '
 exit "$status"

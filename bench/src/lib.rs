@@ -2,6 +2,7 @@
 //! and the report format. Every benchmark prints ratios against a reference measured in the
 //! same run on the same dev broker, never absolute pass/fail thresholds.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -157,11 +158,93 @@ pub fn fits_dev_broker(records: u64, partitions: i32, value_bytes: usize) -> Res
     )
 }
 
-pub fn start_broker(brokers: u32, topic: &str, partitions: i32) -> Result<DevBroker> {
-    let broker = DevBroker::try_start(brokers, &[(topic, partitions)])?;
+/// Starts a dev cluster with `topic` for a share benchmark; `preload` is the `malloc` the dev
+/// broker runs with (see [`BrokerAllocator`]), glibc's when `None`.
+pub fn start_broker(
+    brokers: u32,
+    topic: &str,
+    partitions: i32,
+    preload: Option<&Path>,
+) -> Result<DevBroker> {
+    let broker = DevBroker::try_start_preloaded(brokers, &[(topic, partitions)], preload)?;
     broker.set_share_auto_offset_reset("earliest");
     broker.set_share_heartbeat_interval(300);
     Ok(broker)
+}
+
+/// The `malloc` the dev broker (librdkafka's mock, inside the launcher's Python) runs with.
+///
+/// The mock keeps one 48-byte lock state per acquired offset in a linked list, and walks those
+/// lists for every record it hands out: its CPU per record, the share benchmarks' ceiling, is
+/// mostly the time per list node. Under glibc's `malloc` the states share their bins with the
+/// mock's other small allocations, so how densely they sit depends on the order of the clients'
+/// requests and moves from drain to drain (bench/README.md, "The mock's allocator, traced").
+/// jemalloc keeps each size class in slabs of its own, which puts the states side by side for
+/// every client, so that a rate comparison measures the clients rather than the mock's heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BrokerAllocator {
+    /// glibc's own `malloc`.
+    Glibc,
+    /// `libjemalloc.so.2`, preloaded into the launcher alone.
+    Jemalloc,
+}
+
+impl BrokerAllocator {
+    /// The library to preload into the dev broker for this allocator; `None` for glibc's. An
+    /// error names the package to install when jemalloc is asked for and missing.
+    pub fn preload(self) -> Result<Option<PathBuf>> {
+        match self {
+            BrokerAllocator::Glibc => Ok(None),
+            BrokerAllocator::Jemalloc => {
+                let listed = std::process::Command::new("ldconfig")
+                    .arg("-p")
+                    .output()
+                    .or_else(|_| {
+                        std::process::Command::new("/sbin/ldconfig")
+                            .arg("-p")
+                            .output()
+                    })
+                    .context("running `ldconfig -p` to find libjemalloc.so.2")?;
+                let listed = String::from_utf8_lossy(&listed.stdout);
+                match library_path(&listed, JEMALLOC_LIBRARY) {
+                    Some(path) => Ok(Some(path)),
+                    None => bail!(
+                        "the dev broker's allocator `jemalloc` needs {JEMALLOC_LIBRARY}, which \
+                         `ldconfig -p` does not list: install it (Debian/Ubuntu: apt-get install \
+                         libjemalloc2), or pass --broker-allocator glibc to measure on glibc's \
+                         malloc, whose heap layout moves the dev broker's cost from drain to drain"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// How a report names this allocator, with the library's path when given.
+    pub fn describe(self, preload: Option<&Path>) -> String {
+        match (self, preload) {
+            (BrokerAllocator::Glibc, _) => "glibc".to_string(),
+            (BrokerAllocator::Jemalloc, None) => "jemalloc".to_string(),
+            (BrokerAllocator::Jemalloc, Some(path)) => format!("jemalloc ({})", path.display()),
+        }
+    }
+}
+
+/// jemalloc's shared library, as Debian's `libjemalloc2` installs it.
+pub const JEMALLOC_LIBRARY: &str = "libjemalloc.so.2";
+
+/// The path `ldconfig -p` lists for `library` built for this machine's architecture.
+fn library_path(listed: &str, library: &str) -> Option<PathBuf> {
+    // ldconfig's name for the architecture, as in "libc.so.6 (libc6,x86-64) => /lib/...".
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x86-64",
+        "aarch64" => "AArch64",
+        other => other,
+    };
+    listed.lines().find_map(|line| {
+        let (name, path) = line.trim().split_once(" => ")?;
+        let (file, flags) = name.split_once(' ')?;
+        (file == library && flags.contains(arch)).then(|| PathBuf::from(path.trim()))
+    })
 }
 
 /// API keys of the share requests the benchmarks count on the dev broker.
@@ -380,6 +463,54 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn the_library_is_found_for_this_machines_architecture_only() {
+        let listed = "3 libs found in cache `/etc/ld.so.cache'\n\
+            \tlibjemalloc.so.2 (libc6) => /usr/lib/i386-linux-gnu/libjemalloc.so.2\n\
+            \tlibjemalloc.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libjemalloc.so.2\n\
+            \tlibjemalloc.so.2 (libc6,AArch64) => /lib/aarch64-linux-gnu/libjemalloc.so.2\n\
+            \tlibjemalloc.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libjemalloc.so\n";
+        let expected = match std::env::consts::ARCH {
+            "x86_64" => "/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "aarch64" => "/lib/aarch64-linux-gnu/libjemalloc.so.2",
+            other => panic!("no ldconfig line in this test for {other}"),
+        };
+        assert_eq!(
+            library_path(listed, JEMALLOC_LIBRARY),
+            Some(PathBuf::from(expected))
+        );
+        assert_eq!(library_path(listed, "libtcmalloc.so.4"), None);
+    }
+
+    /// The libraries mapped into process `pid`.
+    fn mapped_libraries(pid: u32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_else(|e| panic!("reading /proc/{pid}/maps: {e}"))
+    }
+
+    #[test]
+    fn the_dev_broker_runs_on_the_allocator_asked_for_and_no_other_process_gets_it() {
+        // .ci/run installs libjemalloc2; elsewhere the error names the package.
+        let jemalloc = BrokerAllocator::Jemalloc
+            .preload()
+            .unwrap_or_else(|e| panic!("{e:#}"))
+            .expect("jemalloc is preloaded");
+        let name = jemalloc.file_name().unwrap().to_string_lossy().into_owned();
+        let preloaded = start_broker(1, "allocator", 1, Some(&jemalloc)).expect("dev broker");
+        assert!(
+            mapped_libraries(preloaded.launcher_pid()).contains(&name),
+            "{name} is not mapped into the dev broker launcher"
+        );
+        // Started after it, so a preload leaking into this process's environment (and from
+        // there into the contenders it spawns) would show here.
+        let plain = start_broker(1, "allocator", 1, None).expect("dev broker");
+        assert!(
+            !mapped_libraries(plain.launcher_pid()).contains(&name),
+            "{name} is mapped into a dev broker started without it"
+        );
+        assert_eq!(BrokerAllocator::Glibc.preload().unwrap(), None);
+    }
 
     #[test]
     fn own_cpu_time_counts_every_thread_finer_than_proc_and_agrees_with_it() {

@@ -6,6 +6,7 @@
 //! stdin closes, so a crashed test never leaves a broker behind.
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -139,7 +140,17 @@ impl DevBroker {
 
     /// Starts a cluster and creates `topics` (name, partitions) before returning.
     pub fn try_start(brokers: u32, topics: &[(&str, i32)]) -> Result<DevBroker, DevBrokerError> {
-        let (child, stdin, stdout, bootstrap) = launch(brokers, topics)?;
+        Self::try_start_preloaded(brokers, topics, None)
+    }
+
+    /// As [`DevBroker::try_start`], with `preload` (a shared library, e.g. another `malloc`)
+    /// loaded into the launcher before anything else (`LD_PRELOAD`), for the launcher alone.
+    pub fn try_start_preloaded(
+        brokers: u32,
+        topics: &[(&str, i32)],
+        preload: Option<&Path>,
+    ) -> Result<DevBroker, DevBrokerError> {
+        let (child, stdin, stdout, bootstrap) = launch(brokers, topics, preload)?;
         Ok(DevBroker {
             child,
             control: DevBrokerControl {
@@ -345,7 +356,11 @@ impl Drop for DevBroker {
 type Launched = (Child, ChildStdin, BufReader<ChildStdout>, String);
 
 /// Spawns the launcher and reads its bootstrap line.
-fn launch(brokers: u32, topics: &[(&str, i32)]) -> Result<Launched, DevBrokerError> {
+fn launch(
+    brokers: u32,
+    topics: &[(&str, i32)],
+    preload: Option<&Path>,
+) -> Result<Launched, DevBrokerError> {
     let python = venv_python().map_err(DevBrokerError::Python)?;
     let script = tools_dir().join("devbroker.py");
     let mut command = Command::new(&python);
@@ -355,6 +370,9 @@ fn launch(brokers: u32, topics: &[(&str, i32)]) -> Result<Launched, DevBrokerErr
         .arg(brokers.to_string());
     for (name, partitions) in topics {
         command.arg("--topic").arg(format!("{name}:{partitions}"));
+    }
+    if let Some(library) = preload {
+        command.env("LD_PRELOAD", library);
     }
     let mut child = command
         .stdin(Stdio::piped())
@@ -430,7 +448,7 @@ mod tests {
 
     #[test]
     fn launcher_exits_when_its_stdin_closes() {
-        let (mut child, stdin, _stdout, bootstrap) = launch(1, &[]).expect("launcher starts");
+        let (mut child, stdin, _stdout, bootstrap) = launch(1, &[], None).expect("launcher starts");
         assert!(bootstrap.starts_with("127.0.0.1:"), "{bootstrap}");
         drop(stdin);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

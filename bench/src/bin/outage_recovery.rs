@@ -136,7 +136,7 @@ fn records(n: u64, partitions: i32) -> Vec<TestRecord> {
 }
 
 async fn run(args: &Args, outage: Duration) -> Result<Run> {
-    let broker = start_broker(1, TOPIC, args.partitions)?;
+    let broker = start_broker(1, TOPIC, args.partitions, None)?;
     broker.set_share_record_lock_duration(args.lock_ms);
     broker.set_share_max_delivery_attempts(args.delivery_limit);
     let bootstrap = broker.bootstrap();

@@ -37,7 +37,7 @@ use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use spillway_actors::consumer_settings::DEFAULT_MAX_POLL_RECORDS;
 use spillway_bench::c_reference::{CReference, Rounds};
-use spillway_bench::{cpu_time, peak_rss_bytes, run_child, share_requests};
+use spillway_bench::{cpu_time, peak_rss_bytes, run_child, share_requests, BrokerAllocator};
 use spillway_kafka::security::{ClientSecurity, SecuritySettings};
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
 use spillway_tests::{
@@ -78,6 +78,10 @@ struct Args {
     /// `--tls-cost` goal: SSL and SASL_SSL CPU per record at most this times plaintext's.
     #[arg(long, default_value_t = 1.5)]
     tls_max_ratio: f64,
+    /// The dev broker's `malloc` (jemalloc keeps its cost per record the same whatever the
+    /// client: `BrokerAllocator`).
+    #[arg(long, value_enum, default_value_t = BrokerAllocator::Jemalloc)]
+    broker_allocator: BrokerAllocator,
 }
 
 #[derive(Subcommand)]
@@ -150,6 +154,7 @@ async fn compare(args: &Args) -> Result<()> {
     // drains the round's records on a dev cluster of its own, produced the same way; the order
     // alternates between rounds.
     let reference_program = CReference::build()?;
+    let preload = args.broker_allocator.preload()?;
     let rounds = args
         .records
         .div_ceil(args.round_records.max(1))
@@ -175,7 +180,11 @@ async fn compare(args: &Args) -> Result<()> {
         );
         let ours_first = round % 2 == 1;
         for ours_turn in [ours_first, !ours_first] {
-            let broker = DevBroker::try_start(args.brokers, &[("bench", args.partitions)])?;
+            let broker = DevBroker::try_start_preloaded(
+                args.brokers,
+                &[("bench", args.partitions)],
+                preload.as_deref(),
+            )?;
             broker.set_share_auto_offset_reset("earliest");
             let bootstrap = broker.bootstrap();
             let produced = produce(
@@ -218,11 +227,12 @@ async fn compare(args: &Args) -> Result<()> {
     }
 
     println!(
-        "share_drain: {rounds} round(s) of {} records x {} B, {} partitions, {} brokers (dev broker), a fresh cluster per contender and round, order alternating; median (spread) over the rounds",
+        "share_drain: {rounds} round(s) of {} records x {} B, {} partitions, {} brokers (dev broker, malloc {}), a fresh cluster per contender and round, order alternating; median (spread) over the rounds",
         args.round_records.min(args.records).max(1),
         args.record_bytes,
         args.partitions,
-        args.brokers
+        args.brokers,
+        args.broker_allocator.describe(preload.as_deref())
     );
     println!("  C share consumer (librdkafka 2.16): {}", reference.line());
     println!(
@@ -287,6 +297,7 @@ async fn tls_cost(args: &Args) -> Result<()> {
         ProxySecurity::SaslSsl,
     ];
     let mut totals: Vec<Totals> = modes.iter().map(|_| Totals::default()).collect();
+    let preload = args.broker_allocator.preload()?;
     let rounds = args.records.div_ceil(args.round_records.max(1));
     for round in 0..rounds {
         let count = args
@@ -297,7 +308,11 @@ async fn tls_cost(args: &Args) -> Result<()> {
         for i in 0..modes.len() {
             let m = (i + round as usize) % modes.len();
             let security = modes[m];
-            let broker = DevBroker::try_start(args.brokers, &[("bench", args.partitions)])?;
+            let broker = DevBroker::try_start_preloaded(
+                args.brokers,
+                &[("bench", args.partitions)],
+                preload.as_deref(),
+            )?;
             broker.set_share_auto_offset_reset("earliest");
             produce(
                 &broker.bootstrap(),
@@ -336,8 +351,11 @@ async fn tls_cost(args: &Args) -> Result<()> {
         }
     }
     println!(
-        "share_drain --tls-cost: {} records x {} B, {} partitions, through the test-kit proxy",
-        args.records, args.record_bytes, args.partitions
+        "share_drain --tls-cost: {} records x {} B, {} partitions, through the test-kit proxy (dev broker's malloc {})",
+        args.records,
+        args.record_bytes,
+        args.partitions,
+        args.broker_allocator.describe(preload.as_deref())
     );
     let plaintext = totals[0].cpu_per_record();
     let mut missed = Vec::new();

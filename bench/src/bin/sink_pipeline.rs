@@ -45,7 +45,7 @@ use spillway_bench::c_reference::{CReference, Rounds};
 use spillway_bench::thread_cpu::{while_sampling, BrokerWork, Sampled};
 use spillway_bench::{
     child_command, config, cpu_time, fits_dev_broker, last_json_line, measure, mib, peak_rss_bytes,
-    run_child, share_requests, start_broker, HeapCounter,
+    run_child, share_requests, start_broker, BrokerAllocator, HeapCounter,
 };
 use spillway_connectors::ConnectorRegistry;
 use spillway_core::config::{ConfigDef, ConfigKey, ConfigType, Importance};
@@ -95,6 +95,10 @@ struct Args {
     /// (a) the connector's `task.inflight.batches` (default: the runtime's share-mode default).
     #[arg(long)]
     overhead_inflight: Option<usize>,
+    /// The dev broker's `malloc`, in every part (jemalloc keeps the broker's cost per record
+    /// the same whatever the client: `BrokerAllocator`).
+    #[arg(long, value_enum, default_value_t = BrokerAllocator::Jemalloc)]
+    broker_allocator: BrokerAllocator,
     /// (a), classic: rounds against the C reference (a fresh cluster per contender and round,
     /// the order alternating).
     #[arg(long, default_value_t = 3)]
@@ -292,6 +296,12 @@ async fn main() -> Result<()> {
             Ok(())
         }
         None => {
+            // A missing allocator library is said before anything runs.
+            let preload = args.broker_allocator.preload()?;
+            eprintln!(
+                "the dev broker's malloc: {}",
+                args.broker_allocator.describe(preload.as_deref())
+            );
             let all = args.part == Part::All;
             let mut missed = Vec::new();
             if all || args.part == Part::Overhead {
@@ -459,8 +469,9 @@ async fn overhead(args: &Args) -> Result<Vec<String>> {
     } = unmetered?;
 
     println!(
-        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker), task.inflight.batches {overhead_inflight}; {} round(s), a fresh cluster per contender and round, order alternating; median (spread)",
+        "(a) pipeline overhead: {records} records x {bytes} B, {partitions} partitions, {} brokers (dev broker, malloc {}), task.inflight.batches {overhead_inflight}; {} round(s), a fresh cluster per contender and round, order alternating; median (spread)",
         args.brokers,
+        args.broker_allocator.describe(None),
         args.rounds.max(1)
     );
     println!("  C share consumer (librdkafka 2.16): {}", reference.line());
@@ -603,10 +614,11 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker); {} round(s); median (spread)",
+        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker, malloc {}); {} round(s); median (spread)",
         args.overhead_record_bytes,
         args.overhead_partitions,
         args.brokers,
+        args.broker_allocator.describe(None),
         args.rounds.max(1)
     );
     println!(
@@ -672,7 +684,12 @@ where
         args.overhead_record_bytes,
     );
     fits_dev_broker(records, partitions, bytes)?;
-    let broker = start_broker(args.brokers, "overhead", partitions)?;
+    let broker = start_broker(
+        args.brokers,
+        "overhead",
+        partitions,
+        args.broker_allocator.preload()?.as_deref(),
+    )?;
     let bootstrap = broker.bootstrap();
     produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
     broker.start_request_tracking();
@@ -920,7 +937,12 @@ async fn parallelism(args: &Args) -> Result<()> {
         args.slow_put_ms,
         args.slow_poll_records,
     );
-    let broker = start_broker(args.brokers, "slow", 1)?;
+    let broker = start_broker(
+        args.brokers,
+        "slow",
+        1,
+        args.broker_allocator.preload()?.as_deref(),
+    )?;
     let bootstrap = broker.bootstrap();
     // Opened before the share members join and kept open until the end: on the dev broker a
     // closing client connection ends every share session on that broker.
@@ -1056,7 +1078,12 @@ async fn memory(args: &Args) -> Result<()> {
         .memory_inflight
         .unwrap_or(SHARE_INFLIGHT_BATCHES_DEFAULT);
     let poll = args.memory_poll_records;
-    let broker = start_broker(args.brokers, "memory", partitions)?;
+    let broker = start_broker(
+        args.brokers,
+        "memory",
+        partitions,
+        args.broker_allocator.preload()?.as_deref(),
+    )?;
     let bootstrap = broker.bootstrap();
     let dir = temp_dir("memory")?;
     eprintln!(

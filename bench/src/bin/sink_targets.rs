@@ -302,7 +302,7 @@ async fn http(args: &Args, bootstrap: &str, records: &[TestRecord]) -> Result<()
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let broker = start_broker(1, TOPIC, args.partitions)?;
+    let broker = start_broker(1, TOPIC, args.partitions, None)?;
     let bootstrap = broker.bootstrap();
     let records = orders(args.records, args.partitions);
     eprintln!(
