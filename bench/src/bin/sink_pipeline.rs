@@ -54,7 +54,7 @@ use spillway_core::{
     ConfigError, ConfigMap, PutOutcome, RawRecord, SinkConnector, SinkError, SinkRecord, SinkTask,
 };
 use spillway_kafka::share::{AcknowledgeType, ShareConsumer, ShareConsumerConfig};
-use spillway_tests::{numbered_records, produce, TestProducer};
+use spillway_tests::{numbered_records, produce, DevBroker, TestProducer};
 
 /// Counts the heap, for (c): what the records take apart from what the allocator keeps.
 #[global_allocator]
@@ -684,12 +684,7 @@ where
         args.overhead_record_bytes,
     );
     fits_dev_broker(records, partitions, bytes)?;
-    let broker = start_broker(
-        args.brokers,
-        "overhead",
-        partitions,
-        args.broker_allocator.preload()?.as_deref(),
-    )?;
+    let broker = dev_cluster(args, "overhead", partitions)?;
     let bootstrap = broker.bootstrap();
     produce_all(&bootstrap, "overhead", records, bytes, partitions).await?;
     broker.start_request_tracking();
@@ -699,6 +694,16 @@ where
         requests: broker.request_counts(),
         broker: sampled,
     })
+}
+
+/// A dev cluster of `--brokers` on `--broker-allocator`, with `topic` for a share drain.
+fn dev_cluster(args: &Args, topic: &str, partitions: i32) -> Result<DevBroker> {
+    start_broker(
+        args.brokers,
+        topic,
+        partitions,
+        args.broker_allocator.preload()?.as_deref(),
+    )
 }
 
 /// Drains `expected` records with the bare share consumer: ACCEPT every record, commit once
@@ -937,12 +942,7 @@ async fn parallelism(args: &Args) -> Result<()> {
         args.slow_put_ms,
         args.slow_poll_records,
     );
-    let broker = start_broker(
-        args.brokers,
-        "slow",
-        1,
-        args.broker_allocator.preload()?.as_deref(),
-    )?;
+    let broker = dev_cluster(args, "slow", 1)?;
     let bootstrap = broker.bootstrap();
     // Opened before the share members join and kept open until the end: on the dev broker a
     // closing client connection ends every share session on that broker.
@@ -1078,12 +1078,7 @@ async fn memory(args: &Args) -> Result<()> {
         .memory_inflight
         .unwrap_or(SHARE_INFLIGHT_BATCHES_DEFAULT);
     let poll = args.memory_poll_records;
-    let broker = start_broker(
-        args.brokers,
-        "memory",
-        partitions,
-        args.broker_allocator.preload()?.as_deref(),
-    )?;
+    let broker = dev_cluster(args, "memory", partitions)?;
     let bootstrap = broker.bootstrap();
     let dir = temp_dir("memory")?;
     eprintln!(
