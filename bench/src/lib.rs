@@ -312,13 +312,28 @@ pub async fn measure(
         if now > deadline {
             bail!("{name} acknowledged {accepted} of {total} records in {limit:?}: {status:?}");
         }
-        tokio::time::sleep(next_sample(start, now, accepted, total)).await;
+        sleep_cheaply(next_sample(start, now, accepted, total)).await;
+    }
+}
+
+/// Sleeps `pause` at the least cost to the measured process, which pays for the harness's
+/// wake-ups. On a multi-threaded runtime the calling thread sleeps itself: one wake-up. A
+/// runtime timer cost about four (the caller parks, the thread driving the timers is woken to
+/// re-arm it, wakes at the deadline and wakes the caller), and a wake-up costs about 36 µs of
+/// CPU on this project's Firecracker machines (bench/README.md, "Fixed costs"). On a
+/// current-thread runtime there is no other thread to spare, so the runtime's timer it is.
+pub async fn sleep_cheaply(pause: Duration) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| std::thread::sleep(pause));
+    } else {
+        tokio::time::sleep(pause).await;
     }
 }
 
 /// How long to wait before the next status sample: the window's end is only known to the
-/// precision of the samples, yet every sample costs the measured process CPU (two thread
-/// wake-ups: the harness's and the runtime's timer). Before the window opens, samples are
+/// precision of the samples, yet every sample costs the measured process CPU (a thread
+/// wake-up, [`sleep_cheaply`]). Before the window opens, samples are
 /// 50 ms apart: a window runs between two samples, so opening it later takes records out of
 /// it but biases no rate, while a classic connector's 3 s join sampled every 5 ms woke the
 /// process 600 times more than the C reference, about a tenth of its CPU per record
@@ -429,6 +444,31 @@ unsafe impl std::alloc::GlobalAlloc for HeapCounter {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_harness_sleeps_on_either_kind_of_runtime() {
+        let pause = Duration::from_millis(20);
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a multi-threaded runtime");
+        let current = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime");
+        for runtime in [multi, current] {
+            let started = Instant::now();
+            // The calling thread's own sleep on the first, the runtime's timer on the second
+            // (blocking in place there would panic).
+            runtime.block_on(sleep_cheaply(pause));
+            assert!(
+                started.elapsed() >= pause,
+                "woke after {:?}",
+                started.elapsed()
+            );
+        }
+    }
+
     #[test]
     fn a_run_is_refused_when_its_records_would_not_all_stay_on_the_dev_broker() {
         // The benches' defaults fit: classic 300,000 and share 200,000 records of 100 B over 8.
