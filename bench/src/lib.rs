@@ -105,11 +105,6 @@ pub fn cpu_time() -> Duration {
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
-/// CPU time (user + system) process `pid` has used so far.
-pub fn cpu_time_of(pid: u32) -> Duration {
-    proc_cpu_time(&pid.to_string())
-}
-
 fn proc_cpu_time(process: &str) -> Duration {
     // /proc/<pid>/stat fields 14 and 15 are utime and stime in clock ticks.
     let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).unwrap_or_default();
