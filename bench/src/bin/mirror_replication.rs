@@ -278,6 +278,29 @@ impl CpuReports {
     }
 }
 
+/// Reads the mirror's log on a thread of its own: asks for its CPU time when its flow starts
+/// (the question goes to `started`), hands CPU reports to `reports`, and passes warnings and
+/// errors on.
+fn follow_log(
+    log: impl std::io::Read + Send + 'static,
+    reports: CpuReports,
+    started: mpsc::Sender<Asked>,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(log).lines().map_while(Result::ok) {
+            if line.contains("flow started") {
+                let _ = started.send(reports.ask());
+            }
+            if let Some(micros) = line.strip_prefix(CPU_REPORT) {
+                reports.answered(micros);
+            }
+            if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("  mirror: {line}");
+            }
+        }
+    });
+}
+
 async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> {
     let (a, b) = clusters(args).await?;
     let properties = dir.join(if exactly_once {
@@ -312,20 +335,7 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     // The flow's start is the mirror's "subscription": its log says so.
     let (started_tx, started_rx) = mpsc::channel();
     let stderr = child.0.stderr.take().context("the mirror's stderr")?;
-    let reports = cpu.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("flow started") {
-                let _ = started_tx.send(reports.ask());
-            }
-            if let Some(micros) = line.strip_prefix(CPU_REPORT) {
-                reports.answered(micros);
-            }
-            if line.contains("WARN") || line.contains("ERROR") {
-                eprintln!("  mirror: {line}");
-            }
-        }
-    });
+    follow_log(stderr, cpu.clone(), started_tx);
     let cpu_start = tokio::task::spawn_blocking(move || -> Result<Duration> {
         let asked = started_rx
             .recv_timeout(WAIT)
@@ -530,14 +540,9 @@ mod tests {
     fn reading(child: &mut Child) -> CpuReports {
         let reports = CpuReports::of(child).expect("stdin piped");
         let stderr = child.stderr.take().expect("stderr piped");
-        let answers = reports.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(micros) = line.strip_prefix(CPU_REPORT) {
-                    answers.answered(micros);
-                }
-            }
-        });
+        // The stand-in's flow never starts: nothing is asked through `started`.
+        let (started, _) = mpsc::channel();
+        follow_log(stderr, reports.clone(), started);
         reports
     }
 
