@@ -114,6 +114,11 @@ impl CReference {
         self.run(&args).await
     }
 
+    /// A command that runs the C program, its arguments still to add (the usage above).
+    pub fn command(&self) -> std::process::Command {
+        std::process::Command::new(&self.exe)
+    }
+
     async fn run(&self, args: &[&str]) -> Result<CSummary> {
         let child = tokio::process::Command::new(&self.exe)
             .args(args)

@@ -987,9 +987,30 @@ impl ClassicSource {
     /// Waits up to `timeout` for records, then takes what else is already buffered, up to
     /// `max_poll_records`. Rebalances that happened meanwhile come first in the answer.
     pub async fn poll(&self, timeout: Duration) -> Result<ClassicPoll, ClassicError> {
-        if let Some(ready) = self.poll_ready()? {
-            return Ok(ready);
+        let deadline = Instant::now().checked_add(timeout);
+        let left = || deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+        loop {
+            if let Some(ready) = self.poll_ready()? {
+                return Ok(ready);
+            }
+            if self.needs_blocking_thread() {
+                break;
+            }
+            // Nothing to do but wait: in this runtime, woken by librdkafka's callback.
+            if !self.consumer.messages.arrival(left()).await {
+                return Ok(handed_out(&self.consumer, &self.tracker, Vec::new()));
+            }
         }
+        self.poll_on_blocking_thread(left()).await
+    }
+
+    /// [`poll`](Self::poll) when it has work that may block first (seeks, resuming paused
+    /// partitions, serving the group's events): all of it on a blocking thread, the wait for
+    /// records that follows included.
+    async fn poll_on_blocking_thread(
+        &self,
+        timeout: Duration,
+    ) -> Result<ClassicPoll, ClassicError> {
         let consumer = Arc::clone(&self.consumer);
         let tracker = Arc::clone(&self.tracker);
         let max = self.config.max_poll_records;
@@ -1057,13 +1078,10 @@ impl ClassicSource {
     /// to do first (no event to serve, no seek to make, no partition to resume): none of it
     /// blocks, and the poll needs no hand-off to a blocking thread and back.
     fn poll_ready(&self) -> Result<Option<ClassicPoll>, ClassicError> {
-        let member = &**self.consumer;
-        if member.messages.events_waiting()
-            || !lock(&self.seeks).is_empty()
-            || !lock(&self.paused).is_empty()
-        {
+        if self.needs_blocking_thread() {
             return Ok(None);
         }
+        let member = &**self.consumer;
         let max = self.config.max_poll_records;
         let mut records = Vec::with_capacity(max.min(MAX_PRESIZED_POLL));
         let mut copies = Copies::new(COPY_CHUNK);
@@ -1079,6 +1097,14 @@ impl ClassicSource {
             return Ok(None);
         }
         Ok(Some(handed_out(member, &self.tracker, records)))
+    }
+
+    /// Whether a poll has work that may block first: an event to serve (a rebalance's
+    /// callbacks commit and wait), a seek to make, partitions to resume.
+    fn needs_blocking_thread(&self) -> bool {
+        self.consumer.messages.events_waiting()
+            || !lock(&self.seeks).is_empty()
+            || !lock(&self.paused).is_empty()
     }
 
     /// Serves the group without taking records: pauses every assigned partition (those

@@ -384,3 +384,71 @@ async fn a_rebalance_during_a_waiting_poll_hands_the_partitions_on_from_the_proc
         );
     }
 }
+
+/// A poll with nothing to read waits in the caller's runtime, woken by librdkafka's socket,
+/// not on a blocking thread: handing each idle 200 ms wait to tokio's blocking pool and back
+/// cost five thread switches against the C consumer's one (issue 18). Here the runtime's only
+/// blocking thread is busy for 8 s, so a poll that needed it would answer after that: an idle
+/// poll must still end on its timeout, and a waiting one as soon as a record is produced.
+#[test]
+fn an_idle_poll_waits_in_the_runtime_and_wakes_when_a_record_arrives() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .build()
+        .expect("runtime");
+    let broker = DevBroker::start(1);
+    broker.create_topic("idle", 1);
+    let bootstrap = broker.bootstrap();
+    runtime.block_on(async {
+        produce(&bootstrap, "idle", numbered_records(3, 16, 1), "none").await;
+        let source = subscribed(&bootstrap, "idle", "idle", 10);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        read_n(&source, 3, deadline).await;
+        // Every rebalance event served: what follows is the idle poll's own wait.
+        while !source.poll(POLL).await.expect("poll").events.is_empty() {
+            assert!(Instant::now() < deadline, "the group never settled");
+        }
+
+        let busy = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_secs(8)));
+        let started = Instant::now();
+        let polled = source.poll(POLL).await.expect("poll");
+        let idle_took = started.elapsed();
+        assert!(polled.records.is_empty() && polled.events.is_empty());
+        assert!(
+            idle_took < Duration::from_secs(2),
+            "an idle poll of {POLL:?} took {idle_took:?}: it waited for a blocking thread"
+        );
+
+        let producing = {
+            let bootstrap = bootstrap.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("producer's runtime")
+                    .block_on(produce(
+                        &bootstrap,
+                        "idle",
+                        numbered_records(1, 16, 1),
+                        "none",
+                    ))
+            })
+        };
+        let started = Instant::now();
+        let polled = source.poll(Duration::from_secs(30)).await.expect("poll");
+        let woke_after = started.elapsed();
+        assert_eq!(
+            polled.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            vec![3],
+            "the record produced during the wait"
+        );
+        assert!(
+            woke_after < Duration::from_secs(5),
+            "the record arrived 300 ms into the wait, the poll answered after {woke_after:?}"
+        );
+        producing.join().expect("producer");
+        busy.await.expect("the busy blocking task");
+    });
+}

@@ -15,12 +15,20 @@
 //! The asynchronous offset commits answer here too, through a callback that the batch read
 //! serves. An event arriving on the consumer queue wakes a batch read that is waiting (its
 //! non-empty callback yields this queue), so a rebalance is never held up by a poll's wait.
+//!
+//! An idle poll waits in the caller's own runtime, not on a blocking thread
+//! ([`MessageQueue::arrival`]): this queue's own non-empty callback, which librdkafka also calls
+//! when the queue is yielded while empty, notifies the waiting poll. Handing a 200 ms wait to
+//! a blocking thread and back cost an idle task five thread switches a poll, against the C
+//! consumer's one (issue 18, bench/README.md "Idle tasks").
 
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use bytes::Bytes;
 use rdkafka::bindings as rdsys;
@@ -37,6 +45,10 @@ use crate::copies::Copies;
 pub(super) struct MessageQueue {
     messages: AtomicPtr<rdsys::rd_kafka_queue_t>,
     events: AtomicPtr<rdsys::rd_kafka_queue_t>,
+    /// Notified by librdkafka ([`arrived`]) when the message queue gets its first message or
+    /// is yielded while empty. Its callback is disabled in [`shutdown`](Self::shutdown),
+    /// before this goes.
+    arrivals: Arc<Notify>,
 }
 
 /// librdkafka's non-empty callback of the consumer queue: wakes a batch read of the message
@@ -45,6 +57,15 @@ unsafe extern "C" fn wake(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_void) {
     // SAFETY: `opaque` is the message queue, destroyed only after this callback is disabled
     // (under the consumer queue's lock, which librdkafka holds while calling it).
     unsafe { rdsys::rd_kafka_queue_yield(opaque.cast()) }
+}
+
+/// librdkafka's non-empty callback of the message queue, called from its threads: a message
+/// or a commit's answer arrived, or the queue was yielded (an event on the consumer queue).
+unsafe extern "C" fn arrived(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the queue's `arrivals`, alive until after this callback is disabled
+    // (under the message queue's lock, which librdkafka holds while calling it). A waiter
+    // absent, the notification is kept for the next wait.
+    unsafe { (*opaque.cast::<Notify>()).notify_one() }
 }
 
 impl MessageQueue {
@@ -59,9 +80,13 @@ impl MessageQueue {
             }
             let messages = rdsys::rd_kafka_queue_new(rk);
             rdsys::rd_kafka_queue_cb_event_enable(events, Some(wake), messages.cast());
+            let arrivals = Arc::new(Notify::new());
+            let opaque = Arc::as_ptr(&arrivals).cast_mut().cast();
+            rdsys::rd_kafka_queue_cb_event_enable(messages, Some(arrived), opaque);
             Some(MessageQueue {
                 messages: AtomicPtr::new(messages),
                 events: AtomicPtr::new(events),
+                arrivals,
             })
         }
     }
@@ -97,6 +122,17 @@ impl MessageQueue {
         let events = self.events.load(Ordering::Acquire);
         // SAFETY: a live handle (not shut down: the caller holds the consumer).
         !events.is_null() && unsafe { rdsys::rd_kafka_queue_length(events) } > 0
+    }
+
+    /// Waits up to `timeout`, in the caller's runtime, for the message queue to get a message
+    /// or a commit's answer, or to be woken by an event on the consumer queue: true then,
+    /// false once `timeout` passed. What came is read by the caller afterwards, and a wake-up
+    /// may find nothing: one kept from an arrival that a read already took. Needs a runtime
+    /// with timers, as actix's arbiters and `#[tokio::test]` have.
+    pub(super) async fn arrival(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.arrivals.notified())
+            .await
+            .is_ok()
     }
 
     /// Takes up to `max` messages, waiting up to `timeout` for the first (less when an event
@@ -159,6 +195,9 @@ impl MessageQueue {
                 rdsys::rd_kafka_queue_destroy(events);
             }
             if !messages.is_null() {
+                // Before the handle goes: partitions forwarded here keep the queue itself
+                // alive, and their arrivals must not reach `arrivals` once it is dropped.
+                rdsys::rd_kafka_queue_cb_event_enable(messages, None, ptr::null_mut());
                 rdsys::rd_kafka_queue_destroy(messages);
             }
         }
