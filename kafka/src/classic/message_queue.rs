@@ -28,12 +28,11 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use bytes::Bytes;
 use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use spillway_core::Topic;
+use tokio::sync::Notify;
 
 use super::{classic_record, ClassicRecord, OffsetTracker};
 use crate::copies::Copies;
