@@ -12,10 +12,10 @@
 //! `--mirror-process FILE` (the `spillway mirror` code), one flow `A->B` with MirrorMaker 2's
 //! defaults (offset syncs, heartbeats, one task) but no checkpoints (a per-interval cost, not a
 //! per-record one, and the dev cluster cannot list groups); its CPU is counted from the moment
-//! its flow started (the remote topic created, as the C loop's subscription) until every record
-//! is copied and its source offset committed on A, as the process reports it with `getrusage`
-//! when asked on its standard input (`/proc`'s 10 ms ticks were 2–3% of a run); its rate from
-//! the first copy on B to the last. The C loop reports the same from its subscription on.
+//! its flow's connector starts replicating (its remote topic made, as the C loop's is before it
+//! subscribes) until every record is copied and its source offset committed on A, as the
+//! process reports it with `getrusage` when asked on its standard input (`/proc`'s 10 ms ticks
+//! were 2–3% of a run); its rate from the first copy on B to the last. The C loop reports the same from its subscription on.
 //!
 //! Goals (issue 18; exit non-zero when missed): CPU per record at least once ≤ 1.3× the C
 //! loop's, exactly once ≤ 1.6×; every record copied. Exactly once runs with
@@ -278,17 +278,21 @@ impl CpuReports {
     }
 }
 
-/// Reads the mirror's log on a thread of its own: asks for its CPU time when its flow starts
-/// (the question goes to `started`), hands CPU reports to `reports`, and passes warnings and
-/// errors on.
+/// Reads the mirror's log on a thread of its own: asks for its CPU time when its flow's
+/// connector starts replicating (the question goes to `started`), hands CPU reports to
+/// `reports`, and passes warnings and errors on.
 fn follow_log(
     log: impl std::io::Read + Send + 'static,
     reports: CpuReports,
     started: mpsc::Sender<Asked>,
 ) {
     std::thread::spawn(move || {
+        let mut asked = false;
         for line in BufReader::new(log).lines().map_while(Result::ok) {
-            if line.contains("flow started") {
+            // The flow's connector started on its remote topic: what the C loop has when it
+            // subscribes (its remote topic made by the harness beforehand).
+            if !asked && line.contains("replicating") && line.contains("connector=") {
+                asked = true;
                 let _ = started.send(reports.ask());
             }
             if let Some(micros) = line.strip_prefix(CPU_REPORT) {
@@ -332,14 +336,14 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     );
     let pid = child.0.id();
     let cpu = CpuReports::of(&mut child.0)?;
-    // The flow's start is the mirror's "subscription": its log says so.
+    // The flow's connector starting is the mirror's "subscription": its log says so.
     let (started_tx, started_rx) = mpsc::channel();
     let stderr = child.0.stderr.take().context("the mirror's stderr")?;
     follow_log(stderr, cpu.clone(), started_tx);
     let cpu_start = tokio::task::spawn_blocking(move || -> Result<Duration> {
         let asked = started_rx
             .recv_timeout(WAIT)
-            .context("the mirror's flow never started")?;
+            .context("the mirror's flow never started replicating")?;
         asked.answer()
     })
     .await??;
@@ -559,6 +563,37 @@ mod tests {
             Duration::from_micros(2750)
         );
         child.wait().expect("the stand-in exits");
+    }
+
+    #[test]
+    fn the_window_opens_once_at_the_connectors_first_replicating_line() {
+        // The mirror's own lines, as its log writes them (`spillway::mirror::flow`).
+        let script = "echo 'INFO spillway::mirror: flow started flow=A->B' >&2; \
+             echo 'WARN mirror step failed; tried again later flow=A->B error=flow A->B: not replicating yet: x' >&2; \
+             echo 'INFO spillway::mirror::flow: replicating flow=A->B connector=mirror-A-B topics=bench' >&2; \
+             read q; echo 'mirror cpu_us=42' >&2; \
+             echo 'INFO spillway::mirror::flow: replicating flow=A->B connector=mirror-A-B topics=bench,more' >&2";
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        let reports = CpuReports::of(&mut child).expect("stdin piped");
+        let (started, opened) = mpsc::channel();
+        follow_log(child.stderr.take().expect("stderr"), reports, started);
+        let asked = opened
+            .recv_timeout(WAIT)
+            .expect("asked at the connector's start");
+        assert_eq!(asked.answer().expect("answered"), Duration::from_micros(42));
+        child.wait().expect("the stand-in exits");
+        // The log is over and the reader gone: a second question would be waiting here.
+        assert!(
+            opened.recv().is_err(),
+            "asked again at a later reconfiguration"
+        );
     }
 
     #[test]

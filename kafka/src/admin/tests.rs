@@ -34,6 +34,8 @@ struct Fake {
     denied: BTreeSet<i16>,
     group_configs: BTreeMap<String, BTreeMap<String, String>>,
     topics: BTreeSet<String>,
+    /// Topics Metadata lists with an error (being created).
+    unavailable_topics: BTreeSet<String>,
     created: Vec<Created>,
     /// Partition counts of the topics created or grown.
     partitions: BTreeMap<String, i32>,
@@ -124,7 +126,31 @@ fn answer(fake: &Shared, addr: SocketAddr, mut frame: Bytes) -> Bytes {
             r.encode(&mut body, version).unwrap();
         }
         ApiKey::Metadata => {
+            let request = MetadataRequest::decode(&mut frame, version).unwrap();
             let mut r = MetadataResponse::default();
+            // All topics (`None`): the topics made, each with its partitions, and those not
+            // ready, with LEADER_NOT_AVAILABLE as Kafka answers for a topic being created.
+            if request.topics.is_none() {
+                for name in &state.topics {
+                    let mut t = metadata_response::MetadataResponseTopic::default();
+                    t.name = Some(TopicName(str(name)));
+                    let count = state.partitions.get(name).copied().unwrap_or(1);
+                    t.partitions = (0..count)
+                        .map(|i| {
+                            let mut p = metadata_response::MetadataResponsePartition::default();
+                            p.partition_index = i;
+                            p
+                        })
+                        .collect();
+                    r.topics.push(t);
+                }
+                for name in &state.unavailable_topics {
+                    let mut t = metadata_response::MetadataResponseTopic::default();
+                    t.name = Some(TopicName(str(name)));
+                    t.error_code = 5;
+                    r.topics.push(t);
+                }
+            }
             let cluster = match state.cluster.is_empty() {
                 true => vec![(1, addr)],
                 false => state.cluster.clone(),
@@ -513,6 +539,34 @@ async fn topics_are_created_once_and_a_refusal_names_the_topic_and_permission() 
     assert!(
         err.is_authorization() && text.contains("CREATE") && text.contains("topic 'dlq'"),
         "{text}"
+    );
+}
+
+#[tokio::test]
+async fn topics_are_listed_with_their_partitions_and_those_in_error_left_out() {
+    let fake = full_fake();
+    let admin = client(&fake).await;
+    assert_eq!(admin.list_topics().await.expect("listed"), BTreeMap::new());
+    for (name, partitions) in [("orders", 8), ("__consumer_offsets", 50)] {
+        let topic = NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: 1,
+            configs: Vec::new(),
+        };
+        admin.create_topic(&topic).await.expect("created");
+    }
+    fake.lock()
+        .unwrap()
+        .unavailable_topics
+        .insert("being-made".into());
+    let listed = admin.list_topics().await.expect("listed");
+    assert_eq!(
+        listed,
+        BTreeMap::from([
+            ("__consumer_offsets".to_owned(), 50),
+            ("orders".to_owned(), 8)
+        ])
     );
 }
 

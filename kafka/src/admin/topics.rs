@@ -1,8 +1,12 @@
-//! CreateTopics and CreatePartitions.
+//! CreateTopics, CreatePartitions, and listing topics (Metadata).
+
+use std::collections::BTreeMap;
 
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::{CreatePartitionsRequest, CreateTopicsRequest, TopicName};
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, MetadataRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{codes, AdminClient, AdminError};
@@ -14,6 +18,10 @@ const CREATE_TOPICS_VERSIONS: (i16, i16) = (4, 7);
 const CREATE_PARTITIONS: &str = "CreatePartitions";
 /// Kafka 4.0 removed v0 and v1 (KIP-896).
 const CREATE_PARTITIONS_VERSIONS: (i16, i16) = (2, 3);
+
+const METADATA: &str = "Metadata";
+/// As the cluster view's own Metadata requests (`crate::cluster`).
+const METADATA_VERSIONS: (i16, i16) = (10, 13);
 
 /// A topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,5 +144,38 @@ impl AdminClient {
                 "ALTER",
             )),
         }
+    }
+}
+
+impl AdminClient {
+    /// Every topic the cluster shows this client, internal ones included, with its partition
+    /// count: a Metadata request for all topics, as Kafka's `listTopics` sends. A topic the
+    /// answer marks with an error (one being created, say) is left out, as it has no partitions
+    /// to count yet.
+    pub async fn list_topics(&self) -> Result<BTreeMap<String, i32>, AdminError> {
+        let operation = "listing the cluster's topics";
+        let conn = self.any_broker(operation, METADATA).await?;
+        let mut request = MetadataRequest::default();
+        // None: every topic (an empty list would ask for none).
+        request.topics = None;
+        request.allow_auto_topic_creation = false;
+        let response = self
+            .send(&conn, &request, METADATA_VERSIONS, operation, METADATA)
+            .await?;
+        if response.error_code != 0 {
+            return Err(AdminError::from_code(
+                operation,
+                "the cluster",
+                response.error_code,
+                None,
+                "DESCRIBE",
+            ));
+        }
+        Ok(response
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0)
+            .filter_map(|t| Some((t.name.as_ref()?.0.to_string(), t.partitions.len() as i32)))
+            .collect())
     }
 }

@@ -272,10 +272,11 @@ impl FlowRunner {
                 .with_context(|| format!("cannot reach cluster {}", cluster.alias))
             }
         };
+        let (source_admin, target_admin) = (admin(&source).await?, admin(&target).await?);
         let remote = RemoteTopics {
-            source_admin: admin(&source).await?,
-            target_admin: admin(&target).await?,
-            target: TopicLister::new(&target)?,
+            source_admin: Arc::clone(&source_admin),
+            target: TopicLister::new(Arc::clone(&target_admin), &target),
+            target_admin,
             replication_factor: flow.replication_factor,
             sync_configs: flow.sync_topic_configs,
         };
@@ -321,7 +322,7 @@ impl FlowRunner {
             }))
         });
         Ok(FlowRunner {
-            source_topics: TopicLister::new(&source)?,
+            source_topics: TopicLister::new(source_admin, &source),
             flow,
             parts,
             source,
@@ -364,8 +365,8 @@ impl FlowRunner {
         if self.worker.is_none() {
             return Ok(());
         }
-        let source = self.source_topics.list(REQUEST_TIMEOUT).await?;
-        let target = self.remote.target.list(REQUEST_TIMEOUT).await?;
+        let source = self.source_topics.list().await?;
+        let target = self.remote.target.list().await?;
         let mut ready = BTreeMap::new();
         let mut failures = Vec::new();
         for (topic, &partitions) in source
@@ -576,7 +577,7 @@ impl FlowRunner {
             // A checkpoint connector alone (REST): the source topics its filter takes, as
             // MirrorCheckpointConnector finds them.
             self.source_topics
-                .list(REQUEST_TIMEOUT)
+                .list()
                 .await?
                 .into_keys()
                 .filter(|t| should_replicate(&self.flow, t))

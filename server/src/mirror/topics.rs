@@ -5,18 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use spillway_kafka::admin::{
     AdminClient, AdminError, AlterOp, ConfigResource, ConfigSource, NewTopic, ResourceConfigs,
     TopicCreation,
 };
-use spillway_kafka::security::SecurityContext;
 use tracing::{info, warn};
 
-use super::cluster_client::cluster_client;
 use super::config::{ClusterSettings, FlowSettings};
 
 /// Topic configs MM2 never copies (Kafka 4.2 `DefaultConfigPropertyFilter`): they belong to the
@@ -42,41 +38,29 @@ pub fn should_replicate(flow: &FlowSettings, topic: &str) -> bool {
         && !policy.is_cycle(topic, &flow.target)
 }
 
-/// Lists a cluster's topics and their partition counts (Metadata for all topics).
+/// Lists a cluster's topics and their partition counts (Metadata for all topics), through the
+/// flow's admin client for that cluster: no client of its own, as MirrorMaker 2 lists topics
+/// through its connectors' admin clients.
 #[derive(Clone)]
 pub struct TopicLister {
-    consumer: Arc<BaseConsumer<SecurityContext>>,
+    admin: Arc<AdminClient>,
     alias: String,
 }
 
 impl TopicLister {
-    pub fn new(cluster: &ClusterSettings) -> Result<TopicLister> {
-        let consumer = cluster_client(
-            cluster,
-            &format!("spillway-mirror-metadata-{}", cluster.alias),
-        )?;
-        Ok(TopicLister {
-            consumer: Arc::new(consumer),
+    pub fn new(admin: Arc<AdminClient>, cluster: &ClusterSettings) -> TopicLister {
+        TopicLister {
+            admin,
             alias: cluster.alias.clone(),
-        })
+        }
     }
 
     /// Topic name → partition count.
-    pub async fn list(&self, timeout: Duration) -> Result<BTreeMap<String, i32>> {
-        let consumer = Arc::clone(&self.consumer);
-        let alias = self.alias.clone();
-        tokio::task::spawn_blocking(move || {
-            let metadata = consumer
-                .fetch_metadata(None, timeout)
-                .with_context(|| format!("cannot list the topics of cluster {alias}"))?;
-            Ok(metadata
-                .topics()
-                .iter()
-                .filter(|t| t.error().is_none())
-                .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
-                .collect())
-        })
-        .await?
+    pub async fn list(&self) -> Result<BTreeMap<String, i32>> {
+        self.admin
+            .list_topics()
+            .await
+            .with_context(|| format!("cannot list the topics of cluster {}", self.alias))
     }
 }
 
