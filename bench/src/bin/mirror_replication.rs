@@ -531,6 +531,11 @@ mod tests {
             .iter()
             .map(|r| format!("read q; echo 'INFO busy' >&2; echo '{CPU_REPORT}{r}' >&2; "))
             .collect();
+        stand_in(&script)
+    }
+
+    /// A shell running `script` with the mirror process's pipes.
+    fn stand_in(script: &str) -> Child {
         Command::new("sh")
             .arg("-c")
             .arg(script)
@@ -573,14 +578,7 @@ mod tests {
              echo 'INFO spillway::mirror::flow: replicating flow=A->B connector=mirror-A-B topics=bench' >&2; \
              read q; echo 'mirror cpu_us=42' >&2; \
              echo 'INFO spillway::mirror::flow: replicating flow=A->B connector=mirror-A-B topics=bench,more' >&2";
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sh runs");
+        let mut child = stand_in(script);
         let reports = CpuReports::of(&mut child).expect("stdin piped");
         let (started, opened) = mpsc::channel();
         follow_log(child.stderr.take().expect("stderr"), reports, started);
