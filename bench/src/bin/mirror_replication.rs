@@ -116,11 +116,58 @@ struct Run {
     seconds: f64,
     cpu_seconds: f64,
     peak_rss_bytes: u64,
+    /// Fetch requests A received and Produce requests B received while the contender ran.
+    requests: Requests,
 }
+
+/// What a contender asked of the clusters, counted by the dev brokers from its start.
+struct Requests {
+    fetches: u64,
+    produces: u64,
+}
+
+impl Requests {
+    /// Counting from now on, on both clusters.
+    fn start(a: &ProxiedDevBroker, b: &ProxiedDevBroker) {
+        a.broker().start_request_tracking();
+        b.broker().start_request_tracking();
+    }
+
+    fn read(a: &ProxiedDevBroker, b: &ProxiedDevBroker) -> Requests {
+        Requests {
+            fetches: a
+                .broker()
+                .request_counts()
+                .get(&FETCH)
+                .copied()
+                .unwrap_or(0),
+            produces: b
+                .broker()
+                .request_counts()
+                .get(&PRODUCE)
+                .copied()
+                .unwrap_or(0),
+        }
+    }
+
+    /// "Fetch x, Produce y per 1,000 records".
+    fn per_thousand(&self, records: u64) -> String {
+        let per = |n: u64| n as f64 * 1000.0 / records.max(1) as f64;
+        format!(
+            "Fetch {:.2}, Produce {:.2} per 1,000 records",
+            per(self.fetches),
+            per(self.produces)
+        )
+    }
+}
+
+const PRODUCE: i16 = 0;
+const FETCH: i16 = 1;
 
 async fn run_c(c: &CReference, args: &Args) -> Result<Run> {
     let (a, b) = clusters(args).await?;
     b.broker().create_topic(REMOTE, args.partitions);
+    Requests::start(&a, &b);
     let summary = c
         .copy(
             &a.bootstrap(),
@@ -143,6 +190,7 @@ async fn run_c(c: &CReference, args: &Args) -> Result<Run> {
         seconds: summary.seconds,
         cpu_seconds: summary.cpu_seconds,
         peak_rss_bytes: summary.peak_rss_bytes,
+        requests: Requests::read(&a, &b),
     })
 }
 
@@ -323,6 +371,7 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
             &args.properties,
         ),
     )?;
+    Requests::start(&a, &b);
     let mut child = MirrorChild(
         Command::new(std::env::current_exe()?)
             .arg("--mirror-process")
@@ -391,6 +440,7 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     .await??;
     let (seconds, timed_records, cpu_end) = measured;
     let peak_rss_bytes = spillway_bench::peak_rss_bytes_of(pid).unwrap_or(0);
+    let requests = Requests::read(&a, &b);
     drop(child);
     Ok(Run {
         records: want,
@@ -398,6 +448,7 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
         seconds: seconds * want as f64 / timed_records.max(1) as f64,
         cpu_seconds: cpu_end - cpu_start.as_secs_f64(),
         peak_rss_bytes,
+        requests,
     })
 }
 
@@ -479,11 +530,12 @@ async fn main() -> Result<()> {
             }
             .with_context(|| format!("round {}: {}", round + 1, contender.label()))?;
             println!(
-                "  round {} {:<38} {:>6.2} us CPU/record {:>8.0} rec/s",
+                "  round {} {:<38} {:>6.2} us CPU/record {:>8.0} rec/s  ({})",
                 round + 1,
                 contender.label(),
                 run.cpu_seconds * 1e6 / run.records as f64,
-                run.records as f64 / run.seconds.max(1e-9)
+                run.records as f64 / run.seconds.max(1e-9),
+                run.requests.per_thousand(run.records)
             );
             results.entry(contender).or_default().add(
                 run.records,
