@@ -16,6 +16,8 @@
 //! subscribes) until every record is copied and its source offset committed on A, as the
 //! process reports it with `getrusage` when asked on its standard input (`/proc`'s 10 ms ticks
 //! were 2–3% of a run); its rate from the first copy on B to the last. The C loop reports the same from its subscription on.
+//! The harness reads each contender's progress (B's watermarks, the group's commits on A) every
+//! 20 ms while it runs, the C loop's too, so that both share their cores with that neighbour.
 //!
 //! Goals (issue 18; exit non-zero when missed): CPU per record at least once ≤ 1.3× the C
 //! loop's, exactly once ≤ 1.6×; every record copied. Exactly once runs with
@@ -26,6 +28,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -167,21 +170,27 @@ const FETCH: i16 = 1;
 async fn run_c(c: &CReference, args: &Args) -> Result<Run> {
     let (a, b) = clusters(args).await?;
     b.broker().create_topic(REMOTE, args.partitions);
+    let watch = Watch::new(&a, C_GROUP, &b, args.partitions)?;
     Requests::start(&a, &b);
+    // The C loop times itself; the harness still reads its progress as it reads the mirror's,
+    // so that both contenders share their cores and brokers with the same neighbour.
+    let watching = watch.in_background();
     let summary = c
         .copy(
             &a.bootstrap(),
-            "bench-c-copy",
+            C_GROUP,
             TOPIC,
             REMOTE,
             Some(&b.bootstrap()),
             args.records,
         )
-        .await?;
+        .await;
+    let watch = watching.stop()?;
+    let summary = summary?;
     if summary.records != args.records {
         bail!("the C loop copied {} of {}", summary.records, args.records);
     }
-    let copies = high_watermarks(&watermark_reader(&b.broker().bootstrap())?, args.partitions)?;
+    let copies = watch.copies()?;
     if copies < args.records {
         bail!("B holds {copies} copies of {} records", args.records);
     }
@@ -397,15 +406,11 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     })
     .await??;
 
-    let target = b.broker().bootstrap();
-    let source = a.broker().bootstrap();
-    let partitions = args.partitions;
+    let watch = Watch::new(&a, FLOW_GROUP, &b, args.partitions)?;
     let want = args.records;
     let flow_started = Instant::now();
     let measured = tokio::task::spawn_blocking(move || -> Result<(f64, u64, f64)> {
         let deadline = Instant::now() + WAIT;
-        let committed = committed_reader(&source)?;
-        let watermarks = watermark_reader(&target)?;
         let mut first: Option<(Instant, u64)> = None;
         let mut last_copy = Instant::now();
         let mut copies = 0;
@@ -413,17 +418,18 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
             if Instant::now() > deadline {
                 bail!("{copies} copies on B after {WAIT:?}");
             }
-            let now = high_watermarks(&watermarks, partitions).unwrap_or(0);
+            let now = watch.copies().unwrap_or(0);
             if now > copies {
                 copies = now;
                 last_copy = Instant::now();
                 first.get_or_insert((last_copy, now));
             }
+            let committed = watch.committed()?;
             let Some((t0, copied_at_first)) = first else {
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(WATCH_INTERVAL);
                 continue;
             };
-            if committed_sum(&committed, partitions)? >= want {
+            if committed >= want {
                 // Every record copied and its source offset committed: the mirror's work done.
                 let cpu = cpu.ask().answer()?;
                 let timed = want.saturating_sub(copied_at_first);
@@ -435,7 +441,7 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
                 let seconds = last_copy.duration_since(t0).as_secs_f64();
                 return Ok((seconds, timed, cpu.as_secs_f64()));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(WATCH_INTERVAL);
         }
     })
     .await??;
@@ -453,48 +459,118 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
     })
 }
 
-/// A reader of the flow group's committed offsets on A (it never joins the group).
-fn committed_reader(bootstrap: &str) -> Result<BaseConsumer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", FLOW_GROUP)
-        .set("enable.auto.commit", "false")
-        .create()?)
+/// How often the harness reads a contender's progress.
+const WATCH_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The C loop's consumer group on A.
+const C_GROUP: &str = "bench-c-copy";
+
+/// The harness's view of a contender's progress: B's high watermarks of the remote topic
+/// (copies, and markers under transactions) and the contender's committed offsets on A. Each
+/// read is one request to one cluster (a ListOffsets for every partition, an OffsetFetch), made
+/// with clients made once per run; neither joins a group. It reads every `WATCH_INTERVAL`
+/// while either contender runs (see `run_c`): eight ListOffsets a read, and a new client per
+/// read before that, kept the mirror's cores and B's broker busier than the C loop's ever were
+/// (bench/README.md).
+struct Watch {
+    committed: BaseConsumer,
+    watermarks: BaseConsumer,
+    group: &'static str,
+    partitions: i32,
 }
 
-fn committed_sum(reader: &BaseConsumer, partitions: i32) -> Result<u64> {
-    let mut list = TopicPartitionList::new();
-    for p in 0..partitions {
-        list.add_partition(TOPIC, p);
-    }
-    let committed = reader.committed_offsets(list, Duration::from_secs(10))?;
-    Ok(committed
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o.max(0) as u64,
-            _ => 0,
+impl Watch {
+    fn new(
+        a: &ProxiedDevBroker,
+        group: &'static str,
+        b: &ProxiedDevBroker,
+        partitions: i32,
+    ) -> Result<Watch> {
+        Ok(Watch {
+            committed: ClientConfig::new()
+                .set("bootstrap.servers", a.broker().bootstrap())
+                .set("group.id", group)
+                .set("enable.auto.commit", "false")
+                .create()?,
+            watermarks: ClientConfig::new()
+                .set("bootstrap.servers", b.broker().bootstrap())
+                .create()?,
+            group,
+            partitions,
         })
-        .sum())
+    }
+
+    fn partition_list(&self, topic: &str, offset: Offset) -> Result<TopicPartitionList> {
+        let mut list = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            list.add_partition_offset(topic, p, offset)?;
+        }
+        Ok(list)
+    }
+
+    /// The sum of B's high watermarks of the remote topic.
+    fn copies(&self) -> Result<u64> {
+        // A timestamp of "end" asks for each partition's latest offset, all in one request.
+        let latest = self
+            .watermarks
+            .offsets_for_times(self.partition_list(REMOTE, Offset::End)?, TIMEOUT)?;
+        sum_of_offsets(&latest).with_context(|| format!("reading B's watermarks of {REMOTE}"))
+    }
+
+    /// The sum of the group's committed offsets on A.
+    fn committed(&self) -> Result<u64> {
+        let list = self.partition_list(TOPIC, Offset::Invalid)?;
+        let committed = self.committed.committed_offsets(list, TIMEOUT)?;
+        sum_of_offsets(&committed)
+            .with_context(|| format!("reading {}'s committed offsets on A", self.group))
+    }
+
+    /// Reads on a thread of its own, as for the mirror, until stopped.
+    fn in_background(self) -> Watching {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                // Only the load matters here: the C loop reports its own progress.
+                let _ = self.copies();
+                let _ = self.committed();
+                std::thread::sleep(WATCH_INTERVAL);
+            }
+            self
+        });
+        Watching { stop, thread }
+    }
 }
 
-/// A client on B that reads the remote topic's high watermarks. Made once per run: the harness
-/// reads them every 20 ms while the mirror runs, and a new client each time (its threads, its
-/// connection, its metadata) took CPU on the cores the mirror runs on, which the C loop's run
-/// never shared.
-fn watermark_reader(bootstrap: &str) -> Result<BaseConsumer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()?)
+/// A [`Watch`] reading in the background.
+struct Watching {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Watch>,
 }
 
-/// The sum of B's high watermarks of the remote topic (copies, and markers under
-/// transactions).
-fn high_watermarks(reader: &BaseConsumer, partitions: i32) -> Result<u64> {
+impl Watching {
+    fn stop(self) -> Result<Watch> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the harness's watch panicked"))
+    }
+}
+
+/// How long one read of a contender's progress may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The sum of a list's offsets; a partition with an error is an error, one without an offset
+/// (nothing committed yet) counts 0.
+fn sum_of_offsets(list: &TopicPartitionList) -> Result<u64> {
     let mut sum = 0;
-    for p in 0..partitions {
-        let (_, high) = reader.fetch_watermarks(REMOTE, p, Duration::from_secs(5))?;
-        sum += high.max(0) as u64;
+    for e in list.elements() {
+        if let Err(error) = e.error() {
+            bail!("partition {}: {error}", e.partition());
+        }
+        if let Offset::Offset(o) = e.offset() {
+            sum += o.max(0) as u64;
+        }
     }
     Ok(sum)
 }
@@ -664,5 +740,39 @@ mod tests {
             "the error names the report: {error:#}"
         );
         child.wait().expect("the stand-in exits");
+    }
+
+    /// The harness's reads are a neighbour of the contender it watches, so each costs one
+    /// request: the earlier per-partition watermarks cost two ListOffsets a partition.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_read_of_a_contenders_progress_is_one_request_per_cluster() {
+        const LIST_OFFSETS: i16 = 2;
+        const OFFSET_FETCH: i16 = 9;
+        let a = ProxiedDevBroker::start(1, &[(TOPIC, 4)]).expect("cluster A");
+        let b = ProxiedDevBroker::start(1, &[(REMOTE, 4)]).expect("cluster B");
+        let produced = TestProducer::new(&b.broker().bootstrap(), "none")
+            .send(REMOTE, numbered_records(40, 10, 4))
+            .await;
+        assert_eq!(produced.len(), 40);
+        let watch = Watch::new(&a, C_GROUP, &b, 4).expect("clients made");
+        let (copies, committed) = tokio::task::spawn_blocking(move || {
+            // The first reads also find the leaders and the coordinator.
+            watch.copies().expect("watermarks read");
+            watch.committed().expect("commits read");
+            a.broker().start_request_tracking();
+            b.broker().start_request_tracking();
+            let copies = watch.copies().expect("watermarks read");
+            let committed = watch.committed().expect("commits read");
+            let on_a = a.broker().request_counts();
+            let on_b = b.broker().request_counts();
+            assert_eq!(on_b.get(&LIST_OFFSETS), Some(&1), "requests on B: {on_b:?}");
+            assert_eq!(on_a.get(&OFFSET_FETCH), Some(&1), "requests on A: {on_a:?}");
+            assert_eq!(on_a.values().sum::<u64>(), 1, "requests on A: {on_a:?}");
+            (copies, committed)
+        })
+        .await
+        .expect("reads ran");
+        assert_eq!(copies, 40, "every record on B counted once");
+        assert_eq!(committed, 0, "nothing committed by the group");
     }
 }
