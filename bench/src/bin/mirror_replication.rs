@@ -15,9 +15,11 @@
 //! its flow's connector starts replicating (its remote topic made, as the C loop's is before it
 //! subscribes) until every record is copied and its source offset committed on A, as the
 //! process reports it with `getrusage` when asked on its standard input (`/proc`'s 10 ms ticks
-//! were 2–3% of a run); its rate from the first copy on B to the last. The C loop reports the same from its subscription on.
-//! The harness reads each contender's progress (B's watermarks, the group's commits on A) every
-//! 20 ms while it runs, the C loop's too, so that both share their cores with that neighbour.
+//! were 2–3% of a run); its rate from the first copy on B to the last. The C loop reports the
+//! same, its CPU from before it makes its clients (the mirror's window holds its task making its
+//! own). The harness reads each contender's progress (B's watermarks, the group's commits on
+//! A) every 20 ms while it runs, the C loop's too, so that both share their cores with that
+//! neighbour.
 //!
 //! Goals (issue 18; exit non-zero when missed): CPU per record at least once ≤ 1.3× the C
 //! loop's, exactly once ≤ 1.6×; every record copied. Exactly once runs with

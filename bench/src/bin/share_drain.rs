@@ -434,12 +434,13 @@ async fn drain(
     fetch_max_records: usize,
     security: ClientSecurity,
 ) -> Result<DrainSummary> {
+    // From before the client is made, as the C reference counts its own.
+    let cpu_start = cpu_time();
     let mut config = ShareConsumerConfig::new(bootstrap, group);
     config.fetch_max_records = fetch_max_records;
     config.security = security;
     let mut consumer = ShareConsumer::connect(config).await?;
     consumer.subscribe(&[topic]);
-    let cpu_start = cpu_time();
     let mut seen = std::collections::HashSet::with_capacity(expected as usize);
     let mut received = 0u64;
     let mut duplicates = 0u64;

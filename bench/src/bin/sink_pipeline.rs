@@ -709,10 +709,11 @@ fn dev_cluster(args: &Args, topic: &str, partitions: i32) -> Result<DevBroker> {
 /// Drains `expected` records with the bare share consumer: ACCEPT every record, commit once
 /// per poll (what the pipeline does per batch).
 async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Result<Summary> {
+    // From before the client is made, as the C reference and the connector count theirs.
+    let cpu_start = cpu_time();
     let mut consumer = ShareConsumer::connect(ShareConsumerConfig::new(bootstrap, group)).await?;
     consumer.subscribe(&[topic]);
     let idle_rss_bytes = peak_rss_bytes().unwrap_or(0);
-    let cpu_start = cpu_time();
     let mut received = 0u64;
     let mut window_start: Option<(Instant, u64)> = None;
     let mut last = Instant::now();
