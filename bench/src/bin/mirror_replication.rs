@@ -416,17 +416,27 @@ async fn run_mirror(args: &Args, exactly_once: bool, dir: &Path) -> Result<Run> 
         let mut first: Option<(Instant, u64)> = None;
         let mut last_copy = Instant::now();
         let mut copies = 0;
+        // A read that fails (a coordinator still loading, a commit not stable yet) counts as
+        // nothing read; it is named if the run times out.
+        let mut failed_read: Option<anyhow::Error> = None;
         loop {
             if Instant::now() > deadline {
-                bail!("{copies} copies on B after {WAIT:?}");
+                let why = failed_read.map_or_else(String::new, |e| format!(" ({e:#})"));
+                bail!("{copies} copies on B after {WAIT:?}{why}");
             }
-            let now = watch.copies().unwrap_or(0);
+            let now = watch.copies().unwrap_or_else(|e| {
+                failed_read = Some(e);
+                0
+            });
             if now > copies {
                 copies = now;
                 last_copy = Instant::now();
                 first.get_or_insert((last_copy, now));
             }
-            let committed = watch.committed()?;
+            let committed = watch.committed().unwrap_or_else(|e| {
+                failed_read = Some(e);
+                0
+            });
             let Some((t0, copied_at_first)) = first else {
                 std::thread::sleep(WATCH_INTERVAL);
                 continue;
@@ -471,9 +481,9 @@ const C_GROUP: &str = "bench-c-copy";
 /// (copies, and markers under transactions) and the contender's committed offsets on A. Each
 /// read is one request to one cluster (a ListOffsets for every partition, an OffsetFetch), made
 /// with clients made once per run; neither joins a group. It reads every `WATCH_INTERVAL`
-/// while either contender runs (see `run_c`): eight ListOffsets a read, and a new client per
-/// read before that, kept the mirror's cores and B's broker busier than the C loop's ever were
-/// (bench/README.md).
+/// while either contender runs (see `run_c`): two ListOffsets a partition per read, and a new
+/// client per read before that, kept the mirror's cores and B's broker busier than the C
+/// loop's ever were (bench/README.md).
 struct Watch {
     committed: BaseConsumer,
     watermarks: BaseConsumer,
