@@ -21,6 +21,9 @@ pub struct CSummary {
     pub seconds: f64,
     /// User + system CPU from before its clients are made (getrusage).
     pub cpu_seconds: f64,
+    /// The part of `cpu_seconds` spent before the first record came.
+    #[serde(default)]
+    pub cpu_before_first_seconds: f64,
     pub peak_rss_bytes: u64,
 }
 
@@ -180,6 +183,9 @@ pub struct Rounds {
     pub rates: Vec<f64>,
     pub peak_rss_bytes: u64,
     pub records: u64,
+    /// Milliseconds of CPU spent before the first record came, one per round that reports it:
+    /// a cost per run (starting, joining), which the CPU per record carries.
+    pub before_records_ms: Vec<f64>,
 }
 
 impl Rounds {
@@ -204,15 +210,38 @@ impl Rounds {
             summary.cpu_seconds,
             summary.peak_rss_bytes,
         );
+        self.before_records_ms
+            .push(summary.cpu_before_first_seconds * 1e3);
         Ok(())
     }
 
     /// The last round added: "CPU per record, rate", for a line per round.
     pub fn last_round(&self) -> String {
         match (self.cpu_us.last(), self.rates.last()) {
-            (Some(cpu), Some(rate)) => format!("{cpu:>6.2} us CPU/record {rate:>8.0} rec/s"),
+            (Some(cpu), Some(rate)) => {
+                let mut line = format!("{cpu:>6.2} us CPU/record {rate:>8.0} rec/s");
+                if self.before_records_ms.len() == self.cpu_us.len() {
+                    if let Some(ms) = self.before_records_ms.last() {
+                        line.push_str(&format!("  ({ms:.1} ms of it before the first record)"));
+                    }
+                }
+                line
+            }
             _ => "no round yet".into(),
         }
+    }
+
+    /// "median (min–max)" milliseconds of CPU before the first record, when every round said.
+    pub fn before_records_line(&self) -> Option<String> {
+        let ms = &self.before_records_ms;
+        (!ms.is_empty() && ms.len() == self.cpu_us.len()).then(|| {
+            format!(
+                "{:.1} ms CPU before the first record (rounds {:.1}-{:.1})",
+                median(ms),
+                min(ms),
+                max(ms)
+            )
+        })
     }
 
     pub fn cpu_us_median(&self) -> f64 {
