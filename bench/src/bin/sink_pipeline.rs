@@ -242,7 +242,7 @@ impl Summary {
             self.peak_rss_bytes,
         );
         if let Some(before) = self.cpu_before_records_seconds {
-            rounds.before_records_ms.push(before * 1e3);
+            rounds.add_before_records(before, self.records);
         }
     }
 
@@ -636,6 +636,16 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
         if let Some(line) = rounds.before_records_line() {
             println!("    {who}: {line}");
         }
+    }
+    if let (Some(c), Some(connector)) = (
+        reference.after_first_us_median(),
+        ours.after_first_us_median(),
+    ) {
+        // Printed, not judged: the goal counts whole runs, their start and join included.
+        println!(
+            "    CPU per record after the first record (connector / C): {:.2}",
+            connector / c.max(1e-9)
+        );
     }
     let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
     println!(
