@@ -175,7 +175,10 @@ mod tests {
 
     #[test]
     fn raw_bytes_are_kept_for_a_dead_letter_queue_or_a_log_with_the_record_only() {
-        assert_eq!(RawBytes::for_errors(&errors(false, false)), RawBytes::MovedOn);
+        assert_eq!(
+            RawBytes::for_errors(&errors(false, false)),
+            RawBytes::MovedOn
+        );
         assert_eq!(RawBytes::for_errors(&errors(true, false)), RawBytes::Kept);
         assert_eq!(RawBytes::for_errors(&errors(false, true)), RawBytes::Kept);
         assert_eq!(RawBytes::for_errors(&errors(true, true)), RawBytes::Kept);

@@ -225,7 +225,10 @@ mod tests {
         converter
             .convert_owned_into(&mut original, &mut out)
             .expect("converts");
-        assert_eq!((original.key.as_ref(), original.value.as_ref()), (None, None));
+        assert_eq!(
+            (original.key.as_ref(), original.value.as_ref()),
+            (None, None)
+        );
         drop((key, value));
         // Once the test's own copies are gone, the sink record holds the only reference: the
         // bytes were moved, not shared (sharing costs two atomic operations a part).
