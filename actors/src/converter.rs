@@ -5,6 +5,7 @@
 //! and the task fails with the panic's message and location.
 
 use actix::prelude::*;
+use spillway_core::config::ErrorHandling;
 use spillway_core::RecordPipeline;
 
 use crate::messages::{Acknowledged, Failing, Finish, FlushHeld, Ready, SinkBatch, SourceBatch};
@@ -16,14 +17,43 @@ pub struct ConverterActor {
     pipeline: RecordPipeline,
     sink: Addr<SinkActor>,
     failing: Failing,
+    /// Whether anything reads a raw record's key and value after conversion ([`RawBytes`]).
+    raw_bytes: RawBytes,
+}
+
+/// Whether a raw record's key and value are read after conversion: by a dead letter (the
+/// original bytes) or an error log that includes the record. When they are not, they move
+/// into the sink record instead of being shared with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawBytes {
+    Kept,
+    MovedOn,
+}
+
+impl RawBytes {
+    /// From the connector's error handling: `errors.deadletterqueue.topic.name` and
+    /// `errors.log.include.messages` read them.
+    pub fn for_errors(errors: &ErrorHandling) -> RawBytes {
+        if errors.dead_letter_queue.is_some() || errors.log_include_messages {
+            RawBytes::Kept
+        } else {
+            RawBytes::MovedOn
+        }
+    }
 }
 
 impl ConverterActor {
-    pub fn new(pipeline: RecordPipeline, sink: Addr<SinkActor>, failing: Failing) -> Self {
+    pub fn new(
+        pipeline: RecordPipeline,
+        sink: Addr<SinkActor>,
+        failing: Failing,
+        raw_bytes: RawBytes,
+    ) -> Self {
         ConverterActor {
             pipeline,
             sink,
             failing,
+            raw_bytes,
         }
     }
 }
@@ -39,7 +69,7 @@ impl Handler<SourceBatch> for ConverterActor {
         let SourceBatch {
             ack,
             changes,
-            records,
+            mut records,
             trace,
             group,
         } = batch;
@@ -51,6 +81,7 @@ impl Handler<SourceBatch> for ConverterActor {
         let converted = {
             let _entered = span.enter();
             let pipeline = &self.pipeline;
+            let raw_bytes = self.raw_bytes;
             // The raw records stay in their list, which moves on whole with the batch.
             guard(move || {
                 let mut not_ready = Vec::new();
@@ -58,8 +89,12 @@ impl Handler<SourceBatch> for ConverterActor {
                     indices: Vec::with_capacity(records.len()),
                     records: Vec::with_capacity(records.len()),
                 };
-                for (i, raw) in records.iter().enumerate() {
-                    match pipeline.process_into(raw, &mut ready.records) {
+                for (i, raw) in records.iter_mut().enumerate() {
+                    let processed = match raw_bytes {
+                        RawBytes::Kept => pipeline.process_into(raw, &mut ready.records),
+                        RawBytes::MovedOn => pipeline.process_owned_into(raw, &mut ready.records),
+                    };
+                    match processed {
                         None => ready.indices.push(i),
                         Some(other) => not_ready.push((i, other)),
                     }
@@ -112,5 +147,40 @@ impl Handler<Acknowledged> for ConverterActor {
 
     fn handle(&mut self, msg: Acknowledged, _ctx: &mut Context<Self>) {
         self.sink.do_send(msg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use spillway_core::config::{DeadLetterQueue, ErrorTolerance, RetryTimeout};
+
+    use super::*;
+
+    fn errors(dead_letter_queue: bool, log_include_messages: bool) -> ErrorHandling {
+        ErrorHandling {
+            tolerance: ErrorTolerance::All,
+            retry_timeout: RetryTimeout::Infinite,
+            retry_delay_max: Duration::from_secs(60),
+            log_enable: true,
+            log_include_messages,
+            dead_letter_queue: dead_letter_queue.then(|| DeadLetterQueue {
+                topic: "dlq".into(),
+                replication_factor: 1,
+                context_headers: true,
+            }),
+        }
+    }
+
+    #[test]
+    fn raw_bytes_are_kept_for_a_dead_letter_queue_or_a_log_with_the_record_only() {
+        assert_eq!(
+            RawBytes::for_errors(&errors(false, false)),
+            RawBytes::MovedOn
+        );
+        assert_eq!(RawBytes::for_errors(&errors(true, false)), RawBytes::Kept);
+        assert_eq!(RawBytes::for_errors(&errors(false, true)), RawBytes::Kept);
+        assert_eq!(RawBytes::for_errors(&errors(true, true)), RawBytes::Kept);
     }
 }

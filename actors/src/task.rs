@@ -10,7 +10,7 @@ use spillway_core::{ConfigMap, RecordPipeline, SinkTask};
 
 use crate::acker::{AckerActor, AckerSetup, SharedSource};
 use crate::consumer::{ConsumerActor, ConsumerSetup, SourceFactory};
-use crate::converter::ConverterActor;
+use crate::converter::{ConverterActor, RawBytes};
 use crate::dead_letter::DeadLetterWriter;
 use crate::lock_retry::{LockFacts, TargetHealth};
 use crate::messages::{CloseGate, Drain, Failing, FlushHeld, Reporter};
@@ -124,6 +124,7 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
         } = spec;
         let failing = Failing::default();
         let lock_facts = LockFacts::default();
+        let raw_bytes = RawBytes::for_errors(&errors);
         // The acker's address first: the sink stage sends to it, and it to the converter.
         let (acker, acker_mailbox) = TaskScope::mailbox::<AckerActor>();
         let sink = sink_stage;
@@ -151,7 +152,10 @@ pub fn spawn_task(spec: TaskSpec, pool: &TaskPool) -> RunningTask {
             ),
             &span,
         );
-        let converter = scope.start(ConverterActor::new(pipeline, sink, failing.clone()), &span);
+        let converter = scope.start(
+            ConverterActor::new(pipeline, sink, failing.clone(), raw_bytes),
+            &span,
+        );
         let client = SharedSource::default();
         scope.run(
             Context::with_receiver(acker_mailbox),

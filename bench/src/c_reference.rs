@@ -21,6 +21,9 @@ pub struct CSummary {
     pub seconds: f64,
     /// User + system CPU from before its clients are made (getrusage).
     pub cpu_seconds: f64,
+    /// The part of `cpu_seconds` spent before the first record came.
+    #[serde(default)]
+    pub cpu_before_first_seconds: f64,
     pub peak_rss_bytes: u64,
 }
 
@@ -180,6 +183,12 @@ pub struct Rounds {
     pub rates: Vec<f64>,
     pub peak_rss_bytes: u64,
     pub records: u64,
+    /// Milliseconds of CPU spent before the first record came, one per round that reports it:
+    /// a cost per run (starting, joining), which the CPU per record carries.
+    pub before_records_ms: Vec<f64>,
+    /// Microseconds of CPU per record after the first record came, one per round that reports
+    /// [`before_records_ms`](Self::before_records_ms).
+    pub after_first_us: Vec<f64>,
 }
 
 impl Rounds {
@@ -204,15 +213,56 @@ impl Rounds {
             summary.cpu_seconds,
             summary.peak_rss_bytes,
         );
+        self.add_before_records(summary.cpu_before_first_seconds, summary.records);
         Ok(())
+    }
+
+    /// The last round added spent `seconds` of its CPU before its first record, of `records`
+    /// drained in the whole run.
+    pub fn add_before_records(&mut self, seconds: f64, records: u64) {
+        self.before_records_ms.push(seconds * 1e3);
+        if let Some(cpu_us) = self.cpu_us.last() {
+            self.after_first_us
+                .push(cpu_us - seconds * 1e6 / records.max(1) as f64);
+        }
+    }
+
+    /// The median CPU per record after the first record, when every round said.
+    pub fn after_first_us_median(&self) -> Option<f64> {
+        (!self.after_first_us.is_empty() && self.after_first_us.len() == self.cpu_us.len())
+            .then(|| median(&self.after_first_us))
     }
 
     /// The last round added: "CPU per record, rate", for a line per round.
     pub fn last_round(&self) -> String {
         match (self.cpu_us.last(), self.rates.last()) {
-            (Some(cpu), Some(rate)) => format!("{cpu:>6.2} us CPU/record {rate:>8.0} rec/s"),
+            (Some(cpu), Some(rate)) => {
+                let mut line = format!("{cpu:>6.2} us CPU/record {rate:>8.0} rec/s");
+                if self.before_records_ms.len() == self.cpu_us.len() {
+                    if let Some(ms) = self.before_records_ms.last() {
+                        line.push_str(&format!("  ({ms:.1} ms of it before the first record)"));
+                    }
+                }
+                line
+            }
             _ => "no round yet".into(),
         }
+    }
+
+    /// "median (min–max)" milliseconds of CPU before the first record, when every round said.
+    pub fn before_records_line(&self) -> Option<String> {
+        let ms = &self.before_records_ms;
+        (!ms.is_empty() && ms.len() == self.cpu_us.len()).then(|| {
+            format!(
+                "{:.1} ms CPU before the first record (rounds {:.1}-{:.1}), {:.2} us CPU/record after it (rounds {:.2}-{:.2})",
+                median(ms),
+                min(ms),
+                max(ms),
+                median(&self.after_first_us),
+                min(&self.after_first_us),
+                max(&self.after_first_us)
+            )
+        })
     }
 
     pub fn cpu_us_median(&self) -> f64 {
@@ -260,6 +310,7 @@ pub fn max(values: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spillway_tests::{produce, TestRecord};
 
     #[test]
     fn the_median_is_the_middle_value_or_the_mean_of_the_two_middle_ones() {
@@ -284,6 +335,61 @@ mod tests {
             "the last round's figures, not the first's"
         );
         assert_eq!(Rounds::default().last_round(), "no round yet");
+    }
+
+    #[test]
+    fn rounds_split_cpu_before_the_first_record_from_cpu_after_it() {
+        let mut rounds = Rounds::default();
+        // 2 ms of CPU for 1,000 records, 1 ms of it before the first: 1 us a record after.
+        rounds.add(1_000, 1.0, 0.002, 10);
+        assert_eq!(rounds.before_records_line(), None, "no round said yet");
+        rounds.add_before_records(0.001, 1_000);
+        rounds.add(1_000, 1.0, 0.004, 10);
+        rounds.add_before_records(0.001, 1_000);
+        assert_eq!(rounds.after_first_us, vec![1.0, 3.0]);
+        assert_eq!(rounds.after_first_us_median(), Some(2.0));
+        assert_eq!(
+            rounds.last_round(),
+            "  4.00 us CPU/record     1000 rec/s  (1.0 ms of it before the first record)"
+        );
+        assert_eq!(
+            rounds.before_records_line().as_deref(),
+            Some("1.0 ms CPU before the first record (rounds 1.0-1.0), 2.00 us CPU/record after it (rounds 1.00-3.00)")
+        );
+        // A round that did not say leaves the split out rather than mixing rounds.
+        rounds.add(1_000, 1.0, 0.004, 10);
+        assert_eq!(rounds.before_records_line(), None);
+        assert_eq!(rounds.after_first_us_median(), None);
+    }
+
+    #[test]
+    fn a_c_summary_without_the_split_still_reads() {
+        let old: CSummary = serde_json::from_str(
+            r#"{"records":5,"seconds":0.1,"cpu_seconds":0.01,"peak_rss_bytes":1}"#,
+        )
+        .expect("reads");
+        assert_eq!(old.cpu_before_first_seconds, 0.0);
+    }
+
+    /// The split is the C program's own: its CPU when its first record came.
+    #[tokio::test]
+    async fn the_reference_reports_its_cpu_before_the_first_record() {
+        let c = CReference::build().expect("the C reference builds");
+        let broker = spillway_tests::DevBroker::try_start(1, &[("split", 1)])
+            .expect("the dev broker starts");
+        let records = (0..100).map(|n| TestRecord::numbered(n, 100)).collect();
+        produce(&broker.bootstrap(), "split", records, "none").await;
+        let summary = c
+            .classic_drain(&broker.bootstrap(), "c-split", "split", 100)
+            .await
+            .expect("the C reference runs");
+        assert_eq!(summary.records, 100);
+        // Making the client and joining come before the first record: at least 1 ms here.
+        assert!(
+            summary.cpu_before_first_seconds >= 0.001
+                && summary.cpu_before_first_seconds < summary.cpu_seconds,
+            "{summary:?}"
+        );
     }
 
     /// The connector's and the mirror's CPU include making their clients, so the reference's

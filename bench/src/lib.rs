@@ -272,6 +272,10 @@ pub struct Window {
     /// Every record was acknowledged between two samples, so the window is the gap between
     /// them and [`Window::rate`] is a lower bound.
     pub between_samples: bool,
+    /// The process's CPU time ([`cpu_time`]) at the last sample that showed no record
+    /// acknowledged: what it had spent before its records came (starting, joining), to within
+    /// one sample's gap of idling. Set by [`measure`].
+    pub cpu_before_records: Option<Duration>,
 }
 
 impl Window {
@@ -321,6 +325,7 @@ impl WindowTracker {
                     records: accepted,
                     seconds: now.duration_since(empty).as_secs_f64(),
                     between_samples: true,
+                    cpu_before_records: None,
                 }));
             } else {
                 self.start = Some((now, accepted));
@@ -334,6 +339,7 @@ impl WindowTracker {
             records: accepted - n0,
             seconds: now.duration_since(t0).as_secs_f64(),
             between_samples: false,
+            cpu_before_records: None,
         }))
     }
 }
@@ -349,11 +355,16 @@ pub async fn measure(
 ) -> Result<Window> {
     let deadline = Instant::now() + limit;
     let mut window = WindowTracker::new(total, not_before);
+    let mut cpu_before_records = None;
     loop {
         let now = Instant::now();
         let status = worker.status(name).context("connector not registered")?;
         let accepted = status.totals().accepted;
-        if let Some(w) = window.sample(name, now, accepted)? {
+        if accepted == 0 {
+            cpu_before_records = Some(cpu_time());
+        }
+        if let Some(mut w) = window.sample(name, now, accepted)? {
+            w.cpu_before_records = cpu_before_records;
             if w.between_samples {
                 eprintln!(
                     "  ({name} acknowledged all {} records between two samples {:.3} s apart: \

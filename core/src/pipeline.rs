@@ -72,6 +72,25 @@ impl RecordPipeline {
         }
     }
 
+    /// [`process_into`](Self::process_into) when nothing reads the raw record's key and value
+    /// after this (no dead letter queue, no error log with the record): without transforms
+    /// they move into the sink record, and `raw` keeps neither.
+    #[inline]
+    pub fn process_owned_into(
+        &self,
+        raw: &mut RawRecord,
+        ready: &mut Vec<SinkRecord>,
+    ) -> Option<Processed> {
+        if self.transforms.is_empty() {
+            return self
+                .converter
+                .convert_owned_into(raw, ready)
+                .err()
+                .map(conversion_failed);
+        }
+        self.process_into(raw, ready)
+    }
+
     /// Takes `raw` by reference so the caller keeps the original bytes for a dead letter.
     pub fn process(&self, raw: &RawRecord) -> Processed {
         let record = match self.converter.convert(raw) {

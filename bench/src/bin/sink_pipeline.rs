@@ -226,6 +226,9 @@ struct Summary {
     /// With `--announce-ready`: the most the heap grew from then on.
     #[serde(default)]
     heap_growth_bytes: Option<u64>,
+    /// The part of `cpu_seconds` spent before records came (starting, joining), when known.
+    #[serde(default)]
+    cpu_before_records_seconds: Option<f64>,
 }
 
 impl Summary {
@@ -238,6 +241,9 @@ impl Summary {
             self.cpu_seconds * self.window_records as f64 / self.records.max(1) as f64,
             self.peak_rss_bytes,
         );
+        if let Some(before) = self.cpu_before_records_seconds {
+            rounds.add_before_records(before, self.records);
+        }
     }
 
     fn rate(&self) -> f64 {
@@ -626,6 +632,21 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
         reference.line()
     );
     println!("  classic connector -> file sink      : {}", ours.line());
+    for (who, rounds) in [("C", &reference), ("connector", &ours)] {
+        if let Some(line) = rounds.before_records_line() {
+            println!("    {who}: {line}");
+        }
+    }
+    if let (Some(c), Some(connector)) = (
+        reference.after_first_us_median(),
+        ours.after_first_us_median(),
+    ) {
+        // Printed, not judged: the goal counts whole runs, their start and join included.
+        println!(
+            "    CPU per record after the first record (connector / C): {:.2}",
+            connector / c.max(1e-9)
+        );
+    }
     let cpu_ratio = ours.cpu_us_median() / reference.cpu_us_median().max(1e-9);
     println!(
         "  CPU per record ratio (connector / C): {cpu_ratio:.2}  (goal <= {:.2}); throughput ratio {:.2}",
@@ -752,6 +773,7 @@ async fn drain(bootstrap: &str, group: &str, topic: &str, expected: u64) -> Resu
         idle_rss_bytes,
         running_rss_bytes: None,
         heap_growth_bytes: None,
+        cpu_before_records_seconds: None,
     })
 }
 
@@ -859,6 +881,9 @@ async fn pipeline(
         idle_rss_bytes,
         running_rss_bytes: running.map(|(rss, _)| rss),
         heap_growth_bytes: running.map(|(_, heap)| (heap_peak - heap).max(0) as u64),
+        cpu_before_records_seconds: window
+            .cpu_before_records
+            .map(|cpu| cpu.saturating_sub(cpu_start).as_secs_f64()),
     })
 }
 

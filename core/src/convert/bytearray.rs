@@ -52,6 +52,18 @@ impl Converter for ByteArrayConverter {
         Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
     }
 
+    fn to_connect_owned(
+        &self,
+        _topic: &str,
+        data: Option<Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        let value = match data {
+            Some(d) => Value::Bytes(d),
+            None => Value::Null,
+        };
+        Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
+    }
+
     /// Only bytes (or null) can be written; a transform that changed the type needs another
     /// converter.
     fn from_connect(

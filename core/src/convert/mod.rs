@@ -74,6 +74,17 @@ pub trait Converter: Send + Sync + fmt::Debug {
         self.to_connect(topic, data.map(|d| &d[..]))
     }
 
+    /// [`to_connect_shared`](Self::to_connect_shared) from bytes nothing else will read: a
+    /// converter that keeps them as they are takes them over, without the reference count's
+    /// increment now and decrement later (two atomic operations a record part, issue 18).
+    fn to_connect_owned(
+        &self,
+        topic: &str,
+        data: Option<Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        self.to_connect_shared(topic, data.as_ref())
+    }
+
     /// Writes a value for `topic`; `Ok(None)` is a null key or a tombstone.
     // Connect's name for the direction, kept so Connect users recognise it.
     #[allow(clippy::wrong_self_convention)]

@@ -63,6 +63,21 @@ impl RecordConverter {
         Ok(())
     }
 
+    /// [`convert_into`](Self::convert_into) for a raw record whose key and value nothing
+    /// reads after conversion (no dead letter queue, no error log with the record): they move
+    /// into the sink record, and the raw record keeps neither, even when conversion fails.
+    #[inline]
+    pub fn convert_owned_into(
+        &self,
+        raw: &mut RawRecord,
+        out: &mut Vec<SinkRecord>,
+    ) -> Result<(), ConvertError> {
+        let key = self.key.to_connect_owned(&raw.topic, raw.key.take())?;
+        let value = self.value.to_connect_owned(&raw.topic, raw.value.take())?;
+        out.push(sink_record(raw, key, value));
+        Ok(())
+    }
+
     /// Serializes a sink record's key, value and headers for writing to Kafka: what a
     /// producer sends, without the coordinates a whole raw record would copy.
     pub fn serialize(&self, record: &SinkRecord) -> Result<Serialized, ConvertError> {
@@ -195,6 +210,64 @@ mod tests {
             pointer(&record.value),
             original.value.as_ref().unwrap().as_ptr()
         );
+    }
+
+    #[test]
+    fn owned_conversion_moves_the_bytes_and_the_raw_record_keeps_none() {
+        let converter = RecordConverter::from_config(
+            &config(&[("value.converter", "string")]),
+            &ConfigMap::new(),
+        )
+        .expect("valid");
+        let mut original = raw(b"\x01k", b"text");
+        let (key, value) = (original.key.clone(), original.value.clone());
+        let mut out = Vec::new();
+        converter
+            .convert_owned_into(&mut original, &mut out)
+            .expect("converts");
+        assert_eq!(
+            (original.key.as_ref(), original.value.as_ref()),
+            (None, None)
+        );
+        drop((key, value));
+        // Once the test's own copies are gone, the sink record holds the only reference: the
+        // bytes were moved, not shared (sharing costs two atomic operations a part).
+        let Value::Bytes(k) = &out[0].key else {
+            panic!("not bytes: {:?}", out[0].key)
+        };
+        let Value::String(v) = &out[0].value else {
+            panic!("not a string: {:?}", out[0].value)
+        };
+        assert!(k.is_unique() && v.as_bytes().is_unique());
+        assert_eq!((&k[..], &v.as_bytes()[..]), (&b"\x01k"[..], &b"text"[..]));
+        assert_eq!(out[0].original.to_string(), "orders-2@10");
+        assert_eq!(out[0].headers.len(), 1, "headers are shared as before");
+        // Shared conversion leaves the raw record its bytes.
+        let kept = raw(b"k", b"text");
+        converter.convert_into(&kept, &mut out).expect("converts");
+        assert!(kept.value.is_some());
+        let Value::String(v) = &out[1].value else {
+            panic!("not a string")
+        };
+        assert!(!v.as_bytes().is_unique());
+    }
+
+    #[test]
+    fn owned_conversion_fails_as_shared_conversion_does() {
+        let converter = RecordConverter::from_config(
+            &config(&[("value.converter", "string")]),
+            &ConfigMap::new(),
+        )
+        .expect("valid");
+        let mut bad = raw(b"k", b"\xff\xfe");
+        let shared = converter
+            .convert_into(&bad, &mut Vec::new())
+            .expect_err("not UTF-8");
+        let owned = converter
+            .convert_owned_into(&mut bad, &mut Vec::new())
+            .expect_err("not UTF-8");
+        assert_eq!(owned.stage(), Stage::ValueConverter);
+        assert_eq!(owned.to_string(), shared.to_string());
     }
 
     #[test]

@@ -108,6 +108,21 @@ impl Converter for StringConverter {
         Ok(SchemaAndValue::new(schema, Value::String(text)))
     }
 
+    fn to_connect_owned(
+        &self,
+        topic: &str,
+        data: Option<Bytes>,
+    ) -> Result<SchemaAndValue, ConvertError> {
+        let schema = Some(optional_string_schema());
+        let Some(data) = data else {
+            return Ok(SchemaAndValue::new(schema, Value::Null));
+        };
+        self.checked(topic, &data)?;
+        // SAFETY: checked as UTF-8 just above.
+        let text = unsafe { Text::from_bytes_unchecked(data) };
+        Ok(SchemaAndValue::new(schema, Value::String(text)))
+    }
+
     /// Strings are written as they are, bytes unchanged, anything else in its text form.
     fn from_connect(
         &self,
