@@ -13,6 +13,7 @@ pub mod data;
 pub mod dead_letter;
 pub mod egress;
 pub mod error;
+pub mod in_place;
 pub mod pipeline;
 pub mod record;
 pub mod schema;

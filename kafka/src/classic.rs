@@ -163,6 +163,17 @@ pub const OWNED_KEYS: &[&str] = &[
 /// holds no locks: `delivery_count` and `lock_deadline` are `None`).
 pub type ClassicRecord = spillway_core::RawRecord;
 
+/// A record's timestamp (milliseconds since the epoch, with whether the log stamped it) as
+/// the record's two fields.
+#[inline(always)]
+pub(crate) fn timestamp_and_type(timestamp: Option<(i64, bool)>) -> (Option<i64>, TimestampType) {
+    match timestamp {
+        None => (None, TimestampType::NoTimestamp),
+        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
+        Some((t, false)) => (Some(t), TimestampType::CreateTime),
+    }
+}
+
 /// A record read from a consumer group; `timestamp` in milliseconds since the epoch, with
 /// whether the log stamped it (true) or the producer.
 #[inline]
@@ -175,11 +186,7 @@ pub(crate) fn classic_record(
     headers: Vec<(String, Option<Bytes>)>,
     timestamp: Option<(i64, bool)>,
 ) -> ClassicRecord {
-    let (timestamp, timestamp_type) = match timestamp {
-        None => (None, TimestampType::NoTimestamp),
-        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
-        Some((t, false)) => (Some(t), TimestampType::CreateTime),
-    };
+    let (timestamp, timestamp_type) = timestamp_and_type(timestamp);
     ClassicRecord {
         topic,
         partition,

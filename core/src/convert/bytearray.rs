@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::convert::{Converter, SchemaAndValue};
+use crate::convert::{Converter, PassThrough, SchemaAndValue};
 use crate::data::Value;
 use crate::error::{ConvertError, RecordPart};
 use crate::schema::{optional_bytes_schema, Schema, SchemaType};
@@ -17,6 +17,16 @@ impl ByteArrayConverter {
     pub fn new(part: RecordPart) -> Self {
         ByteArrayConverter { part }
     }
+}
+
+/// Bytes the converter owns as its value: taken over, not copied or shared.
+#[inline(always)]
+pub(super) fn bytes_and_schema(data: Option<Bytes>) -> SchemaAndValue {
+    let value = match data {
+        Some(d) => Value::Bytes(d),
+        None => Value::Null,
+    };
+    SchemaAndValue::new(Some(optional_bytes_schema()), value)
 }
 
 impl Converter for ByteArrayConverter {
@@ -57,11 +67,11 @@ impl Converter for ByteArrayConverter {
         _topic: &str,
         data: Option<Bytes>,
     ) -> Result<SchemaAndValue, ConvertError> {
-        let value = match data {
-            Some(d) => Value::Bytes(d),
-            None => Value::Null,
-        };
-        Ok(SchemaAndValue::new(Some(optional_bytes_schema()), value))
+        Ok(bytes_and_schema(data))
+    }
+
+    fn pass_through(&self) -> Option<PassThrough> {
+        Some(PassThrough::Bytes)
     }
 
     /// Only bytes (or null) can be written; a transform that changed the type needs another

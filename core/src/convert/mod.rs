@@ -61,6 +61,12 @@ pub trait Converter: Send + Sync + fmt::Debug {
     /// The short name (`json`), used in messages.
     fn name(&self) -> &'static str;
 
+    /// How this converter reads bytes, when it keeps them as they are: the record converter
+    /// then reads them inline ([`PassThrough`]). `None` for any converter that parses.
+    fn pass_through(&self) -> Option<PassThrough> {
+        None
+    }
+
     /// Reads the bytes of a record from `topic`; `None` is a null key or a tombstone.
     fn to_connect(&self, topic: &str, data: Option<&[u8]>) -> Result<SchemaAndValue, ConvertError>;
 
@@ -94,6 +100,44 @@ pub trait Converter: Send + Sync + fmt::Debug {
         schema: Option<&Schema>,
         value: &Value,
     ) -> Result<Option<Bytes>, ConvertError>;
+}
+
+/// What the `string` and `bytearray` converters do with a key or value, done without a call
+/// through [`Converter`]: the record converter reads a record's parts inline when both of its
+/// converters pass them through (issue 18). A dynamic call returns its result through memory,
+/// which the caller reads back in wider loads than the callee wrote it with; the store buffer
+/// cannot forward those, and each such load waits for the stores to retire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassThrough {
+    /// UTF-8 text with Connect's optional string schema (`string`). Only ASCII passes inline;
+    /// other text goes through the converter, which checks it as UTF-8.
+    Text,
+    /// Bytes as they are, with the optional bytes schema (`bytearray`).
+    Bytes,
+}
+
+impl PassThrough {
+    /// Whether `data` (`None` for null) is read inline.
+    #[inline(always)]
+    pub fn passes(self, data: Option<&[u8]>) -> bool {
+        match self {
+            PassThrough::Bytes => true,
+            PassThrough::Text => data.is_none_or(string::is_ascii_text),
+        }
+    }
+
+    /// `data` read as this converter reads it.
+    ///
+    /// # Safety
+    /// [`passes`](Self::passes) said yes to `data`: text is not checked again.
+    #[inline(always)]
+    pub unsafe fn read_unchecked(self, data: Option<Bytes>) -> SchemaAndValue {
+        match self {
+            PassThrough::Bytes => bytearray::bytes_and_schema(data),
+            // SAFETY: ASCII, as the caller checked through `passes`.
+            PassThrough::Text => unsafe { string::text_and_schema_unchecked(data) },
+        }
+    }
 }
 
 /// The built-in converters.
@@ -220,6 +264,36 @@ mod tests {
     use super::*;
 
     use crate::config::config_map as config;
+
+    #[test]
+    fn text_passes_inline_only_when_ascii_and_bytes_always() {
+        let cases: [(Option<&[u8]>, bool); 5] = [
+            (None, true),
+            (Some(b""), true),
+            (Some(b"ascii text"), true),
+            (Some("caf\u{e9}".as_bytes()), false),
+            (Some(b"\xff"), false),
+        ];
+        for (data, text) in cases {
+            assert_eq!(PassThrough::Text.passes(data), text, "{data:?}");
+            assert!(PassThrough::Bytes.passes(data), "{data:?}");
+        }
+        for kind in [
+            ConverterKind::String,
+            ConverterKind::ByteArray,
+            ConverterKind::Json,
+        ] {
+            let converter = kind
+                .build(RecordPart::Value, &ConfigMap::new(), "value.converter.")
+                .expect("built");
+            let expected = match kind {
+                ConverterKind::String => Some(PassThrough::Text),
+                ConverterKind::ByteArray => Some(PassThrough::Bytes),
+                ConverterKind::Json => None,
+            };
+            assert_eq!(converter.pass_through(), expected, "{kind:?}");
+        }
+    }
 
     #[test]
     fn connect_class_names_are_accepted_as_aliases() {

@@ -5,20 +5,26 @@ use bytes::Bytes;
 
 use crate::config::ConfigMap;
 use crate::convert::{
-    header_from_connect, headers_to_connect, resolve_converter, Converter, SchemaAndValue,
+    header_from_connect, headers_to_connect, resolve_converter, Converter, PassThrough,
+    SchemaAndValue,
 };
 use crate::error::{ConfigError, ConvertError, RecordPart};
+use crate::push_in_place;
 use crate::record::{RawRecord, SinkRecord};
 
 #[derive(Debug)]
 pub struct RecordConverter {
     key: Box<dyn Converter>,
     value: Box<dyn Converter>,
+    /// Both converters' [`PassThrough`], when both keep the bytes as they are: records are
+    /// then read inline.
+    passes: Option<(PassThrough, PassThrough)>,
 }
 
 impl RecordConverter {
     pub fn new(key: Box<dyn Converter>, value: Box<dyn Converter>) -> Self {
-        RecordConverter { key, value }
+        let passes = key.pass_through().zip(value.pass_through());
+        RecordConverter { key, value, passes }
     }
 
     /// Both converters as the connector and worker configure them.
@@ -55,11 +61,24 @@ impl RecordConverter {
         raw: &RawRecord,
         out: &mut Vec<SinkRecord>,
     ) -> Result<(), ConvertError> {
+        if self.passes.is_some() {
+            // Clones only when both converters pass bytes through: the record's own refers
+            // to them, and any that do not pass inline go to their converter as they are.
+            let (key, value) = match self.read_inline(raw.key.clone(), raw.value.clone()) {
+                Ok(parts) => parts,
+                Err((key, value)) => (
+                    self.key.to_connect_owned(&raw.topic, key)?,
+                    self.value.to_connect_owned(&raw.topic, value)?,
+                ),
+            };
+            push_sink_record(out, raw, key, value);
+            return Ok(());
+        }
         let key = self.key.to_connect_shared(&raw.topic, raw.key.as_ref())?;
         let value = self
             .value
             .to_connect_shared(&raw.topic, raw.value.as_ref())?;
-        out.push(sink_record(raw, key, value));
+        push_sink_record(out, raw, key, value);
         Ok(())
     }
 
@@ -72,10 +91,33 @@ impl RecordConverter {
         raw: &mut RawRecord,
         out: &mut Vec<SinkRecord>,
     ) -> Result<(), ConvertError> {
-        let key = self.key.to_connect_owned(&raw.topic, raw.key.take())?;
-        let value = self.value.to_connect_owned(&raw.topic, raw.value.take())?;
-        out.push(sink_record(raw, key, value));
+        let (key, value) = match self.read_inline(raw.key.take(), raw.value.take()) {
+            Ok(parts) => parts,
+            Err((key, value)) => (
+                self.key.to_connect_owned(&raw.topic, key)?,
+                self.value.to_connect_owned(&raw.topic, value)?,
+            ),
+        };
+        push_sink_record(out, raw, key, value);
         Ok(())
+    }
+
+    /// A record's key and value read inline when both converters pass such bytes through
+    /// ([`PassThrough`]); otherwise both come back, for the converters.
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    fn read_inline(
+        &self,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+    ) -> Result<(SchemaAndValue, SchemaAndValue), (Option<Bytes>, Option<Bytes>)> {
+        match self.passes {
+            Some((k, v)) if k.passes(key.as_deref()) && v.passes(value.as_deref()) => {
+                // SAFETY: both said yes to these very bytes just above.
+                Ok(unsafe { (k.read_unchecked(key), v.read_unchecked(value)) })
+            }
+            _ => Err((key, value)),
+        }
     }
 
     /// Serializes a sink record's key, value and headers for writing to Kafka: what a
@@ -112,31 +154,63 @@ pub struct Serialized {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
+/// The sink record of `raw` with its converted `key` and `value`, as a struct expression
+/// handed to `$build!` after `$args`: one field list for a record returned ([`returned!`])
+/// and one built in its slot of a list ([`push_in_place!`]).
+macro_rules! sink_record {
+    ($build:ident!($($args:tt)*), $raw:ident, $key:ident, $value:ident) => {
+        $build!(
+            $($args)*
+            SinkRecord {
+                original: $raw.coordinates(),
+                key_schema: $key.schema,
+                key: $key.value,
+                value_schema: $value.schema,
+                value: $value.value,
+                headers: headers_to_connect(&$raw.headers),
+                timestamp: $raw.timestamp,
+                timestamp_type: $raw.timestamp_type,
+                delivery_count: $raw.delivery_count,
+                lock_deadline: $raw.lock_deadline,
+                topic: $raw.topic.clone(),
+                partition: $raw.partition,
+                offset: $raw.offset,
+            }
+        )
+    };
+}
+
+/// The struct expression itself, for [`sink_record!`].
+macro_rules! returned {
+    ($record:expr) => {
+        $record
+    };
+}
+
 /// The sink record of `raw` with its converted key and value.
 #[inline(always)]
 fn sink_record(raw: &RawRecord, key: SchemaAndValue, value: SchemaAndValue) -> SinkRecord {
-    SinkRecord {
-        original: raw.coordinates(),
-        key_schema: key.schema,
-        key: key.value,
-        value_schema: value.schema,
-        value: value.value,
-        headers: headers_to_connect(&raw.headers),
-        timestamp: raw.timestamp,
-        timestamp_type: raw.timestamp_type,
-        delivery_count: raw.delivery_count,
-        lock_deadline: raw.lock_deadline,
-        topic: raw.topic.clone(),
-        partition: raw.partition,
-        offset: raw.offset,
-    }
+    sink_record!(returned!(), raw, key, value)
+}
+
+/// [`sink_record`] built in its slot at the end of `out` ([`push_in_place!`]).
+#[inline(always)]
+fn push_sink_record(
+    out: &mut Vec<SinkRecord>,
+    raw: &RawRecord,
+    key: SchemaAndValue,
+    value: SchemaAndValue,
+) {
+    sink_record!(push_in_place!(out,), raw, key, value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::ConverterKind;
     use crate::data::Value;
     use crate::error::Stage;
+    use crate::schema::Schema;
 
     use crate::config::config_map as config;
 
@@ -268,6 +342,121 @@ mod tests {
             .expect_err("not UTF-8");
         assert_eq!(owned.stage(), Stage::ValueConverter);
         assert_eq!(owned.to_string(), shared.to_string());
+    }
+
+    /// A converter read only through its trait: the oracle for what an inline read must give.
+    #[derive(Debug)]
+    struct ThroughTheTrait(Box<dyn Converter>);
+
+    impl Converter for ThroughTheTrait {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn to_connect(
+            &self,
+            topic: &str,
+            data: Option<&[u8]>,
+        ) -> Result<SchemaAndValue, ConvertError> {
+            self.0.to_connect(topic, data)
+        }
+        fn to_connect_shared(
+            &self,
+            topic: &str,
+            data: Option<&Bytes>,
+        ) -> Result<SchemaAndValue, ConvertError> {
+            self.0.to_connect_shared(topic, data)
+        }
+        fn to_connect_owned(
+            &self,
+            topic: &str,
+            data: Option<Bytes>,
+        ) -> Result<SchemaAndValue, ConvertError> {
+            self.0.to_connect_owned(topic, data)
+        }
+        fn from_connect(
+            &self,
+            topic: &str,
+            schema: Option<&Schema>,
+            value: &Value,
+        ) -> Result<Option<Bytes>, ConvertError> {
+            self.0.from_connect(topic, schema, value)
+        }
+    }
+
+    #[test]
+    fn records_read_inline_are_what_the_converters_make_of_them() {
+        let build = |kind: ConverterKind, part| {
+            kind.build(part, &ConfigMap::new(), "")
+                .expect("a built-in converter")
+        };
+        let kinds = [ConverterKind::String, ConverterKind::ByteArray];
+        let parts: [Option<&[u8]>; 5] = [
+            None,
+            Some(b""),
+            Some(b"plain ascii, longer than one word of eight"),
+            Some("h\u{e9}llo, UTF-8 that is not ASCII".as_bytes()),
+            Some(b"\xff\xfe not UTF-8"),
+        ];
+        for (key_kind, value_kind) in kinds
+            .iter()
+            .flat_map(|k| kinds.iter().map(move |v| (*k, *v)))
+        {
+            let inline = RecordConverter::new(
+                build(key_kind, RecordPart::Key),
+                build(value_kind, RecordPart::Value),
+            );
+            assert!(
+                inline.passes.is_some(),
+                "{key_kind:?} and {value_kind:?} pass through"
+            );
+            let oracle = RecordConverter::new(
+                Box::new(ThroughTheTrait(build(key_kind, RecordPart::Key))),
+                Box::new(ThroughTheTrait(build(value_kind, RecordPart::Value))),
+            );
+            assert!(oracle.passes.is_none());
+            for key in parts {
+                for value in parts {
+                    let mut record = RawRecord::new("orders", 1, 7);
+                    record.key = key.map(Bytes::copy_from_slice);
+                    record.value = value.map(Bytes::copy_from_slice);
+                    let case = format!("{key_kind:?} {key:?}, {value_kind:?} {value:?}");
+                    let read = |converter: &RecordConverter, owned: bool| {
+                        let mut out = Vec::new();
+                        let mut raw = record.clone();
+                        let result = if owned {
+                            converter.convert_owned_into(&mut raw, &mut out)
+                        } else {
+                            converter.convert_into(&raw, &mut out)
+                        };
+                        result
+                            .map(|()| {
+                                let r = out.pop().expect("one record");
+                                (r.key_schema, r.key, r.value_schema, r.value)
+                            })
+                            .map_err(|e| e.to_string())
+                    };
+                    for owned in [false, true] {
+                        assert_eq!(
+                            read(&inline, owned),
+                            read(&oracle, owned),
+                            "{case}, owned {owned}"
+                        );
+                    }
+                    if key == Some(b"\xff\xfe not UTF-8") && key_kind == ConverterKind::String {
+                        assert!(read(&inline, true).is_err(), "{case}: refused, not passed");
+                    }
+                }
+            }
+        }
+        let json = RecordConverter::from_config(
+            &config(&[("key.converter", "string"), ("value.converter", "json")]),
+            &ConfigMap::new(),
+        )
+        .expect("valid");
+        assert!(
+            json.passes.is_none(),
+            "a converter that parses reads through its trait"
+        );
     }
 
     #[test]

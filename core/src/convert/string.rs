@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::convert::{converter_key, Converter, SchemaAndValue};
+use crate::convert::{converter_key, Converter, PassThrough, SchemaAndValue};
 use crate::data::{Text, Value};
 use crate::error::{ConvertError, RecordPart};
 use crate::schema::{optional_string_schema, Schema};
@@ -77,6 +77,20 @@ pub(crate) fn is_ascii_text(data: &[u8]) -> bool {
     seen & HIGH_BITS == 0
 }
 
+/// Bytes the converter owns as its text: taken over, not copied or shared.
+///
+/// # Safety
+/// `data` is `None` or UTF-8.
+#[inline(always)]
+pub(super) unsafe fn text_and_schema_unchecked(data: Option<Bytes>) -> SchemaAndValue {
+    let value = match data {
+        // SAFETY: UTF-8, as the caller promises.
+        Some(d) => Value::String(unsafe { Text::from_bytes_unchecked(d) }),
+        None => Value::Null,
+    };
+    SchemaAndValue::new(Some(optional_string_schema()), value)
+}
+
 impl Converter for StringConverter {
     fn name(&self) -> &'static str {
         "string"
@@ -113,14 +127,15 @@ impl Converter for StringConverter {
         topic: &str,
         data: Option<Bytes>,
     ) -> Result<SchemaAndValue, ConvertError> {
-        let schema = Some(optional_string_schema());
-        let Some(data) = data else {
-            return Ok(SchemaAndValue::new(schema, Value::Null));
-        };
-        self.checked(topic, &data)?;
+        if let Some(d) = &data {
+            self.checked(topic, d)?;
+        }
         // SAFETY: checked as UTF-8 just above.
-        let text = unsafe { Text::from_bytes_unchecked(data) };
-        Ok(SchemaAndValue::new(schema, Value::String(text)))
+        Ok(unsafe { text_and_schema_unchecked(data) })
+    }
+
+    fn pass_through(&self) -> Option<PassThrough> {
+        Some(PassThrough::Text)
     }
 
     /// Strings are written as they are, bytes unchanged, anything else in its text form.

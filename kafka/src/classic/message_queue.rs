@@ -34,7 +34,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use spillway_core::Topic;
 use tokio::sync::Notify;
 
-use super::{classic_record, ClassicRecord, OffsetTracker};
+use super::{timestamp_and_type, ClassicRecord, OffsetTracker};
 use crate::copies::Copies;
 
 /// The queue every assigned partition's messages are forwarded to, and a handle of the
@@ -312,7 +312,7 @@ impl Batch {
             let (key, value) = parts(m);
             let key = part(key);
             let value = part(value);
-            out.push(record_of(m, &mut last_topic, copies, headers, key, value));
+            push_record_of(out, m, &mut last_topic, copies, headers, key, value);
         }
         Ok(())
     }
@@ -348,16 +348,18 @@ fn error_of(m: &rdsys::rd_kafka_message_t) -> KafkaError {
     }
 }
 
-/// The record of `m`, whose key and value were copied already.
+/// The record of `m`, whose key and value were copied already, built in its slot at the end
+/// of `out` ([`push_in_place!`](spillway_core::push_in_place)).
 #[inline(always)]
-fn record_of(
+fn push_record_of(
+    out: &mut Vec<ClassicRecord>,
     m: &rdsys::rd_kafka_message_t,
     last_topic: &mut Option<(*mut rdsys::rd_kafka_topic_t, Topic)>,
     copies: &mut Copies,
     read_headers: bool,
     key: Option<Bytes>,
     value: Option<Bytes>,
-) -> ClassicRecord {
+) {
     let topic = match last_topic {
         Some((rkt, topic)) if *rkt == m.rkt => topic.clone(),
         _ => {
@@ -402,5 +404,20 @@ fn record_of(
         rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => Some((stamp, true)),
         _ => None,
     };
-    classic_record(topic, m.partition, m.offset, key, value, headers, timestamp)
+    let (timestamp, timestamp_type) = timestamp_and_type(timestamp);
+    spillway_core::push_in_place!(
+        out,
+        ClassicRecord {
+            topic,
+            partition: m.partition,
+            offset: m.offset,
+            key,
+            value,
+            headers,
+            timestamp,
+            timestamp_type,
+            delivery_count: None,
+            lock_deadline: None,
+        }
+    );
 }
