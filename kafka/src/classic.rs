@@ -163,42 +163,39 @@ pub const OWNED_KEYS: &[&str] = &[
 /// holds no locks: `delivery_count` and `lock_deadline` are `None`).
 pub type ClassicRecord = spillway_core::RawRecord;
 
-/// A record's timestamp (milliseconds since the epoch, with whether the log stamped it) as
-/// the record's two fields.
+/// A record read from a consumer group, built in its slot at the end of `out`
+/// ([`push_in_place!`](spillway_core::push_in_place)): `timestamp` in milliseconds since the
+/// epoch, with whether the log stamped it (true) or the producer.
 #[inline(always)]
-pub(crate) fn timestamp_and_type(timestamp: Option<(i64, bool)>) -> (Option<i64>, TimestampType) {
-    match timestamp {
-        None => (None, TimestampType::NoTimestamp),
-        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
-        Some((t, false)) => (Some(t), TimestampType::CreateTime),
-    }
-}
-
-/// A record read from a consumer group; `timestamp` in milliseconds since the epoch, with
-/// whether the log stamped it (true) or the producer.
-#[inline]
-pub(crate) fn classic_record(
+pub(crate) fn push_classic_record(
+    out: &mut Vec<ClassicRecord>,
     topic: Topic,
     partition: i32,
     offset: i64,
-    key: Option<Bytes>,
-    value: Option<Bytes>,
+    (key, value): (Option<Bytes>, Option<Bytes>),
     headers: Vec<(String, Option<Bytes>)>,
     timestamp: Option<(i64, bool)>,
-) -> ClassicRecord {
-    let (timestamp, timestamp_type) = timestamp_and_type(timestamp);
-    ClassicRecord {
-        topic,
-        partition,
-        offset,
-        key,
-        value,
-        headers,
-        timestamp,
-        timestamp_type,
-        delivery_count: None,
-        lock_deadline: None,
-    }
+) {
+    let (timestamp, timestamp_type) = match timestamp {
+        None => (None, TimestampType::NoTimestamp),
+        Some((t, true)) => (Some(t), TimestampType::LogAppendTime),
+        Some((t, false)) => (Some(t), TimestampType::CreateTime),
+    };
+    spillway_core::push_in_place!(
+        out,
+        ClassicRecord {
+            topic,
+            partition,
+            offset,
+            key,
+            value,
+            headers,
+            timestamp,
+            timestamp_type,
+            delivery_count: None,
+            lock_deadline: None,
+        }
+    );
 }
 
 /// A change of this member's partitions.
@@ -1381,7 +1378,7 @@ fn serve_events(
     for _ in 0..MAX_EVENTS_PER_POLL {
         match consumer.poll(Duration::ZERO) {
             None => {}
-            Some(Ok(message)) => records.push(owned(&message, &mut None, copies)),
+            Some(Ok(message)) => push_owned(records, &message, &mut None, copies),
             Some(Err(e)) => consumer_error(consumer, group, bootstrap, e)?,
         }
         if !consumer.messages.events_waiting() {
@@ -1508,11 +1505,13 @@ fn shared_topic(name: &str, last: &mut Option<Topic>) -> Topic {
     }
 }
 
-pub(crate) fn owned<M: Message>(
+/// `m` as a record at the end of `out`, its key, value and headers copied.
+pub(crate) fn push_owned<M: Message>(
+    out: &mut Vec<ClassicRecord>,
     m: &M,
     last_topic: &mut Option<Topic>,
     copies: &mut Copies,
-) -> ClassicRecord {
+) {
     let headers = m
         .headers()
         .map(|hs| {
@@ -1526,16 +1525,15 @@ pub(crate) fn owned<M: Message>(
         rdkafka::Timestamp::CreateTime(t) => Some((t, false)),
         rdkafka::Timestamp::LogAppendTime(t) => Some((t, true)),
     };
-    let (key, value) = copies.copy_pair(m.key(), m.payload());
-    classic_record(
+    push_classic_record(
+        out,
         shared_topic(m.topic(), last_topic),
         m.partition(),
         m.offset(),
-        key,
-        value,
+        copies.copy_pair(m.key(), m.payload()),
         headers,
         timestamp,
-    )
+    );
 }
 
 #[cfg(test)]
@@ -1544,16 +1542,18 @@ mod tests {
 
     #[test]
     fn a_record_read_is_the_runtime_s_raw_record_with_its_timestamp_s_kind() {
-        let read = |timestamp| {
-            classic_record(
+        let mut out = Vec::new();
+        let mut read = |timestamp| {
+            push_classic_record(
+                &mut out,
                 Topic::from("t"),
                 3,
                 42,
-                None,
-                Some(Bytes::from_static(b"v")),
+                (None, Some(Bytes::from_static(b"v"))),
                 Vec::new(),
                 timestamp,
-            )
+            );
+            out.pop().expect("one record")
         };
         let producer = read(Some((1_700_000_000_000, false)));
         assert_eq!(

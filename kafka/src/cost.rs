@@ -19,7 +19,7 @@ use kafka_protocol::records::{
 use rdkafka::message::OwnedMessage;
 use rdkafka::Timestamp;
 
-use crate::classic::{owned, OffsetTracker};
+use crate::classic::{push_owned, OffsetTracker};
 use crate::copies::{Copies, COPY_CHUNK};
 use crate::share::ack::{encode_batches, Ledger, Owner};
 use crate::share::consumer::acknowledge_each;
@@ -170,10 +170,10 @@ pub fn classic_cycles(records: usize, batch: usize) -> usize {
         let messages = librdkafka_messages(base, batch);
         let mut last_topic = None;
         let mut copies = Copies::new(COPY_CHUNK);
-        let polled: Vec<_> = messages
-            .iter()
-            .map(|m| owned(m, &mut last_topic, &mut copies))
-            .collect();
+        let mut polled = Vec::with_capacity(messages.len());
+        for m in &messages {
+            push_owned(&mut polled, m, &mut last_topic, &mut copies);
+        }
         lock().delivered_all(
             polled
                 .iter()

@@ -64,15 +64,7 @@ impl RecordConverter {
         if self.passes.is_some() {
             // Clones only when both converters pass bytes through: the record's own refers
             // to them, and any that do not pass inline go to their converter as they are.
-            let (key, value) = match self.read_inline(raw.key.clone(), raw.value.clone()) {
-                Ok(parts) => parts,
-                Err((key, value)) => (
-                    self.key.to_connect_owned(&raw.topic, key)?,
-                    self.value.to_connect_owned(&raw.topic, value)?,
-                ),
-            };
-            push_sink_record(out, raw, key, value);
-            return Ok(());
+            return self.push_converted(raw, raw.key.clone(), raw.value.clone(), out);
         }
         let key = self.key.to_connect_shared(&raw.topic, raw.key.as_ref())?;
         let value = self
@@ -91,7 +83,21 @@ impl RecordConverter {
         raw: &mut RawRecord,
         out: &mut Vec<SinkRecord>,
     ) -> Result<(), ConvertError> {
-        let (key, value) = match self.read_inline(raw.key.take(), raw.value.take()) {
+        let (key, value) = (raw.key.take(), raw.value.take());
+        self.push_converted(raw, key, value, out)
+    }
+
+    /// The sink record of `raw` with `key` and `value` (its own, or clones), which the
+    /// converters take over, pushed onto `out`.
+    #[inline(always)]
+    fn push_converted(
+        &self,
+        raw: &RawRecord,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        out: &mut Vec<SinkRecord>,
+    ) -> Result<(), ConvertError> {
+        let (key, value) = match self.read_inline(key, value) {
             Ok(parts) => parts,
             Err((key, value)) => (
                 self.key.to_connect_owned(&raw.topic, key)?,

@@ -34,7 +34,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use spillway_core::Topic;
 use tokio::sync::Notify;
 
-use super::{timestamp_and_type, ClassicRecord, OffsetTracker};
+use super::{push_classic_record, ClassicRecord, OffsetTracker};
 use crate::copies::Copies;
 
 /// The queue every assigned partition's messages are forwarded to, and a handle of the
@@ -404,20 +404,13 @@ fn push_record_of(
         rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => Some((stamp, true)),
         _ => None,
     };
-    let (timestamp, timestamp_type) = timestamp_and_type(timestamp);
-    spillway_core::push_in_place!(
+    push_classic_record(
         out,
-        ClassicRecord {
-            topic,
-            partition: m.partition,
-            offset: m.offset,
-            key,
-            value,
-            headers,
-            timestamp,
-            timestamp_type,
-            delivery_count: None,
-            lock_deadline: None,
-        }
+        topic,
+        m.partition,
+        m.offset,
+        (key, value),
+        headers,
+        timestamp,
     );
 }
