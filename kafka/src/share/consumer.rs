@@ -22,7 +22,7 @@
 //! Records that were delivered but not acknowledged when the consumer closes are released by
 //! the broker and count as a delivery attempt (brief §5.4).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,6 +39,7 @@ use super::ack::{
 use super::fetch::{
     lock_ledger, spawn_broker, BrokerHandle, Command, Delivery, FetchContext, FetchParams,
 };
+use super::fetched::Fetched;
 use super::membership::{self, Assignment, MemberState, MembershipLink};
 use super::{AckError, AcknowledgeType, CommitResult, ShareError, ShareRecord, ShareSource, Tp};
 use crate::cluster::Cluster;
@@ -153,7 +154,8 @@ pub struct ShareConsumer {
     ledger: Arc<Mutex<Ledger>>,
     brokers: Arc<Mutex<HashMap<i32, BrokerHandle>>>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
-    buffer: VecDeque<ShareRecord>,
+    /// Delivered and not yet handed out by `poll`.
+    buffer: Fetched<ShareRecord>,
     /// Bumped at every `poll` and `commit_sync`: the broker tasks, which fetch again only once
     /// the records they delivered are acknowledged, look at the ledger again then.
     app_ready: watch::Sender<u64>,
@@ -311,7 +313,7 @@ impl ShareConsumer {
             ledger,
             brokers,
             deliveries,
-            buffer: VecDeque::new(),
+            buffer: Fetched::default(),
             app_ready,
             subscription,
             fatal,
@@ -417,8 +419,7 @@ impl ShareConsumer {
                 }
             }
         }
-        let n = self.buffer.len().min(max);
-        Ok(self.buffer.drain(..n).collect())
+        Ok(self.buffer.take(max))
     }
 
     /// Takes the records fetched for this member that `poll` has not handed out yet (the
@@ -428,16 +429,16 @@ impl ShareConsumer {
     pub fn take_unpolled(&mut self) -> Vec<ShareRecord> {
         while let Ok(delivery) = self.deliveries.try_recv() {
             if let Delivery::Records(records) = delivery {
-                self.buffer.extend(records);
+                self.buffer.push(records);
             }
         }
-        self.buffer.drain(..).collect()
+        self.buffer.take_all()
     }
 
     fn take(&mut self, delivery: Delivery) -> Result<(), ShareError> {
         match delivery {
             Delivery::Records(records) => {
-                self.buffer.extend(records);
+                self.buffer.push(records);
                 Ok(())
             }
             Delivery::Error(e) => Err(e),

@@ -659,7 +659,16 @@ impl BrokerTask {
                 }
             });
         }
-        let mut records = Vec::new();
+        // Room for as many records as we asked for, when any were acquired: the consumer
+        // hands this list to the application as it is and appends later deliveries to it up
+        // to `max.poll.records`, so neither growing it nor joining lists copies a record.
+        let any_acquired = response
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .any(|p| p.error_code == 0 && !p.acquired_records.is_empty());
+        let asked = usize::try_from(self.ctx.params.max_records).unwrap_or(0);
+        let mut records = Vec::with_capacity(if any_acquired { asked } else { 0 });
         let mut errors = Vec::new();
         let mut retriable = false;
         let endpoints: HashMap<i32, String> = response

@@ -12,6 +12,7 @@
 pub mod ack;
 pub mod consumer;
 pub(crate) mod fetch;
+mod fetched;
 mod held;
 pub mod membership;
 mod session;
