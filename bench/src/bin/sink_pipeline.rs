@@ -1003,7 +1003,12 @@ async fn parallelism(args: &Args) -> Result<()> {
     worker
         .start_connector(connector("slow-share", tasks, true))
         .await?;
-    let group = "connect-slow-share";
+    // The group the worker chose (a share connector's default is connect-share-<name>).
+    let group_id = worker
+        .status("slow-share")
+        .map(|s| s.group_id)
+        .context("the slow-share connector has no status")?;
+    let group = group_id.as_str();
     let deadline = Instant::now() + Duration::from_secs(60);
     let members = loop {
         let members = broker.share_member_ids(group);
@@ -1011,7 +1016,12 @@ async fn parallelism(args: &Args) -> Result<()> {
             break members;
         }
         if Instant::now() > deadline {
-            bail!("only {} of {tasks} share members joined", members.len());
+            // The tasks' states say why (a failed task carries its reason).
+            bail!(
+                "only {} of {tasks} share members joined; the connector: {:?}",
+                members.len(),
+                worker.status("slow-share")
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
