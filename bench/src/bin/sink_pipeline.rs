@@ -632,7 +632,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker, malloc {}); {} round(s); median (spread)",
+        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker, malloc {}), task.inflight.batches {inflight}; {} round(s); median (spread)",
         args.overhead_record_bytes,
         args.overhead_partitions,
         args.brokers,
