@@ -248,6 +248,10 @@ mod tests {
     /// Hands out records in batches of `batch`; verdicts count once committed.
     struct FakeSource {
         records: VecDeque<RawRecord>,
+        /// Records that arrive once a poll has come back empty.
+        later: Vec<RawRecord>,
+        /// How long each commit holds the client.
+        commit_delay: Duration,
         batch: usize,
         pending: Vec<Ack>,
         seen: Arc<Mutex<Seen>>,
@@ -272,7 +276,11 @@ mod tests {
             }
             let n = self.batch.min(self.records.len());
             if n == 0 && polled.changes.is_empty() {
-                tokio::time::sleep(timeout).await;
+                // Nothing to hand out: waits as a consumer would, though not past 50 ms (a
+                // test's long poll timeout would otherwise hold its stop), and the records
+                // still to come arrive meanwhile.
+                tokio::time::sleep(timeout.min(Duration::from_millis(50))).await;
+                self.records.extend(self.later.drain(..));
             }
             polled.records = self.records.drain(..n).collect();
             if !polled.records.is_empty() {
@@ -289,6 +297,9 @@ mod tests {
         }
 
         async fn commit(&mut self, _timeout: Duration) -> Result<Committed, RuntimeError> {
+            if !self.commit_delay.is_zero() {
+                tokio::time::sleep(self.commit_delay).await;
+            }
             let mut seen = self.seen.lock().unwrap();
             seen.commits += 1;
             self.outstanding = 0;
@@ -457,6 +468,11 @@ mod tests {
         panicking_converter: bool,
         shutdown_timeout: Duration,
         retry_timeout: RetryTimeout,
+        poll_timeout: Duration,
+        /// [`FakeSource::later`].
+        later: Vec<RawRecord>,
+        /// [`FakeSource::commit_delay`].
+        commit_delay: Duration,
     }
 
     /// A converter with a bug.
@@ -504,6 +520,9 @@ mod tests {
                 panicking_converter: false,
                 shutdown_timeout: TaskSettings::default().shutdown_timeout,
                 retry_timeout: RetryTimeout::Infinite,
+                poll_timeout: Duration::from_millis(10),
+                later: Vec::new(),
+                commit_delay: Duration::ZERO,
             }
         }
     }
@@ -527,10 +546,13 @@ mod tests {
         let (tx, events) = mpsc::unbounded_channel();
         let counters = Arc::new(TaskCounters::default());
         let budget = o.inflight_bytes.clone();
+        let (later, commit_delay) = (o.later, o.commit_delay);
         let factory: SourceFactory = Box::new(move || {
             async move {
                 Ok(Box::new(FakeSource {
                     records: records.into(),
+                    later,
+                    commit_delay,
                     batch: 3,
                     pending: Vec::new(),
                     seen: source_seen,
@@ -581,7 +603,7 @@ mod tests {
                 settings: TaskSettings {
                     inflight_batches: o.inflight,
                     held_batches_max: o.held_max,
-                    poll_timeout: Duration::from_millis(10),
+                    poll_timeout: o.poll_timeout,
                     shutdown_timeout: o.shutdown_timeout,
                     ..TaskSettings::default()
                 },
@@ -724,6 +746,33 @@ mod tests {
         assert!(seen.closed, "the group is left on a graceful stop");
         assert!(seen.max_outstanding <= 2, "in-flight batches stay bounded");
         assert_eq!(run.counters.snapshot().accepted, 7);
+    }
+
+    #[actix::test]
+    async fn records_arriving_while_a_commit_lands_during_an_empty_poll_are_polled_at_once() {
+        // Classic mode, two batches in flight, each commit holding the client for 30 ms: the
+        // poll that the first commit's credit starts waits behind the second commit, finds
+        // nothing, and returns after that commit landed. Nothing is in flight any more, so
+        // no commit would end a park: the records that arrived meanwhile must be polled at
+        // once, not after the 30 s poll timeout (`finish` gives up after 10 s).
+        let sink = ScriptedSink::default();
+        let records = (0..6).map(|i| raw(i, &format!("r{i}"))).collect();
+        let later = (6..9).map(|i| raw(i, &format!("r{i}"))).collect();
+        let mut run = start(
+            records,
+            sink.clone(),
+            Options {
+                share: false,
+                inflight: 2,
+                poll_timeout: Duration::from_secs(30),
+                later,
+                commit_delay: Duration::from_millis(30),
+                ..Options::default()
+            },
+        );
+        finish(&mut run, 9).await;
+        assert_eq!(verdicts(&run), accepted(9));
+        assert_eq!(sink.written.lock().unwrap().len(), 9);
     }
 
     #[actix::test]

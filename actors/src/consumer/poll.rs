@@ -136,8 +136,14 @@ impl ConsumerActor {
                     Err(e) => act.fail_now(ctx, e),
                     Ok(polled) => {
                         // Nothing came while batches are in flight: wait for a commit (its credit
-                        // unparks) rather than spin.
-                        if in_flight && polled.records.is_empty() && polled.changes.is_empty() {
+                        // unparks) rather than spin. In flight now, not when the poll started:
+                        // a commit that landed during the poll (it was queued behind another
+                        // on the client) unparks nothing, and the task would sit out a whole
+                        // `poll_timeout` with records waiting.
+                        if !act.in_flight.is_empty()
+                            && polled.records.is_empty()
+                            && polled.changes.is_empty()
+                        {
                             act.park(ctx);
                         }
                         act.dispatch(polled, started);

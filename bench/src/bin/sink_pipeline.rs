@@ -39,7 +39,7 @@ use async_trait::async_trait;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use spillway_actors::consumer_settings::DEFAULT_MAX_POLL_RECORDS;
-use spillway_actors::settings::SHARE_INFLIGHT_BATCHES_DEFAULT;
+use spillway_actors::settings::{CLASSIC_INFLIGHT_BATCHES_DEFAULT, SHARE_INFLIGHT_BATCHES_DEFAULT};
 use spillway_actors::Worker;
 use spillway_bench::c_reference::{CReference, Rounds};
 use spillway_bench::thread_cpu::{while_sampling, BrokerWork, Sampled};
@@ -99,10 +99,19 @@ struct Args {
     /// the same whatever the client: `BrokerAllocator`).
     #[arg(long, value_enum, default_value_t = BrokerAllocator::Jemalloc)]
     broker_allocator: BrokerAllocator,
-    /// (a), classic: rounds against the C reference (a fresh cluster per contender and round,
-    /// the order alternating).
+    /// (a): rounds against the C reference (a fresh cluster per contender and round, the order
+    /// alternating).
     #[arg(long, default_value_t = 3)]
     rounds: u64,
+    /// classic: rounds against the C reference, as (a)'s. More by default: on a two-core VM
+    /// either contender's CPU a record moves by up to a third between rounds, wider than the
+    /// goal's margin, and a median of three was once all slow rounds (bench/README.md).
+    #[arg(long, default_value_t = 5)]
+    classic_rounds: u64,
+    /// classic: the connector's `task.inflight.batches` (default: the runtime's classic-mode
+    /// default, as a user's connector has it).
+    #[arg(long)]
+    classic_inflight: Option<usize>,
     /// (a) goal: the connector's CPU per record at most this times the C share consumer's.
     #[arg(long, default_value_t = 1.0)]
     max_cpu_ratio: f64,
@@ -564,7 +573,10 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
     let dir = temp_dir("classic")?;
     let mut reference = Rounds::default();
     let mut ours = Rounds::default();
-    for round in 0..args.rounds.max(1) {
+    let inflight = args
+        .classic_inflight
+        .unwrap_or(CLASSIC_INFLIGHT_BATCHES_DEFAULT);
+    for round in 0..args.classic_rounds.max(1) {
         let ours_first = round % 2 == 1;
         for ours_turn in [ours_first, !ours_first] {
             if ours_turn {
@@ -587,7 +599,7 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
                         "--tasks".into(),
                         "1".into(),
                         "--inflight".into(),
-                        "1".into(),
+                        inflight.to_string(),
                         "--max-poll-records".into(),
                         DEFAULT_MAX_POLL_RECORDS.to_string(),
                         "--file".into(),
@@ -620,12 +632,12 @@ async fn classic(args: &Args) -> Result<Vec<String>> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker, malloc {}); {} round(s); median (spread)",
+        "classic mode: {records} records x {} B, {} partitions, {} brokers (dev broker, malloc {}), task.inflight.batches {inflight}; {} round(s); median (spread)",
         args.overhead_record_bytes,
         args.overhead_partitions,
         args.brokers,
         args.broker_allocator.describe(None),
-        args.rounds.max(1)
+        args.classic_rounds.max(1)
     );
     println!(
         "  C classic consumer (librdkafka 2.16): {}",
